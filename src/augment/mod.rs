@@ -1,0 +1,348 @@
+//! `Plan`: fixed values of one spatial transform, and its composition into a coordinate map
+//! (DESIGN §3). Pure data; the engines interpret it.
+//!
+//! Every vector is in array-axis order `[z, y, x]` (2D: `[y, x]`): `rotate_rad[0]` rotates about
+//! axis 0.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::engine::boundary::Mode;
+
+/// Interpolation order: 0 nearest, 1 linear, 3 cubic B-spline (scipy prefilter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub enum Order {
+    Nearest = 0,
+    Linear = 1,
+    Cubic = 3,
+}
+
+impl Order {
+    pub fn as_u32(self) -> u32 {
+        self as u32
+    }
+}
+
+impl TryFrom<u32> for Order {
+    type Error = String;
+    fn try_from(v: u32) -> Result<Self, Self::Error> {
+        match v {
+            0 => Ok(Order::Nearest),
+            1 => Ok(Order::Linear),
+            3 => Ok(Order::Cubic),
+            _ => Err(format!("unsupported interpolation order {v} (expected 0, 1 or 3)")),
+        }
+    }
+}
+
+impl From<Order> for u32 {
+    fn from(o: Order) -> u32 {
+        o as u32
+    }
+}
+
+impl fmt::Display for Order {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", *self as u32)
+    }
+}
+
+/// Elastic deformation: displacement `alpha * G_sigma(noise)` in voxels (DESIGN §4).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Elastic {
+    pub alpha: f64,
+    pub sigma: f64,
+    pub seed: u64,
+}
+
+/// Fixed values of one spatial transform.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Plan {
+    /// Axes to mirror.
+    pub flip: Vec<usize>,
+    /// Rotation angles in radians: 3 for a volume (about axes 0, 1, 2), 1 for an image; empty for none.
+    pub rotate_rad: Vec<f64>,
+    /// Scale: empty (none), one value (isotropic) or one per axis. `s > 1` samples a larger region.
+    pub scale: Vec<f64>,
+    /// Translation in voxels per axis (content moves by `-t`); empty for none.
+    pub translate: Vec<f64>,
+    pub elastic: Option<Elastic>,
+    pub order: Order,
+    pub mode: Mode,
+    pub cval: f32,
+    /// Output grid shape; the input's when `None`.
+    pub out_shape: Option<Vec<usize>>,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            flip: vec![],
+            rotate_rad: vec![],
+            scale: vec![],
+            translate: vec![],
+            elastic: None,
+            order: Order::Linear,
+            mode: Mode::Constant,
+            cval: 0.0,
+            out_shape: None,
+        }
+    }
+}
+
+/// A plan that does not fit the data it is applied to.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    #[error("only 2D and 3D grids can be transformed, got {0} dimensions")]
+    Dimensions(usize),
+    #[error("--flip axis {axis} does not exist in a {ndim}D grid")]
+    FlipAxis { axis: usize, ndim: usize },
+    #[error("--rotate needs {want} angle(s) for a {ndim}D grid, got {got}")]
+    RotateLen { want: usize, got: usize, ndim: usize },
+    #[error("--{name} needs {want} value(s) for a {ndim}D grid, got {got}")]
+    VectorLen { name: &'static str, want: String, got: usize, ndim: usize },
+    #[error("--{name} value {value} is not allowed: {why}")]
+    Value { name: &'static str, value: f64, why: &'static str },
+    #[error("output shape {got:?} does not have {ndim} positive axes")]
+    OutShape { got: Vec<usize>, ndim: usize },
+}
+
+/// One transform that fired, with its values (the "done list").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Done {
+    pub transform: String,
+    pub values: serde_json::Value,
+}
+
+impl Plan {
+    /// The identity: no flip, rotation, scale, translation or elastic.
+    pub fn identity() -> Self {
+        Plan::default()
+    }
+
+    /// Checks the plan against a grid of `ndim` dimensions.
+    pub fn validate(&self, ndim: usize) -> Result<(), PlanError> {
+        if !(2..=3).contains(&ndim) {
+            return Err(PlanError::Dimensions(ndim));
+        }
+        if let Some(&axis) = self.flip.iter().find(|&&a| a >= ndim) {
+            return Err(PlanError::FlipAxis { axis, ndim });
+        }
+        let want_rot = if ndim == 3 { 3 } else { 1 };
+        if !self.rotate_rad.is_empty() && self.rotate_rad.len() != want_rot {
+            return Err(PlanError::RotateLen { want: want_rot, got: self.rotate_rad.len(), ndim });
+        }
+        if !self.scale.is_empty() && self.scale.len() != 1 && self.scale.len() != ndim {
+            return Err(PlanError::VectorLen {
+                name: "scale",
+                want: format!("1 or {ndim}"),
+                got: self.scale.len(),
+                ndim,
+            });
+        }
+        if !self.translate.is_empty() && self.translate.len() != ndim {
+            return Err(PlanError::VectorLen {
+                name: "translate",
+                want: ndim.to_string(),
+                got: self.translate.len(),
+                ndim,
+            });
+        }
+        let finite = |name, v: f64| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(PlanError::Value { name, value: v, why: "it must be finite" })
+            }
+        };
+        for &a in &self.rotate_rad {
+            finite("rotate", a)?;
+        }
+        for &t in &self.translate {
+            finite("translate", t)?;
+        }
+        for &s in &self.scale {
+            finite("scale", s)?;
+            if s <= 0.0 {
+                return Err(PlanError::Value { name: "scale", value: s, why: "it must be > 0" });
+            }
+        }
+        if let Some(e) = &self.elastic {
+            finite("elastic", e.alpha)?;
+            finite("elastic", e.sigma)?;
+            if e.sigma <= 0.0 {
+                return Err(PlanError::Value {
+                    name: "elastic",
+                    value: e.sigma,
+                    why: "sigma must be > 0",
+                });
+            }
+        }
+        if let Some(s) = &self.out_shape
+            && (s.len() != ndim || s.contains(&0))
+        {
+            return Err(PlanError::OutShape { got: s.clone(), ndim });
+        }
+        Ok(())
+    }
+
+    /// Whether the plan moves no voxel.
+    pub fn is_identity(&self) -> bool {
+        self.flip.is_empty()
+            && self.rotate_rad.iter().all(|&a| a == 0.0)
+            && self.scale.iter().all(|&s| s == 1.0)
+            && self.translate.iter().all(|&t| t == 0.0)
+            && self.elastic.is_none_or(|e| e.alpha == 0.0)
+    }
+
+    /// The transforms that fire, in the order they act (DESIGN §3), with their values.
+    pub fn done_list(&self) -> Vec<Done> {
+        let mut done = vec![];
+        if !self.flip.is_empty() {
+            done.push(Done { transform: "flip".into(), values: serde_json::json!({ "axes": self.flip }) });
+        }
+        if let Some(e) = &self.elastic
+            && e.alpha != 0.0
+        {
+            done.push(Done {
+                transform: "elastic".into(),
+                values: serde_json::json!({ "alpha": e.alpha, "sigma": e.sigma, "seed": e.seed }),
+            });
+        }
+        if self.rotate_rad.iter().any(|&a| a != 0.0) {
+            let deg: Vec<f64> = self.rotate_rad.iter().map(|a| a.to_degrees()).collect();
+            done.push(Done {
+                transform: "rotate".into(),
+                values: serde_json::json!({ "angles_rad": self.rotate_rad, "angles_deg": deg }),
+            });
+        }
+        if self.scale.iter().any(|&s| s != 1.0) {
+            done.push(Done { transform: "scale".into(), values: serde_json::json!({ "scale": self.scale }) });
+        }
+        if self.translate.iter().any(|&t| t != 0.0) {
+            done.push(Done {
+                transform: "translate".into(),
+                values: serde_json::json!({ "voxels": self.translate }),
+            });
+        }
+        done
+    }
+
+    /// Composes the plan for an input grid into one coordinate map (host, f64).
+    pub fn compose(&self, in_shape: &[usize]) -> Result<CoordMap, PlanError> {
+        let ndim = in_shape.len();
+        self.validate(ndim)?;
+        let out_shape = self.out_shape.clone().unwrap_or_else(|| in_shape.to_vec());
+        let mut flip = [false; 3];
+        for &a in &self.flip {
+            flip[a] = true;
+        }
+        // R = Rx(a0) Ry(a1) Rz(a2) (batchgenerators), then M = diag(s) R^T.
+        let r: [[f64; 3]; 3] = if ndim == 3 {
+            let a = if self.rotate_rad.is_empty() { vec![0.0; 3] } else { self.rotate_rad.clone() };
+            let (c0, s0) = (a[0].cos(), a[0].sin());
+            let (c1, s1) = (a[1].cos(), a[1].sin());
+            let (c2, s2) = (a[2].cos(), a[2].sin());
+            let rx = [[1.0, 0.0, 0.0], [0.0, c0, -s0], [0.0, s0, c0]];
+            let ry = [[c1, 0.0, s1], [0.0, 1.0, 0.0], [-s1, 0.0, c1]];
+            let rz = [[c2, -s2, 0.0], [s2, c2, 0.0], [0.0, 0.0, 1.0]];
+            matmul3(&matmul3(&rx, &ry), &rz)
+        } else {
+            let a = self.rotate_rad.first().copied().unwrap_or(0.0);
+            let (c, s) = (a.cos(), a.sin());
+            [[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]
+        };
+        let scale: Vec<f64> = match self.scale.len() {
+            0 => vec![1.0; ndim],
+            1 => vec![self.scale[0]; ndim],
+            _ => self.scale.clone(),
+        };
+        let mut m = [[0.0; 3]; 3];
+        for i in 0..ndim {
+            for j in 0..ndim {
+                m[i][j] = scale[i] * r[j][i];
+            }
+        }
+        let mut b = [0.0; 3];
+        let mut ctr_out = [0.0; 3];
+        for i in 0..ndim {
+            let t = self.translate.get(i).copied().unwrap_or(0.0);
+            b[i] = t + (in_shape[i] as f64 - 1.0) / 2.0;
+            ctr_out[i] = (out_shape[i] as f64 - 1.0) / 2.0;
+        }
+        Ok(CoordMap {
+            ndim,
+            in_shape: in_shape.to_vec(),
+            out_shape,
+            flip,
+            in_from_centered: m,
+            offset: b,
+            ctr_out,
+            alpha: self.elastic.map_or(0.0, |e| e.alpha),
+        })
+    }
+}
+
+fn matmul3(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    let mut c = [[0.0; 3]; 3];
+    for i in 0..3 {
+        for j in 0..3 {
+            c[i][j] = (0..3).map(|k| a[i][k] * b[k][j]).sum();
+        }
+    }
+    c
+}
+
+/// The fused map from an output voxel `p` to an input coordinate `x` (DESIGN §3):
+/// `q = flip(p)`, `c = q - ctr_out + alpha * field(q)`, `x = in_from_centered · c + offset`.
+/// Only the first `ndim` entries of each array are used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoordMap {
+    pub ndim: usize,
+    pub in_shape: Vec<usize>,
+    pub out_shape: Vec<usize>,
+    pub flip: [bool; 3],
+    /// `diag(scale) · Rᵀ`.
+    pub in_from_centered: [[f64; 3]; 3],
+    /// `translate + ctr_in`.
+    pub offset: [f64; 3],
+    pub ctr_out: [f64; 3],
+    /// Elastic strength; the unit field is supplied by the engine.
+    pub alpha: f64,
+}
+
+impl CoordMap {
+    /// The flipped index `q` of output index `p` along `axis`.
+    #[inline]
+    pub fn flip_index(&self, axis: usize, p: usize) -> usize {
+        if self.flip[axis] { self.out_shape[axis] - 1 - p } else { p }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_bad_value() {
+        let p = Plan { rotate_rad: vec![0.1, 0.2], ..Plan::default() };
+        assert!(matches!(p.validate(3), Err(PlanError::RotateLen { .. })));
+        let p = Plan { flip: vec![3], ..Plan::default() };
+        assert!(matches!(p.validate(3), Err(PlanError::FlipAxis { .. })));
+        let p = Plan { scale: vec![0.0], ..Plan::default() };
+        assert!(p.validate(2).is_err());
+        assert!(Plan::identity().validate(2).is_ok());
+        assert!(Plan::identity().validate(4).is_err());
+    }
+
+    #[test]
+    fn rotation_matrix_is_batchgenerators() {
+        // A rotation of 90° about axis 0 maps c = (0, 1, 0) to Rᵀ c = (0, cos, -sin) = (0, 0, -1).
+        let p = Plan { rotate_rad: vec![std::f64::consts::FRAC_PI_2, 0.0, 0.0], ..Plan::default() };
+        let m = p.compose(&[5, 5, 5]).unwrap().in_from_centered;
+        assert!((m[2][1] + 1.0).abs() < 1e-12 && m[1][1].abs() < 1e-12);
+    }
+}

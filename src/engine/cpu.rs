@@ -1,0 +1,367 @@
+//! The CPU engine (rayon): the reference every other backend is checked against.
+//!
+//! One resample routine, generic over the dimension count and specialised by (order, mode) at run
+//! time; boundary rules come from [`super::boundary`] only. Arrays are `[z, y, x]`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::boundary::{Mode, SPLINE_PREPAD, fold_tap, map_coordinate};
+use super::field::ElasticField;
+use super::spline::{prefilter_cubic, spline_weights};
+use super::{Backend, EngineError, Job, Outputs, Timings, check_job};
+use crate::augment::{CoordMap, Order, Plan};
+
+/// The CPU engine. Keeps the last smoothed elastic field, so that changing anything but
+/// (seed, sigma, shape) never recomputes it.
+#[derive(Default)]
+pub struct CpuBackend {
+    field_cache: Mutex<Option<Arc<ElasticField>>>,
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The unit elastic field of a plan on an output grid, from the cache when it matches.
+    /// Returns the field and the milliseconds spent computing it (0 when cached).
+    pub fn field(&self, plan: &Plan, out_shape: &[usize]) -> Option<(Arc<ElasticField>, f64)> {
+        let e = plan.elastic?;
+        if e.alpha == 0.0 {
+            return None;
+        }
+        let mut cache = self.field_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = cache.as_ref()
+            && f.matches(out_shape, e.sigma, e.seed)
+        {
+            return Some((f.clone(), 0.0));
+        }
+        let t = Instant::now();
+        let f = Arc::new(ElasticField::compute(out_shape, e.sigma, e.seed));
+        *cache = Some(f.clone());
+        Some((f, t.elapsed().as_secs_f64() * 1e3))
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
+        let t0 = Instant::now();
+        let out_shape = check_job(&job, &out)?;
+        let img = job.image;
+        let map = job.plan.compose(&img.shape)?;
+        let mut timings = Timings::default();
+        let field = self.field(job.plan, &out_shape).map(|(f, ms)| {
+            timings.field_ms = ms;
+            f
+        });
+        let t1 = Instant::now();
+        let coef = Coefficients::new(&img.data, &img.shape, img.channels, job.plan);
+        timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let t2 = Instant::now();
+        let image = coef.sampler(job.plan.order, job.plan.mode, job.plan.cval);
+        let label = job.label.map(|l| Sampler {
+            data: &l.data,
+            shape: l.shape.clone(),
+            channels: l.channels,
+            order: Order::Nearest,
+            mode: job.plan.mode,
+            cval: 0.0,
+            pad: 0.0,
+        });
+        match map.ndim {
+            2 => resample::<2>(&map, field.as_deref(), &image, out.image, label.as_ref().zip(out.label)),
+            _ => resample::<3>(&map, field.as_deref(), &image, out.image, label.as_ref().zip(out.label)),
+        }
+        timings.resample_ms = t2.elapsed().as_secs_f64() * 1e3;
+        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(timings)
+    }
+}
+
+/// The values a sampler reads: the voxels themselves, or cubic spline coefficients.
+pub struct Coefficients<'a> {
+    data: std::borrow::Cow<'a, [f32]>,
+    shape: Vec<usize>,
+    channels: usize,
+    pad: f64,
+}
+
+impl<'a> Coefficients<'a> {
+    /// Prefilters every channel for order 3 (with scipy's prepadding); borrows the data otherwise.
+    pub fn new(data: &'a [f32], shape: &[usize], channels: usize, plan: &Plan) -> Self {
+        if plan.order != Order::Cubic {
+            return Coefficients { data: data.into(), shape: shape.to_vec(), channels, pad: 0.0 };
+        }
+        let n: usize = shape.iter().product();
+        let mut all = Vec::new();
+        let mut pshape = shape.to_vec();
+        for c in 0..channels {
+            let (coef, ps) = prefilter_cubic(&data[c * n..(c + 1) * n], shape, plan.mode, plan.cval);
+            all.extend_from_slice(&coef);
+            pshape = ps;
+        }
+        let pad = if plan.mode.needs_prepad() { SPLINE_PREPAD as f64 } else { 0.0 };
+        Coefficients { data: all.into(), shape: pshape, channels, pad }
+    }
+
+    pub fn sampler(&self, order: Order, mode: Mode, cval: f32) -> Sampler<'_> {
+        Sampler {
+            data: &self.data,
+            shape: self.shape.clone(),
+            channels: self.channels,
+            order,
+            mode,
+            cval,
+            pad: self.pad,
+        }
+    }
+}
+
+/// Samples a (prefiltered) multi-channel array at continuous coordinates, as
+/// `scipy.ndimage.map_coordinates(order, mode, cval, prefilter=True)`.
+pub struct Sampler<'a> {
+    pub data: &'a [f32],
+    pub shape: Vec<usize>,
+    pub channels: usize,
+    pub order: Order,
+    pub mode: Mode,
+    pub cval: f32,
+    /// scipy's `nprepad`: the coefficient array is padded by this on every side.
+    pub pad: f64,
+}
+
+/// Tap offsets and weights of one sample point.
+struct Taps<const D: usize> {
+    n: usize,
+    off: [[usize; 4]; D],
+    inside: [[bool; 4]; D],
+    w: [[f64; 4]; D],
+}
+
+impl Sampler<'_> {
+    /// The taps for input coordinate `x`, or `None` when the point reads cval (`constant` mode).
+    #[inline]
+    fn taps<const D: usize>(&self, x: &[f64; D]) -> Option<Taps<D>> {
+        let order = self.order.as_u32();
+        let n = order as usize + 1;
+        let spline_mode = self.mode.spline_mode();
+        let mut t = Taps { n, off: [[0; 4]; D], inside: [[true; 4]; D], w: [[1.0; 4]; D] };
+        let mut stride = 1usize;
+        for a in (0..D).rev() {
+            let len = self.shape[a];
+            let cc = map_coordinate(x[a] + self.pad, len, self.mode)?;
+            let start = if order & 1 == 1 {
+                cc.floor() as i64 - (order / 2) as i64
+            } else {
+                (cc + 0.5).floor() as i64 - (order / 2) as i64
+            };
+            for k in 0..n {
+                match fold_tap(start + k as i64, len, spline_mode) {
+                    Some(j) => t.off[a][k] = j * stride,
+                    None => t.inside[a][k] = false,
+                }
+            }
+            if order > 0 {
+                spline_weights(cc, order, &mut t.w[a]);
+            }
+            stride *= len;
+        }
+        Some(t)
+    }
+
+    /// The interpolated value of channel `ch` from precomputed taps.
+    #[inline]
+    fn eval<const D: usize>(&self, t: &Taps<D>, ch: usize) -> f32 {
+        let len: usize = self.shape.iter().product();
+        let data = &self.data[ch * len..(ch + 1) * len];
+        let cval = self.cval as f64;
+        let n = t.n;
+        let mut sum = 0f64;
+        if D == 2 {
+            for i in 0..n {
+                for j in 0..n {
+                    let v = if t.inside[0][i] && t.inside[1][j] {
+                        data[t.off[0][i] + t.off[1][j]] as f64
+                    } else {
+                        cval
+                    };
+                    sum += v * t.w[0][i] * t.w[1][j];
+                }
+            }
+        } else {
+            for i in 0..n {
+                for j in 0..n {
+                    for k in 0..n {
+                        let v = if t.inside[0][i] && t.inside[1][j] && t.inside[2][k] {
+                            data[t.off[0][i] + t.off[1][j] + t.off[2][k]] as f64
+                        } else {
+                            cval
+                        };
+                        sum += v * t.w[0][i] * t.w[1][j] * t.w[2][k];
+                    }
+                }
+            }
+        }
+        sum as f32
+    }
+}
+
+/// Input coordinates of the output row `row` (C-order index over all axes but the last).
+#[inline]
+pub fn row_coords<const D: usize>(
+    map: &CoordMap,
+    field: Option<&ElasticField>,
+    row: usize,
+    out: &mut Vec<[f64; D]>,
+) {
+    let shape = &map.out_shape;
+    let row_len = shape[D - 1];
+    let mut p = [0usize; D];
+    let mut rem = row;
+    for a in (0..D - 1).rev() {
+        p[a] = rem % shape[a];
+        rem /= shape[a];
+    }
+    // Linear index of q with the last axis at 0.
+    let mut q = [0usize; D];
+    let mut base = 0usize;
+    for a in 0..D - 1 {
+        q[a] = map.flip_index(a, p[a]);
+        base = base * shape[a] + q[a];
+    }
+    base *= row_len;
+    let m = &map.in_from_centered;
+    out.clear();
+    for px in 0..row_len {
+        q[D - 1] = map.flip_index(D - 1, px);
+        let lin = base + q[D - 1];
+        let mut c = [0f64; D];
+        for a in 0..D {
+            c[a] = q[a] as f64 - map.ctr_out[a];
+            if let Some(f) = field {
+                c[a] += map.alpha * f.components[a][lin] as f64;
+            }
+        }
+        let mut x = [0f64; D];
+        for i in 0..D {
+            let mut s = map.offset[i];
+            for j in 0..D {
+                s += m[i][j] * c[j];
+            }
+            x[i] = s;
+        }
+        out.push(x);
+    }
+}
+
+/// Every output voxel's input coordinate: `(ndim, *out_shape)` values, C order (`--save-coords`).
+pub fn coordinates(map: &CoordMap, field: Option<&ElasticField>) -> Vec<f32> {
+    let n: usize = map.out_shape.iter().product();
+    let d = map.ndim;
+    let row_len = map.out_shape[d - 1];
+    let mut out = vec![0f32; d * n];
+    let mut per_axis: Vec<&mut [f32]> = out.chunks_mut(n).collect();
+    let mut rows: Vec<Vec<&mut [f32]>> = (0..n / row_len).map(|_| Vec::with_capacity(d)).collect();
+    for axis in per_axis.drain(..) {
+        for (r, chunk) in axis.chunks_mut(row_len).enumerate() {
+            rows[r].push(chunk);
+        }
+    }
+    rows.into_par_iter().enumerate().for_each(|(r, mut axes)| {
+        if d == 2 {
+            let mut buf = Vec::with_capacity(row_len);
+            row_coords::<2>(map, field, r, &mut buf);
+            for (i, x) in buf.iter().enumerate() {
+                for (a, ax) in axes.iter_mut().enumerate() {
+                    ax[i] = x[a] as f32;
+                }
+            }
+        } else {
+            let mut buf = Vec::with_capacity(row_len);
+            row_coords::<3>(map, field, r, &mut buf);
+            for (i, x) in buf.iter().enumerate() {
+                for (a, ax) in axes.iter_mut().enumerate() {
+                    ax[i] = x[a] as f32;
+                }
+            }
+        }
+    });
+    out
+}
+
+/// Splits a channel-major buffer into per-row groups of channel slices.
+fn split_rows(buf: &mut [f32], n: usize, row_len: usize) -> Vec<Vec<&mut [f32]>> {
+    let nrows = n / row_len;
+    let mut rows: Vec<Vec<&mut [f32]>> = (0..nrows).map(|_| Vec::new()).collect();
+    for ch in buf.chunks_mut(n) {
+        for (r, chunk) in ch.chunks_mut(row_len).enumerate() {
+            rows[r].push(chunk);
+        }
+    }
+    rows
+}
+
+/// Resamples image (and label) over the whole output grid with one coordinate per voxel.
+fn resample<const D: usize>(
+    map: &CoordMap,
+    field: Option<&ElasticField>,
+    image: &Sampler<'_>,
+    out: &mut [f32],
+    label: Option<(&Sampler<'_>, &mut [f32])>,
+) {
+    let n: usize = map.out_shape.iter().product();
+    let row_len = map.out_shape[D - 1];
+    if n == 0 {
+        return;
+    }
+    let img_rows = split_rows(out, n, row_len);
+    let (lab_sampler, lab_rows) = match label {
+        Some((s, buf)) => (Some(s), split_rows(buf, n, row_len)),
+        None => (None, (0..n / row_len).map(|_| Vec::new()).collect()),
+    };
+    img_rows
+        .into_par_iter()
+        .zip(lab_rows.into_par_iter())
+        .enumerate()
+        .for_each_init(
+            || Vec::with_capacity(row_len),
+            |coords, (r, (mut irow, mut lrow))| {
+                row_coords::<D>(map, field, r, coords);
+                for (i, x) in coords.iter().enumerate() {
+                    match image.taps::<D>(x) {
+                        Some(t) => {
+                            for (ch, o) in irow.iter_mut().enumerate() {
+                                o[i] = image.eval::<D>(&t, ch);
+                            }
+                        }
+                        None => {
+                            for o in irow.iter_mut() {
+                                o[i] = image.cval;
+                            }
+                        }
+                    }
+                    if let Some(ls) = lab_sampler {
+                        match ls.taps::<D>(x) {
+                            Some(t) => {
+                                for (ch, o) in lrow.iter_mut().enumerate() {
+                                    o[i] = ls.eval::<D>(&t, ch);
+                                }
+                            }
+                            None => {
+                                for o in lrow.iter_mut() {
+                                    o[i] = ls.cval;
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        );
+}

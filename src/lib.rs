@@ -1,0 +1,12 @@
+//! augscope: exact (scipy-compatible) spatial augmentation of medical images on CPU and CUDA.
+//!
+//! Layers look down only: `volume`, `io`, `augment`, `engine`, `filter` and `export` never know
+//! about the GUI (`app`, behind the `gui` feature).
+
+pub mod augment;
+pub mod engine;
+pub mod filter;
+pub mod volume;
+
+pub use augment::{Elastic, Mode, Order, Plan};
+pub use volume::{DType, Volume};

@@ -1,0 +1,189 @@
+//! `Volume`: voxel data in f32, its grid and its place in the world.
+//!
+//! Arrays are C order, axis 0 slowest: a 3D volume is `[z, y, x]` (NIfTI `(k, j, i)`), a 2D image
+//! is `[y, x]`. Channels (RGB, 4D NIfTI) are a separate leading dimension, so `data` holds
+//! `channels` consecutive spatial arrays.
+
+use std::fmt;
+
+/// How the voxels were stored on disk; kept so that `--dtype keep` and label maps can be written
+/// back in their own type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    I64,
+    U64,
+    F32,
+    F64,
+}
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::U16 => "uint16",
+            DType::I16 => "int16",
+            DType::U32 => "uint32",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U64 => "uint64",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+        }
+    }
+
+    pub fn is_integer(self) -> bool {
+        !matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// Rounds and clamps an f32 value into this type's range (as scipy does when it writes an
+    /// interpolated value into an integer output array), returned as f64 for the writers.
+    pub fn quantize(self, v: f32) -> f64 {
+        let (lo, hi) = match self {
+            DType::U8 => (0.0, u8::MAX as f64),
+            DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+            DType::U16 => (0.0, u16::MAX as f64),
+            DType::I16 => (i16::MIN as f64, i16::MAX as f64),
+            DType::U32 => (0.0, u32::MAX as f64),
+            DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+            DType::U64 => (0.0, u64::MAX as f64),
+            DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+            DType::F32 | DType::F64 => return v as f64,
+        };
+        if v.is_nan() {
+            return 0.0;
+        }
+        (v as f64).round().clamp(lo, hi)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A scan in memory: f32 voxels, spatial shape, channel count, spacing and affine.
+#[derive(Clone)]
+pub struct Volume {
+    /// `channels * shape.iter().product()` values, channel-major, each channel C order.
+    pub data: Vec<f32>,
+    /// Spatial shape in array order (`[z, y, x]` or `[y, x]`).
+    pub shape: Vec<usize>,
+    /// Number of channels (1 for a scalar image, 3 for RGB).
+    pub channels: usize,
+    /// Voxel size in mm per spatial axis, in array order.
+    pub spacing_mm: Vec<f64>,
+    /// `world_from_voxel` for NIfTI-ordered voxel indices `(i, j, k) = (x, y, z)`, i.e. the
+    /// reversed array index. Row-major 4x4.
+    pub world_from_voxel: [[f64; 4]; 4],
+    /// Storage type of the source file.
+    pub dtype: DType,
+    /// The NIfTI header the volume came from, so that a written file keeps every field.
+    pub nifti_header: Option<Box<nifti::NiftiHeader>>,
+}
+
+impl fmt::Debug for Volume {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Volume")
+            .field("shape", &self.shape)
+            .field("channels", &self.channels)
+            .field("spacing_mm", &self.spacing_mm)
+            .field("dtype", &self.dtype)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Volume {
+    /// A volume with unit spacing and an identity affine (up to the axis reversal of NIfTI).
+    pub fn new(data: Vec<f32>, shape: Vec<usize>, channels: usize) -> Self {
+        assert_eq!(
+            data.len(),
+            channels * shape.iter().product::<usize>(),
+            "data length must equal channels * product(shape)"
+        );
+        let ndim = shape.len();
+        Volume {
+            data,
+            shape,
+            channels,
+            spacing_mm: vec![1.0; ndim],
+            world_from_voxel: identity4(),
+            dtype: DType::F32,
+            nifti_header: None,
+        }
+    }
+
+    /// Number of spatial dimensions (2 or 3).
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Voxels per channel.
+    pub fn len_spatial(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The voxels of one channel.
+    pub fn channel(&self, c: usize) -> &[f32] {
+        let n = self.len_spatial();
+        &self.data[c * n..(c + 1) * n]
+    }
+
+    /// The minimum and maximum finite value (None if every value is NaN or infinite).
+    pub fn finite_range(&self) -> Option<(f32, f32)> {
+        let mut lo = f32::INFINITY;
+        let mut hi = f32::NEG_INFINITY;
+        for &v in &self.data {
+            if v.is_finite() {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// A volume with the same grid, header and affine but new data (same channel count).
+    pub fn with_data(&self, data: Vec<f32>) -> Self {
+        assert_eq!(data.len(), self.data.len());
+        Volume {
+            data,
+            shape: self.shape.clone(),
+            channels: self.channels,
+            spacing_mm: self.spacing_mm.clone(),
+            world_from_voxel: self.world_from_voxel,
+            dtype: self.dtype,
+            nifti_header: self.nifti_header.clone(),
+        }
+    }
+}
+
+pub fn identity4() -> [[f64; 4]; 4] {
+    let mut m = [[0.0; 4]; 4];
+    for (i, row) in m.iter_mut().enumerate() {
+        row[i] = 1.0;
+    }
+    m
+}
+
+impl Volume {
+    /// Everything but the voxels (an empty `data`), for building an output volume.
+    pub fn clone_meta(&self) -> Self {
+        Volume {
+            data: vec![],
+            shape: self.shape.clone(),
+            channels: self.channels,
+            spacing_mm: self.spacing_mm.clone(),
+            world_from_voxel: self.world_from_voxel,
+            dtype: self.dtype,
+            nifti_header: self.nifti_header.clone(),
+        }
+    }
+}
