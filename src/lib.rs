@@ -6,6 +6,7 @@
 pub mod augment;
 pub mod engine;
 pub mod filter;
+pub mod io;
 pub mod volume;
 
 pub use augment::{Elastic, Mode, Order, Plan};

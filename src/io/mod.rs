@@ -1,0 +1,137 @@
+//! Loaders and writers, one module per format; `load`/`save` dispatch on the file name.
+//!
+//! Every loader returns a [`Volume`] in DESIGN §2 order (`[z, y, x]` or `[y, x]`, channels
+//! leading). Every writer writes a temporary file beside the target and renames it, so an output
+//! appears whole or not at all.
+
+pub mod image2d;
+pub mod nifti;
+pub mod npy;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::volume::Volume;
+
+/// A file that could not be read or written. Messages say what failed and why, and end with the
+/// path.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error("cannot read {format}: {why}: {}", path.display())]
+    Read { format: &'static str, why: String, path: PathBuf },
+    #[error("cannot write {format}: {why}: {}", path.display())]
+    Write { format: &'static str, why: String, path: PathBuf },
+    #[error(
+        "unknown file type (expected .nii, .nii.gz, .npy, .png, .jpg, .jpeg, .tif, .tiff): {}",
+        path.display()
+    )]
+    UnknownFormat { path: PathBuf },
+}
+
+impl IoError {
+    pub fn read(format: &'static str, why: impl Into<String>, path: &Path) -> Self {
+        IoError::Read { format, why: why.into(), path: path.to_path_buf() }
+    }
+    pub fn write(format: &'static str, why: impl Into<String>, path: &Path) -> Self {
+        IoError::Write { format, why: why.into(), path: path.to_path_buf() }
+    }
+}
+
+/// File formats, chosen by extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Nifti,
+    Npy,
+    Png,
+    Jpeg,
+    Tiff,
+}
+
+impl Format {
+    pub fn from_path(path: &Path) -> Result<Format, IoError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        let f = if name.ends_with(".nii") || name.ends_with(".nii.gz") {
+            Format::Nifti
+        } else if name.ends_with(".npy") {
+            Format::Npy
+        } else if name.ends_with(".png") {
+            Format::Png
+        } else if name.ends_with(".jpg") || name.ends_with(".jpeg") {
+            Format::Jpeg
+        } else if name.ends_with(".tif") || name.ends_with(".tiff") {
+            Format::Tiff
+        } else {
+            return Err(IoError::UnknownFormat { path: path.to_path_buf() });
+        };
+        Ok(f)
+    }
+}
+
+/// How to interpret a file on loading.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// The first axis of a `.npy` array is channels (`(3, H, W)` RGB, multi-channel volumes).
+    pub channels_first: bool,
+}
+
+/// How to write a volume.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SaveOptions {
+    /// Write in the volume's own storage type (`--dtype keep`) instead of float32. Integer types
+    /// are rounded and clamped as scipy does.
+    pub keep_dtype: bool,
+}
+
+/// Loads a scan by file extension.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<Volume, IoError> {
+    match Format::from_path(path)? {
+        Format::Nifti => nifti::read(path),
+        Format::Npy => npy::read_volume(path, opts.channels_first),
+        Format::Png | Format::Jpeg | Format::Tiff => image2d::read(path),
+    }
+}
+
+/// Writes a volume by file extension (NIfTI, NumPy or PNG).
+pub fn save(path: &Path, vol: &Volume, opts: &SaveOptions) -> Result<(), IoError> {
+    match Format::from_path(path)? {
+        Format::Nifti => nifti::write(path, vol, opts),
+        Format::Npy => npy::write_volume(path, vol, opts),
+        Format::Png => image2d::write_png(path, vol),
+        Format::Jpeg | Format::Tiff => Err(IoError::write(
+            "image",
+            "only PNG, NIfTI and NumPy outputs are supported",
+            path,
+        )),
+    }
+}
+
+/// Writes `path` through a temporary file in the same folder, renamed into place on success and
+/// removed on failure, so that readers never see a partial file.
+pub fn atomic_write(
+    path: &Path,
+    format: &'static str,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), IoError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let f = File::create(&tmp)?;
+        let mut w = BufWriter::new(f);
+        body(&mut w)?;
+        w.flush()?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        IoError::write(format, e.to_string(), path)
+    })
+}
