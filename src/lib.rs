@@ -9,5 +9,8 @@ pub mod filter;
 pub mod io;
 pub mod volume;
 
+#[cfg(feature = "gui")]
+pub mod app;
+
 pub use augment::{Elastic, Mode, Order, Plan};
 pub use volume::{DType, Volume};

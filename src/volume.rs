@@ -187,3 +187,33 @@ impl Volume {
         }
     }
 }
+
+impl Volume {
+    /// Anatomical direction codes of the NIfTI voxel axes `(i, j, k)` (nibabel's `aff2axcodes`):
+    /// the letter each axis points towards in RAS+ world space, e.g. `['R', 'A', 'S']`.
+    /// Array axis `a` of a 3D volume is NIfTI axis `2 - a`.
+    pub fn axis_codes(&self) -> Vec<char> {
+        let nd = self.ndim();
+        let m = &self.world_from_voxel;
+        let mut used = [false; 3];
+        let mut codes = Vec::with_capacity(nd);
+        for i in 0..nd.min(3) {
+            // The world axis this voxel axis moves along most, not taken by an earlier axis.
+            let mut best = None;
+            for w in 0..3 {
+                if used[w] {
+                    continue;
+                }
+                let v = m[w][i];
+                if best.is_none_or(|(_, b): (usize, f64)| v.abs() > b.abs()) {
+                    best = Some((w, v));
+                }
+            }
+            let Some((w, v)) = best else { break };
+            used[w] = true;
+            let (pos, neg) = [('R', 'L'), ('A', 'P'), ('S', 'I')][w];
+            codes.push(if v >= 0.0 { pos } else { neg });
+        }
+        codes
+    }
+}

@@ -129,3 +129,75 @@ pub fn apply_new(
     };
     Ok((img, lab, t))
 }
+
+/// Storage precision of the image on a GPU (compute is always f32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    F16,
+    Bf16,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "f32" | "full" => Ok(Precision::F32),
+            "f16" | "half" => Ok(Precision::F16),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            _ => Err(format!("unknown precision '{s}' (expected f32, f16 or bf16)")),
+        }
+    }
+}
+
+/// Which engine the user asked for: `auto`, `cpu`, `cuda` or `cuda:N[,M…]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackendSpec {
+    Auto,
+    Cpu,
+    /// Device ordinals; empty means "the first device".
+    Cuda(Vec<usize>),
+}
+
+impl std::str::FromStr for BackendSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("unknown backend '{s}' (expected auto, cpu, cuda or cuda:N[,M…])");
+        match s {
+            "auto" => Ok(BackendSpec::Auto),
+            "cpu" => Ok(BackendSpec::Cpu),
+            "cuda" | "gpu" => Ok(BackendSpec::Cuda(vec![])),
+            _ => {
+                let rest = s.strip_prefix("cuda:").ok_or_else(bad)?;
+                let ids = rest
+                    .split(',')
+                    .map(|t| t.trim().parse::<usize>().map_err(|_| bad()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(BackendSpec::Cuda(ids))
+            }
+        }
+    }
+}
+
+/// The engine chosen for a request, and why, when it is not the one asked for.
+pub struct Selected {
+    pub backend: Box<dyn Backend>,
+    /// A one-line note for the user and the report (e.g. why the CPU engine runs instead).
+    pub note: Option<String>,
+}
+
+/// Picks an engine: an explicit request first, else the best available, else the CPU. A CUDA
+/// request that cannot be met falls back to the CPU engine with a note, never an error.
+pub fn select_backend(spec: &BackendSpec) -> Selected {
+    match spec {
+        BackendSpec::Cpu | BackendSpec::Auto => {
+            Selected { backend: Box::new(cpu::CpuBackend::new()), note: None }
+        }
+        BackendSpec::Cuda(_) => Selected {
+            backend: Box::new(cpu::CpuBackend::new()),
+            note: Some("CUDA engine not available in this build; using the CPU engine".into()),
+        },
+    }
+}
