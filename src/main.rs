@@ -13,7 +13,11 @@ use augscope::engine::{self, BackendSpec, Precision};
 use augscope::io::{self, LoadOptions, SaveOptions};
 
 #[derive(Parser)]
-#[command(name = "augscope", version, about = "Exact, fast spatial augmentation explorer for medical images")]
+#[command(
+    name = "augscope",
+    version,
+    about = "Exact, fast spatial augmentation explorer for medical images"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -55,6 +59,18 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
     Usage(msg.into()).into()
 }
 
+/// A comma-separated list of numbers (one clap value, so clap must not treat it as many).
+#[derive(Clone, Debug)]
+struct Numbers(Vec<f64>);
+
+/// A comma-separated list of axis indices.
+#[derive(Clone, Debug)]
+struct Axes(Vec<usize>);
+
+fn parse_numbers(s: &str) -> Result<Numbers, String> {
+    parse_list(s).map(Numbers)
+}
+
 fn parse_list(s: &str) -> Result<Vec<f64>, String> {
     s.split(',')
         .map(|t| {
@@ -67,14 +83,21 @@ fn parse_list(s: &str) -> Result<Vec<f64>, String> {
         .collect()
 }
 
-fn parse_axes(s: &str) -> Result<Vec<usize>, String> {
+fn parse_axes(s: &str) -> Result<Axes, String> {
     s.split(',')
-        .map(|t| t.trim().parse::<usize>().map_err(|_| format!("'{t}' is not an axis index")))
-        .collect()
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("'{t}' is not an axis index"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Axes)
 }
 
 fn parse_order(s: &str) -> Result<Order, String> {
-    let v: u32 = s.parse().map_err(|_| format!("'{s}' is not an interpolation order (0, 1 or 3)"))?;
+    let v: u32 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not an interpolation order (0, 1 or 3)"))?;
     Order::try_from(v)
 }
 
@@ -87,7 +110,8 @@ fn parse_elastic(s: &str) -> Result<(f64, f64), String> {
 }
 
 fn parse_cval(s: &str) -> Result<f32, String> {
-    s.parse::<f32>().map_err(|_| format!("'{s}' is not a number"))
+    s.parse::<f32>()
+        .map_err(|_| format!("'{s}' is not a number"))
 }
 
 #[derive(Args)]
@@ -98,16 +122,16 @@ struct ApplyArgs {
     output: PathBuf,
     /// Axes to mirror, e.g. 0,2.
     #[arg(long, value_parser = parse_axes)]
-    flip: Option<Vec<usize>>,
+    flip: Option<Axes>,
     /// Rotation in radians about axes 0,1,2 (one angle for a 2D image).
-    #[arg(long, value_parser = parse_list, allow_hyphen_values = true)]
-    rotate: Option<Vec<f64>>,
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true)]
+    rotate: Option<Numbers>,
     /// Scale, isotropic (s) or per axis (s0,s1,s2); s > 1 samples a larger region.
-    #[arg(long, value_parser = parse_list, allow_hyphen_values = true)]
-    scale: Option<Vec<f64>>,
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true)]
+    scale: Option<Numbers>,
     /// Translation in voxels per axis (content moves by -t).
-    #[arg(long, value_parser = parse_list, allow_hyphen_values = true)]
-    translate: Option<Vec<f64>>,
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true)]
+    translate: Option<Numbers>,
     /// Elastic deformation ALPHA,SIGMA (voxels).
     #[arg(long, value_parser = parse_elastic, allow_hyphen_values = true)]
     elastic: Option<(f64, f64)>,
@@ -162,7 +186,10 @@ fn main() -> ExitCode {
             } else {
                 // clap's message, reduced to its first line.
                 let text = e.render().to_string();
-                let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad usage");
+                let line = text
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("bad usage");
                 eprintln!("augscope: {}", line.trim_start_matches("error: "));
             }
             return ExitCode::from(code);
@@ -183,7 +210,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
-        None => view(ViewArgs { files: vec![], label: None }),
+        None => view(ViewArgs {
+            files: vec![],
+            label: None,
+        }),
         Some(Cmd::View(a)) => view(a),
         Some(Cmd::Info { file, channels }) => info(&file, channels),
         Some(Cmd::Apply(a)) => apply(a),
@@ -198,21 +228,36 @@ fn view(args: ViewArgs) -> anyhow::Result<()> {
     #[cfg(not(feature = "gui"))]
     {
         let _ = args;
-        Err(usage("this augscope was built without the GUI (feature `gui`); use a subcommand, see --help"))
+        Err(usage(
+            "this augscope was built without the GUI (feature `gui`); use a subcommand, see --help",
+        ))
     }
 }
 
 fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
-    let v = io::load(path, &LoadOptions { channels_first: channels })?;
+    let v = io::load(
+        path,
+        &LoadOptions {
+            channels_first: channels,
+        },
+    )?;
     let names: Vec<String> = v.shape.iter().map(|n| n.to_string()).collect();
     println!("file:        {}", path.display());
-    println!("shape:       {} ({} axes, array order {})", names.join(" x "), v.ndim(), if v.ndim() == 3 { "[z, y, x]" } else { "[y, x]" });
+    println!(
+        "shape:       {} ({} axes, array order {})",
+        names.join(" x "),
+        v.ndim(),
+        if v.ndim() == 3 { "[z, y, x]" } else { "[y, x]" }
+    );
     println!("channels:    {}", v.channels);
     println!("dtype:       {}", v.dtype);
     let sp: Vec<String> = v.spacing_mm.iter().map(|s| format!("{s:.4}")).collect();
     println!("spacing mm:  {}", sp.join(" x "));
     let codes: String = v.axis_codes().into_iter().collect();
-    println!("orientation: {codes} (NIfTI i, j, k = array axes {})", if v.ndim() == 3 { "2, 1, 0" } else { "1, 0" });
+    println!(
+        "orientation: {codes} (NIfTI i, j, k = array axes {})",
+        if v.ndim() == 3 { "2, 1, 0" } else { "1, 0" }
+    );
     match v.finite_range() {
         Some((lo, hi)) => println!("range:       {lo} .. {hi}"),
         None => println!("range:       no finite values"),
@@ -223,7 +268,10 @@ fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
     }
     println!("affine (world_from_voxel, NIfTI index order):");
     for row in &v.world_from_voxel {
-        println!("  [{:>10.4} {:>10.4} {:>10.4} {:>10.4}]", row[0], row[1], row[2], row[3]);
+        println!(
+            "  [{:>10.4} {:>10.4} {:>10.4} {:>10.4}]",
+            row[0], row[1], row[2], row[3]
+        );
     }
     Ok(())
 }
@@ -233,7 +281,10 @@ fn resolved(p: &Path) -> PathBuf {
     if let Ok(c) = p.canonicalize() {
         return c;
     }
-    let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     match (parent.canonicalize(), p.file_name()) {
         (Ok(d), Some(n)) => d.join(n),
         _ => p.to_path_buf(),
@@ -243,19 +294,35 @@ fn resolved(p: &Path) -> PathBuf {
 fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     // Refuse to overwrite any input, before reading anything.
-    let inputs: Vec<&PathBuf> = [Some(&a.input), a.label.as_ref()].into_iter().flatten().collect();
-    let outputs: Vec<&PathBuf> =
-        [Some(&a.output), a.label_out.as_ref(), a.save_coords.as_ref(), a.report.as_ref()].into_iter().flatten().collect();
+    let inputs: Vec<&PathBuf> = [Some(&a.input), a.label.as_ref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let outputs: Vec<&PathBuf> = [
+        Some(&a.output),
+        a.label_out.as_ref(),
+        a.save_coords.as_ref(),
+        a.report.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     for o in &outputs {
         for i in &inputs {
             if resolved(o) == resolved(i) {
-                return Err(usage(format!("output would overwrite an input: {}", o.display())));
+                return Err(usage(format!(
+                    "output would overwrite an input: {}",
+                    o.display()
+                )));
             }
         }
     }
     for (k, o) in outputs.iter().enumerate() {
         if outputs[..k].iter().any(|p| resolved(p) == resolved(o)) {
-            return Err(usage(format!("the same path is given for two outputs: {}", o.display())));
+            return Err(usage(format!(
+                "the same path is given for two outputs: {}",
+                o.display()
+            )));
         }
     }
     // Output formats must be known before any work is done.
@@ -266,10 +333,15 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     if let Some(c) = &a.save_coords
         && !c.to_string_lossy().to_ascii_lowercase().ends_with(".npy")
     {
-        return Err(usage(format!("--save-coords writes a .npy file: {}", c.display())));
+        return Err(usage(format!(
+            "--save-coords writes a .npy file: {}",
+            c.display()
+        )));
     }
 
-    let load_opts = LoadOptions { channels_first: a.channels };
+    let load_opts = LoadOptions {
+        channels_first: a.channels,
+    };
     let image = io::load(&a.input, &load_opts)?;
     let label = match &a.label {
         Some(p) => {
@@ -289,11 +361,15 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t_read = t0.elapsed().as_secs_f64() * 1e3;
 
     let plan = Plan {
-        flip: a.flip.clone().unwrap_or_default(),
-        rotate_rad: a.rotate.clone().unwrap_or_default(),
-        scale: a.scale.clone().unwrap_or_default(),
-        translate: a.translate.clone().unwrap_or_default(),
-        elastic: a.elastic.map(|(alpha, sigma)| Elastic { alpha, sigma, seed: a.seed }),
+        flip: a.flip.clone().map(|v| v.0).unwrap_or_default(),
+        rotate_rad: a.rotate.clone().map(|v| v.0).unwrap_or_default(),
+        scale: a.scale.clone().map(|v| v.0).unwrap_or_default(),
+        translate: a.translate.clone().map(|v| v.0).unwrap_or_default(),
+        elastic: a.elastic.map(|(alpha, sigma)| Elastic {
+            alpha,
+            sigma,
+            seed: a.seed,
+        }),
         order: a.order,
         mode: a.mode,
         cval: a.cval,
@@ -306,12 +382,15 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         eprintln!("augscope: {note}");
     }
     let t1 = Instant::now();
-    let (out, out_label, timings) = engine::apply_new(selected.backend.as_ref(), &plan, &image, label.as_ref())
-        .context("the transform failed")?;
+    let (out, out_label, timings) =
+        engine::apply_new(selected.backend.as_ref(), &plan, &image, label.as_ref())
+            .context("the transform failed")?;
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
 
     let t2 = Instant::now();
-    let save = SaveOptions { keep_dtype: a.dtype == "keep" };
+    let save = SaveOptions {
+        keep_dtype: a.dtype == "keep",
+    };
     io::save(&a.output, &out, &save)?;
     if let (Some(p), Some(l)) = (&a.label_out, &out_label) {
         io::save(p, l, &SaveOptions { keep_dtype: true })?;
@@ -323,7 +402,11 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         let field = cpu.field(&plan, &map.out_shape).map(|(f, _)| f);
         if let Some(f) = &field {
             let (max_v, rms_v) = f.displacement_stats(map.alpha);
-            let min_sp = image.spacing_mm.iter().cloned().fold(f64::INFINITY, f64::min);
+            let min_sp = image
+                .spacing_mm
+                .iter()
+                .cloned()
+                .fold(f64::INFINITY, f64::min);
             let max_sp = image.spacing_mm.iter().cloned().fold(0.0, f64::max);
             disp = Some(serde_json::json!({
                 "max_vox": max_v, "rms_vox": rms_v,
@@ -353,7 +436,9 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             "displacement": disp,
         });
         let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-        io::atomic_write(p, "JSON report", |w| std::io::Write::write_all(w, text.as_bytes()))?;
+        io::atomic_write(p, "JSON report", |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })?;
     }
     Ok(())
 }
