@@ -22,8 +22,7 @@ pub fn gaussian_kernel(sigma: f64, truncate: f64) -> Vec<f64> {
     w.into_iter().map(|v| v / sum).collect()
 }
 
-/// Columns handled together on a non-contiguous axis (a tile of `(n + 2r) * TILE` floats stays
-/// in L2).
+/// Columns handled together on a non-contiguous axis (the tile's `n` input rows stay in L2).
 const TILE: usize = 256;
 
 /// Correlates `src` (C order, `shape`) along `axis` with the symmetric odd-length kernel
@@ -65,35 +64,97 @@ pub fn correlate_axis_zero(
             dslab
                 .par_chunks_mut(rows_per_block * inner)
                 .enumerate()
-                .for_each_init(
-                    || vec![0f32; (rows_per_block + 2 * r) * TILE],
-                    |pad, (b, dblock)| {
-                        let i0 = b * rows_per_block;
-                        let rows = dblock.len() / inner;
-                        for c0 in (0..inner).step_by(TILE) {
-                            let wdt = TILE.min(inner - c0);
-                            let pad = &mut pad[..(rows + 2 * r) * wdt];
-                            // Input rows i0 - r .. i0 + rows + r, zero outside 0..n.
-                            for (pr, prow) in pad.chunks_exact_mut(wdt).enumerate() {
-                                let i = (i0 + pr) as isize - r as isize;
-                                if i < 0 || i >= n as isize {
-                                    prow.fill(0.0);
-                                } else {
-                                    let s = i as usize * inner + c0;
-                                    prow.copy_from_slice(&sslab[s..s + wdt]);
-                                }
-                            }
-                            for (ri, drow) in dblock.chunks_exact_mut(inner).enumerate() {
-                                // Taps beyond both ends of the axis read only zeros: skip them.
-                                let i = i0 + ri;
-                                let jmax = r.min(i.max(n - 1 - i));
-                                let out = &mut drow[c0..c0 + wdt];
-                                symmetric_accumulate(out, pad, &w[..=jmax], (ri + r) * wdt, wdt);
-                            }
+                .for_each(|(b, dblock)| {
+                    let i0 = b * rows_per_block;
+                    // Column tiles outermost: the tile's input rows stay in cache for all outputs.
+                    for c0 in (0..inner).step_by(TILE) {
+                        let wdt = TILE.min(inner - c0);
+                        for (ri, drow) in dblock.chunks_exact_mut(inner).enumerate() {
+                            let out = &mut drow[c0..c0 + wdt];
+                            strided_accumulate(out, sslab, i0 + ri, n, inner, c0, &w);
                         }
-                    },
-                );
+                    }
+                });
         });
+}
+
+/// One output row tile of a pass along a non-contiguous axis, reading the input rows in place:
+/// `out = w0 row(i) + sum_j w_j (row(i - j) + row(i + j))`, taps outside `0..n` skipped (zero).
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+fn strided_accumulate(
+    out: &mut [f32],
+    src: &[f32],
+    i: usize,
+    n: usize,
+    inner: usize,
+    c0: usize,
+    w: &[f32],
+) {
+    let r = w.len() - 1;
+    let both = r.min(i).min(n - 1 - i);
+    let lo_only = r.min(i);
+    let hi_only = r.min(n - 1 - i);
+    let wdt = out.len();
+    let full = wdt - wdt % BLOCK;
+    for k0 in (0..full).step_by(BLOCK) {
+        let at = |k: usize| -> &[f32; BLOCK] {
+            let o = k * inner + c0 + k0;
+            src[o..o + BLOCK].try_into().unwrap_or(&[0.0; BLOCK])
+        };
+        let mut acc = [0f32; BLOCK];
+        block_taps(&mut acc, at, i, w, both, lo_only, hi_only);
+        out[k0..k0 + BLOCK].copy_from_slice(&acc);
+    }
+    for k in full..wdt {
+        let v = |row: usize| src[row * inner + c0 + k];
+        let mut a = w[0] * v(i);
+        for (j, &wj) in w.iter().enumerate().take(both + 1).skip(1) {
+            a += wj * (v(i - j) + v(i + j));
+        }
+        for (j, &wj) in w.iter().enumerate().take(lo_only + 1).skip(both + 1) {
+            a += wj * v(i - j);
+        }
+        for (j, &wj) in w.iter().enumerate().take(hi_only + 1).skip(both + 1) {
+            a += wj * v(i + j);
+        }
+        out[k] = a;
+    }
+}
+
+/// Outputs accumulated together in registers.
+const BLOCK: usize = 32;
+
+#[inline(always)]
+fn block_taps<'s>(
+    acc: &mut [f32; BLOCK],
+    at: impl Fn(usize) -> &'s [f32; BLOCK],
+    i: usize,
+    w: &[f32],
+    both: usize,
+    lo_only: usize,
+    hi_only: usize,
+) {
+    for (a, &v) in acc.iter_mut().zip(at(i)) {
+        *a = w[0] * v;
+    }
+    for (j, &wj) in w.iter().enumerate().take(both + 1).skip(1) {
+        let (lo, hi) = (at(i - j), at(i + j));
+        for k in 0..BLOCK {
+            acc[k] += wj * (lo[k] + hi[k]);
+        }
+    }
+    for (j, &wj) in w.iter().enumerate().take(lo_only + 1).skip(both + 1) {
+        let lo = at(i - j);
+        for k in 0..BLOCK {
+            acc[k] += wj * lo[k];
+        }
+    }
+    for (j, &wj) in w.iter().enumerate().take(hi_only + 1).skip(both + 1) {
+        let hi = at(i + j);
+        for k in 0..BLOCK {
+            acc[k] += wj * hi[k];
+        }
+    }
 }
 
 /// `out[k] = w0 pad[c + k] + sum_j w_j (pad[c + k - j s] + pad[c + k + j s])`, for `k` in
@@ -101,15 +162,36 @@ pub fn correlate_axis_zero(
 /// well, picked at run time.
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
 fn symmetric_accumulate(out: &mut [f32], pad: &[f32], w: &[f32], c: usize, s: usize) {
+    // Blocks of B outputs stay in registers across all taps: two loads and one multiply-add per
+    // tap instead of a load and store of the accumulator too.
+    const B: usize = 32;
     let len = out.len();
-    let center = &pad[c..c + len];
-    for (a, &v) in out.iter_mut().zip(center) {
+    let full = len - len % B;
+    for k0 in (0..full).step_by(B) {
+        let mut acc = [0f32; B];
+        let center: &[f32; B] = pad[c + k0..c + k0 + B].try_into().unwrap_or(&[0.0; B]);
+        for (a, &v) in acc.iter_mut().zip(center) {
+            *a = w[0] * v;
+        }
+        for (j, &wj) in w.iter().enumerate().skip(1) {
+            let lo: &[f32; B] = pad[c + k0 - j * s..c + k0 - j * s + B].try_into().unwrap_or(&[0.0; B]);
+            let hi: &[f32; B] = pad[c + k0 + j * s..c + k0 + j * s + B].try_into().unwrap_or(&[0.0; B]);
+            for ((a, &l), &h) in acc.iter_mut().zip(lo).zip(hi) {
+                *a += wj * (l + h);
+            }
+        }
+        out[k0..k0 + B].copy_from_slice(&acc);
+    }
+    let rest = &mut out[full..];
+    let c = c + full;
+    let len = rest.len();
+    for (a, &v) in rest.iter_mut().zip(&pad[c..c + len]) {
         *a = w[0] * v;
     }
     for (j, &wj) in w.iter().enumerate().skip(1) {
         let lo = &pad[c - j * s..c - j * s + len];
         let hi = &pad[c + j * s..c + j * s + len];
-        for ((a, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
+        for ((a, &l), &h) in rest.iter_mut().zip(lo).zip(hi) {
             *a += wj * (l + h);
         }
     }
