@@ -5,6 +5,8 @@
 
 pub mod boundary;
 pub mod cpu;
+pub mod cuda;
+pub mod device;
 pub mod field;
 pub mod noise;
 pub mod spline;
@@ -191,13 +193,5 @@ pub struct Selected {
 /// Picks an engine: an explicit request first, else the best available, else the CPU. A CUDA
 /// request that cannot be met falls back to the CPU engine with a note, never an error.
 pub fn select_backend(spec: &BackendSpec) -> Selected {
-    match spec {
-        BackendSpec::Cpu | BackendSpec::Auto => {
-            Selected { backend: Box::new(cpu::CpuBackend::new()), note: None }
-        }
-        BackendSpec::Cuda(_) => Selected {
-            backend: Box::new(cpu::CpuBackend::new()),
-            note: Some("CUDA engine not available in this build; using the CPU engine".into()),
-        },
-    }
+    cuda::select(spec, Precision::default())
 }

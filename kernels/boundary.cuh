@@ -1,0 +1,255 @@
+// Boundary rules and samplers of augscope's CUDA kernels: the twin of src/engine/boundary.rs
+// (and of the sampler in src/engine/cpu.rs), exactly as scipy.ndimage.map_coordinates
+// (scipy/ndimage/src/ni_interpolation.c).
+//
+// scipy applies two steps, and so do we:
+//  1. `map_coordinate` folds the continuous coordinate into range (mirror, reflect, wrap and
+//     grid-wrap fold; constant marks the point outside; nearest and grid-constant leave it alone);
+//  2. each interpolation tap is folded again with the spline boundary mode
+//     (`_get_spline_boundary_mode`: constant and wrap taps fold as mirror; grid-constant taps
+//     outside the grid read cval).
+//
+// Arrays are C order, axis 0 slowest ([z, y, x] or [y, x]). Coordinates are computed in f64 (as
+// the CPU engine does), so that order-0 rounding and tap choice are the same as on the CPU; tap
+// sums are f32.
+//
+// Compile-time parameters, all passed by the host as -D defines from the Rust enums (no magic
+// numbers here): MODE_CONSTANT .. MODE_WRAP (the `augscope::Mode` discriminants), MODE (the mode of
+// this build), ORDER (0, 1 or 3), NDIM (2 or 3), and one of STORE_F32 / STORE_F16 / STORE_BF16
+// (storage type of the image; compute is f32).
+#ifndef AUGSCOPE_BOUNDARY_CUH
+#define AUGSCOPE_BOUNDARY_CUH
+
+#if !defined(MODE_CONSTANT) || !defined(MODE_GRID_CONSTANT) || !defined(MODE_NEAREST) || \
+    !defined(MODE_REFLECT) || !defined(MODE_MIRROR) || !defined(MODE_GRID_WRAP) || !defined(MODE_WRAP)
+#error "the MODE_* values must be passed as -D defines from augscope::Mode"
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Storage types. f16 and bf16 are stored as their bit patterns in an unsigned short; conversions
+// are round-to-nearest-even (cvt.rn), as the `half` crate does on the host.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float bf16_to_f32(unsigned short h) {
+    return __int_as_float(((unsigned int)h) << 16);
+}
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+#if defined(STORE_F16)
+typedef unsigned short store_t;
+__device__ __forceinline__ float load_store(store_t v) { return f16_to_f32(v); }
+__device__ __forceinline__ store_t to_store(float v) { return f32_to_f16(v); }
+#elif defined(STORE_BF16)
+typedef unsigned short store_t;
+__device__ __forceinline__ float load_store(store_t v) { return bf16_to_f32(v); }
+__device__ __forceinline__ store_t to_store(float v) { return f32_to_bf16(v); }
+#else
+typedef float store_t;
+__device__ __forceinline__ float load_store(store_t v) { return v; }
+__device__ __forceinline__ store_t to_store(float v) { return v; }
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Step 1: scipy's `map_coordinate` (ni_interpolation.c). Returns false where `constant` marks the
+// point as outside (the output is cval). `nearest` and `grid-constant` pass x through unchanged.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ bool map_coordinate(double x, int len, int mode, double* out) {
+    const double lenf = (double)len;
+    if (x < 0.0) {
+        if (mode == MODE_NEAREST || mode == MODE_GRID_CONSTANT) { *out = x; return true; }
+        if (mode == MODE_CONSTANT) return false;
+        if (len <= 1) { *out = 0.0; return true; }
+        if (mode == MODE_MIRROR) {
+            const double sz2 = 2.0 * lenf - 2.0;
+            const double v = sz2 * trunc(-x / sz2) + x;
+            *out = (v <= 1.0 - lenf) ? v + sz2 : -v;
+        } else if (mode == MODE_REFLECT) {
+            const double sz2 = 2.0 * lenf;
+            double v = x;
+            if (v < -sz2) v += sz2 * trunc(-v / sz2);
+            *out = (v < -lenf) ? v + sz2 : -v - 1.0;
+        } else if (mode == MODE_WRAP) {
+            const double sz = lenf - 1.0;
+            *out = x + sz * (trunc(-x / sz) + 1.0);
+        } else {  // MODE_GRID_WRAP
+            *out = x + lenf * trunc((-1.0 - x) / lenf) + lenf;
+        }
+        return true;
+    }
+    if (x > lenf - 1.0) {
+        if (mode == MODE_NEAREST || mode == MODE_GRID_CONSTANT) { *out = x; return true; }
+        if (mode == MODE_CONSTANT) return false;
+        if (len <= 1) { *out = 0.0; return true; }
+        if (mode == MODE_MIRROR) {
+            const double sz2 = 2.0 * lenf - 2.0;
+            const double v = x - sz2 * trunc(x / sz2);
+            *out = (v >= lenf) ? sz2 - v : v;
+        } else if (mode == MODE_REFLECT) {
+            const double sz2 = 2.0 * lenf;
+            const double v = x - sz2 * trunc(x / sz2);
+            *out = (v >= lenf) ? sz2 - v - 1.0 : v;
+        } else if (mode == MODE_WRAP) {
+            const double sz = lenf - 1.0;
+            *out = x - sz * trunc(x / sz);
+        } else {  // MODE_GRID_WRAP
+            *out = x - lenf * trunc(x / lenf);
+        }
+        return true;
+    }
+    *out = x;
+    return true;
+}
+
+// The mode interpolation taps are folded with (scipy's `_get_spline_boundary_mode`).
+#if MODE == MODE_CONSTANT || MODE == MODE_WRAP
+#define SPLINE_MODE MODE_MIRROR
+#else
+#define SPLINE_MODE MODE
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Step 2: folds an integer tap with the spline boundary mode. Returns -1 for a grid-constant tap
+// outside the grid (it reads cval).
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ long long rem_euclid(long long a, long long p) {
+    long long r = a % p;
+    return r < 0 ? r + p : r;
+}
+
+__device__ __forceinline__ long long fold_tap(long long i, int len) {
+    const long long n = len;
+    if (i >= 0 && i < n) return i;
+    if (n <= 1) return (SPLINE_MODE == MODE_GRID_CONSTANT) ? -1 : 0;
+#if SPLINE_MODE == MODE_GRID_CONSTANT
+    return -1;
+#elif SPLINE_MODE == MODE_NEAREST
+    return i < 0 ? 0 : n - 1;
+#elif SPLINE_MODE == MODE_REFLECT
+    const long long p = 2 * n;
+    const long long j = rem_euclid(i, p);
+    return j < n ? j : p - 1 - j;
+#elif SPLINE_MODE == MODE_GRID_WRAP
+    return rem_euclid(i, n);
+#else  // mirror (also constant and wrap taps)
+    const long long p = 2 * n - 2;
+    const long long j = rem_euclid(i, p);
+    return j < n ? j : p - j;
+#endif
+}
+
+// scipy's `get_spline_interpolation_weights` for order 1 and 3 (f64, as the CPU engine), for the
+// taps start..=start + order with start = floor(x) - order / 2.
+template <int ORD>
+__device__ __forceinline__ void spline_weights(double x, float* w) {
+    const double t = x - floor(x);
+    if (ORD == 1) {
+        w[0] = (float)(1.0 - t);
+        w[1] = (float)t;
+    } else if (ORD == 3) {
+        const double y = t;
+        const double z = 1.0 - t;
+        const double w1 = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0;
+        const double w2 = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0;
+        const double w0 = z * z * z / 6.0;
+        w[0] = (float)w0;
+        w[1] = (float)w1;
+        w[2] = (float)w2;
+        w[3] = (float)(1.0 - w0 - w1 - w2);
+    } else {
+        w[0] = 1.0f;
+    }
+}
+
+// Tap offsets (element offsets into one channel), inside flags and weights of one sample point.
+template <int ORD>
+struct Taps {
+    long long off[NDIM][ORD + 1];
+    bool in[NDIM][ORD + 1];
+    float w[NDIM][ORD + 1];
+};
+
+// The taps for the continuous input coordinate x (already in the unpadded frame; `pad` is scipy's
+// nprepad of the coefficient array). Returns false when the point reads cval (constant mode).
+template <int ORD>
+__device__ __forceinline__ bool make_taps(const double* x, const int* shape, double pad, Taps<ORD>& t) {
+    long long stride = 1;
+#pragma unroll
+    for (int a = NDIM - 1; a >= 0; a--) {
+        const int len = shape[a];
+        double cc;
+        if (!map_coordinate(x[a] + pad, len, MODE, &cc)) return false;
+        long long start;
+        if (ORD & 1) {
+            start = (long long)floor(cc) - ORD / 2;
+        } else {
+            start = (long long)floor(cc + 0.5) - ORD / 2;
+        }
+#pragma unroll
+        for (int k = 0; k <= ORD; k++) {
+            const long long j = fold_tap(start + k, len);
+            t.in[a][k] = j >= 0;
+            t.off[a][k] = j >= 0 ? j * stride : 0;
+        }
+        spline_weights<ORD>(cc, t.w[a]);
+        stride *= len;
+    }
+    return true;
+}
+
+// The interpolated value of one channel (`data` points at the channel's first element).
+template <int ORD, typename T, typename Load>
+__device__ __forceinline__ float eval_taps(const Taps<ORD>& t, const T* __restrict__ data, float cval, Load load) {
+    if (ORD == 0) {
+        bool inside = true;
+        long long off = 0;
+#pragma unroll
+        for (int a = 0; a < NDIM; a++) {
+            inside = inside && t.in[a][0];
+            off += t.off[a][0];
+        }
+        return inside ? load(data[off]) : cval;
+    }
+    float sum = 0.0f;
+#if NDIM == 2
+#pragma unroll
+    for (int i = 0; i <= ORD; i++) {
+#pragma unroll
+        for (int j = 0; j <= ORD; j++) {
+            const float v = (t.in[0][i] && t.in[1][j]) ? load(data[t.off[0][i] + t.off[1][j]]) : cval;
+            sum += v * t.w[0][i] * t.w[1][j];
+        }
+    }
+#else
+#pragma unroll
+    for (int i = 0; i <= ORD; i++) {
+#pragma unroll
+        for (int j = 0; j <= ORD; j++) {
+            const float wij = t.w[0][i] * t.w[1][j];
+            const long long oij = t.off[0][i] + t.off[1][j];
+            const bool inij = t.in[0][i] && t.in[1][j];
+#pragma unroll
+            for (int k = 0; k <= ORD; k++) {
+                const float v = (inij && t.in[2][k]) ? load(data[oij + t.off[2][k]]) : cval;
+                sum += v * wij * t.w[2][k];
+            }
+        }
+    }
+#endif
+    return sum;
+}
+
+#endif  // AUGSCOPE_BOUNDARY_CUH

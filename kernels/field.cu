@@ -1,0 +1,202 @@
+// The smoothed unit elastic field G_sigma(noise_k) (DESIGN §4) on the GPU: the twin of
+// src/engine/field.rs + src/filter/gaussian.rs + src/engine/noise.rs.
+//
+// Separable gaussian, zero outside the grid (scipy.ndimage.gaussian_filter(mode="constant",
+// cval=0, truncate=4.0)), axis 0 first, then 1, then 2, like the CPU engine. The Philox noise is
+// generated inside the first pass from its counter (seed, component, voxel): no noise volume is
+// ever written. Each pass computes, as the CPU does and in the same order of f32 operations,
+//   out = w0 * c + sum_{j=1..R} w_j * (lo_j + hi_j)
+// so with fmad off the field is the CPU's bit for bit.
+//
+// Defines: FIELD_R (the radius int(4 sigma + 0.5)), FIELD_W (the R + 1 weights w_0..w_R as f32
+// literals, normalised on the host in f64 exactly as gaussian_kernel() does).
+#ifndef FIELD_R
+#error "FIELD_R must be defined"
+#endif
+#ifndef FIELD_W
+#error "FIELD_W must be defined"
+#endif
+
+__constant__ float c_w[FIELD_R + 1] = {FIELD_W};
+
+// ---------------------------------------------------------------------------------------------
+// Philox4x32-10 (Random123), as src/engine/noise.rs: key (seed lo, seed hi), counter
+// (i lo, i hi, k, 0); noise = 2 u - 1 with u = (x0 >> 8) 2^-24.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key1, unsigned int k,
+                                             unsigned long long i) {
+    const unsigned int M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+    unsigned int c0 = (unsigned int)i, c1 = (unsigned int)(i >> 32), c2 = k, c3 = 0u;
+    unsigned int k0 = key0, k1 = key1;
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += W0;
+            k1 += W1;
+        }
+        const unsigned int hi0 = __umulhi(M0, c0), lo0 = M0 * c0;
+        const unsigned int hi1 = __umulhi(M1, c2), lo1 = M1 * c2;
+        const unsigned int n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    const float u = (float)(c0 >> 8) * (1.0f / 16777216.0f);
+    return 2.0f * u - 1.0f;
+}
+
+// Tiles: 32 columns x 8 thread rows, each thread FIELD_K consecutive outputs along the axis.
+#define TX 32
+#define TY 8
+#define FIELD_K 8
+#define TL (TY * FIELD_K)
+#define TROWS (TL + 2 * FIELD_R)
+// Up to this radius a thread keeps its whole window in registers (fully unrolled); above it, it
+// reads the window from shared memory.
+#define WINDOW_MAX_R 64
+// The largest radius the shared tiles hold (48 KiB of static shared memory).
+#define TILED_MAX_R 150
+
+// The K outputs of one thread from its window win(t) = value at (first output - R + t).
+#define SMOOTH_K(WIN, ACC)                                                              \
+    _Pragma("unroll") for (int k = 0; k < FIELD_K; k++) {                               \
+        float a = c_w[0] * WIN(k + FIELD_R);                                            \
+        _Pragma("unroll") for (int j = 1; j <= FIELD_R; j++) {                          \
+            a += c_w[j] * (WIN(k + FIELD_R - j) + WIN(k + FIELD_R + j));                \
+        }                                                                               \
+        ACC[k] = a;                                                                     \
+    }
+
+#if FIELD_R <= TILED_MAX_R
+
+// A pass along an axis that is not the last, on one component: the data is [outer][n][inner],
+// with inner > 1 contiguous. Grid (ceil(inner/32), ceil(n/TL), outer), block (32, 8).
+// With gen_noise, the input is the Philox noise of component noise_k (the first pass; src unused).
+extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
+    const float* __restrict__ src, float* __restrict__ dst, int outer, int n, long long inner,
+    int gen_noise, unsigned int key0, unsigned int key1, unsigned int noise_k) {
+    __shared__ float tile[TROWS * TX];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int o = blockIdx.z;
+    const long long col = (long long)blockIdx.x * TX + tx;
+    const int i0 = blockIdx.y * TL;
+    const long long slab = (long long)o * n * inner;
+    for (int r = ty; r < TROWS; r += TY) {
+        const int i = i0 - FIELD_R + r;
+        float v = 0.0f;
+        if (i >= 0 && i < n && col < inner) {
+            const long long lin = slab + (long long)i * inner + col;
+            v = gen_noise ? noise_value(key0, key1, noise_k, (unsigned long long)lin) : src[lin];
+        }
+        tile[r * TX + tx] = v;
+    }
+    __syncthreads();
+    if (col >= inner) return;
+    float acc[FIELD_K];
+#if FIELD_R <= WINDOW_MAX_R
+    float win[FIELD_K + 2 * FIELD_R];
+#pragma unroll
+    for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(ty * FIELD_K + t) * TX + tx];
+#define WIN_REG(t) win[t]
+    SMOOTH_K(WIN_REG, acc)
+#else
+#define WIN_SMEM(t) tile[(ty * FIELD_K + (t)) * TX + tx]
+    SMOOTH_K(WIN_SMEM, acc)
+#endif
+#pragma unroll
+    for (int k = 0; k < FIELD_K; k++) {
+        const int i = i0 + ty * FIELD_K + k;
+        if (i < n) dst[slab + (long long)i * inner + col] = acc[k];
+    }
+}
+
+// A pass along the last (contiguous) axis of one component: `lines` lines of length n.
+// Grid (ceil(n/TL), ceil(lines/32)), block (32, 8): 32 lines per block, loaded and stored
+// coalesced through a shared tile (odd row stride: no bank conflicts).
+extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
+    const float* __restrict__ src, float* __restrict__ dst, long long lines, int n) {
+    __shared__ float tile[TX * (TROWS + 1)];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int tid = ty * TX + tx;
+    const int i0 = blockIdx.x * TL;
+    const long long line0 = (long long)blockIdx.y * TX;
+    const float* s = src;
+    for (int idx = tid; idx < TX * TROWS; idx += TX * TY) {
+        const int l = idx / TROWS, pos = idx % TROWS;
+        const int i = i0 - FIELD_R + pos;
+        const long long line = line0 + l;
+        tile[l * (TROWS + 1) + pos] = (i >= 0 && i < n && line < lines) ? s[line * n + i] : 0.0f;
+    }
+    __syncthreads();
+    float acc[FIELD_K];
+#if FIELD_R <= WINDOW_MAX_R
+    float win[FIELD_K + 2 * FIELD_R];
+#pragma unroll
+    for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[tx * (TROWS + 1) + ty * FIELD_K + t];
+    SMOOTH_K(WIN_REG, acc)
+#else
+#define WIN_SMEM_LAST(t) tile[tx * (TROWS + 1) + ty * FIELD_K + (t)]
+    SMOOTH_K(WIN_SMEM_LAST, acc)
+#endif
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < FIELD_K; k++) tile[tx * (TROWS + 1) + ty * FIELD_K + k] = acc[k];
+    __syncthreads();
+    float* d = dst;
+    for (int idx = tid; idx < TX * TL; idx += TX * TY) {
+        const int l = idx / TL, pos = idx % TL;
+        const int i = i0 + pos;
+        const long long line = line0 + l;
+        if (i < n && line < lines) d[line * n + i] = tile[l * (TROWS + 1) + pos];
+    }
+}
+
+#endif  // FIELD_R <= TILED_MAX_R
+
+// Any radius, one output per thread straight from global memory (slow; for sigma > 37), on one
+// component of n_comp voxels, [outer][n][inner]; grid-stride. ncomp must be 1 (one component per
+// launch, like the tiled kernels); noise_k is the noise component.
+extern "C" __global__ void __launch_bounds__(256) gauss_direct_f32(
+    const float* __restrict__ src, float* __restrict__ dst, long long n_comp, int ncomp, int n,
+    long long inner, int gen_noise, unsigned int key0, unsigned int key1, unsigned int noise_k) {
+    const long long total = n_comp * ncomp;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < total;
+         g += (long long)gridDim.x * blockDim.x) {
+        const int i = (int)((g / inner) % n);
+        const long long line_base = g - (long long)i * inner;
+#define AT(ii) (((ii) < 0 || (ii) >= n) ? 0.0f                                                   \
+                : (gen_noise ? noise_value(key0, key1, noise_k, (unsigned long long)(line_base + (long long)(ii) * inner)) \
+                             : src[line_base + (long long)(ii) * inner]))
+        float a = c_w[0] * AT(i);
+        for (int j = 1; j <= FIELD_R; j++) a += c_w[j] * (AT(i - j) + AT(i + j));
+        dst[g] = a;
+#undef AT
+    }
+}
+
+// Largest and summed squared displacement length of the unit field (ncomp components of n):
+// max_bits receives the bits of the largest |f|^2 as a double (non-negative doubles order like
+// their bits), sum the sum of |f|^2, both in f64 like ElasticField::displacement_stats.
+extern "C" __global__ void __launch_bounds__(256) field_stats_f32(
+    const float* __restrict__ field, long long n, int ncomp, unsigned long long* max_bits, double* sum) {
+    double mx = 0.0, sm = 0.0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        double l2 = 0.0;
+        for (int k = 0; k < ncomp; k++) {
+            const double v = (double)field[k * n + i];
+            l2 += v * v;
+        }
+        mx = fmax(mx, l2);
+        sm += l2;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        mx = fmax(mx, __shfl_down_sync(0xffffffffu, mx, off));
+        sm += __shfl_down_sync(0xffffffffu, sm, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicMax(max_bits, (unsigned long long)__double_as_longlong(mx));
+        atomicAdd(sum, sm);
+    }
+}

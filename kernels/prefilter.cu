@@ -1,0 +1,151 @@
+// Cubic B-spline prefilter on the GPU: the twin of src/engine/spline.rs, same result as
+// scipy.ndimage.spline_filter(x, order=3, mode=MODE) after scipy's _prepad_for_spline_filter
+// (scipy/ndimage/src/ni_splines.c, scipy/ndimage/_interpolation.py).
+//
+// One thread per line; each line is filtered in f64 (as scipy does) in a scratch buffer laid out
+// like the data, then stored as f32, one axis after the other, exactly as the CPU engine.
+// Defines: the MODE_* values and MODE; store conversion from boundary.cuh.
+#ifndef AUGSCOPE_BOUNDARY_CUH
+#include "boundary.cuh"
+#endif
+
+// Which exact boundary scipy's prefilter uses for a mode (`apply_filter` in ni_splines.c).
+#if MODE == MODE_GRID_WRAP
+#define INIT_WRAP 1
+#elif MODE == MODE_REFLECT || MODE == MODE_NEAREST
+#define INIT_REFLECT 1
+#else
+#define INIT_MIRROR 1
+#endif
+
+// compiler-rt's __powidf2, which Rust's f64::powi calls: the same rounding as the CPU engine.
+__device__ __forceinline__ double powi(double a, int b) {
+    const bool recip = b < 0;
+    double r = 1.0;
+    while (1) {
+        if (b & 1) r *= a;
+        b /= 2;
+        if (b == 0) break;
+        a *= a;
+    }
+    return recip ? 1.0 / r : r;
+}
+
+// Pads by P on every side, edge values (nearest) or cval (grid-constant), as np.pad.
+// One thread per padded element; shapes are NDIM long.
+struct PadParams {
+    long long n_out;
+    int in_shape[3];
+    int out_shape[3];
+    int pad;
+    float cval;
+};
+
+extern "C" __global__ void __launch_bounds__(256) pad_f32(const float* __restrict__ src, float* __restrict__ dst,
+                                                          int channels, long long n_in, PadParams p) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= p.n_out) return;
+    long long rem = idx, off = 0, stride = 1;
+    bool inside = true;
+#pragma unroll
+    for (int a = NDIM - 1; a >= 0; a--) {
+        const int i = (int)(rem % p.out_shape[a]) - p.pad;
+        rem /= p.out_shape[a];
+        const int n = p.in_shape[a];
+        int j = i;
+        if (i < 0 || i >= n) {
+            inside = false;
+            j = i < 0 ? 0 : n - 1;
+        }
+        off += (long long)j * stride;
+        stride *= n;
+    }
+    for (int ch = 0; ch < channels; ch++) {
+#if MODE == MODE_GRID_CONSTANT
+        dst[ch * p.n_out + idx] = inside ? src[ch * n_in + off] : p.cval;
+#else
+        dst[ch * p.n_out + idx] = src[ch * n_in + off];
+#endif
+    }
+}
+
+// Filters the lines along one axis of `data` ([outer][n][inner] per channel; `lines` =
+// channels * outer * inner threads), with `scratch` (f64, same layout) holding the line.
+extern "C" __global__ void __launch_bounds__(128) prefilter_axis_f32(float* __restrict__ data, double* __restrict__ scratch,
+                                                                     long long lines, int n, long long inner) {
+    const long long L = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (L >= lines || n <= 1) return;
+    const double z = -0.2679491924311227;  // sqrt(3) - 2, the pole of the cubic B-spline
+    const double gain = (1.0 - z) * (1.0 - 1.0 / z);
+    const long long o = L / inner, col = L % inner;
+    const long long base = o * n * inner + col;
+    float* d = data + base;
+    double* c = scratch + base;
+#define C(i) c[(long long)(i) * inner]
+    for (int i = 0; i < n; i++) C(i) = (double)d[(long long)i * inner] * gain;
+
+    // Causal initialisation of c[0].
+#if defined(INIT_MIRROR)
+    {
+        const double z_n_1 = powi(z, n - 1);
+        double acc = C(0) + z_n_1 * C(n - 1);
+        double z_i = z;
+        for (int i = 1; i < n - 1; i++) {
+            acc += z_i * (C(i) + z_n_1 * C(n - 1 - i));
+            z_i *= z;
+        }
+        C(0) = acc / (1.0 - z_n_1 * z_n_1);
+    }
+#elif defined(INIT_WRAP)
+    {
+        double acc = C(0);
+        double z_i = z;
+        for (int i = 1; i < n; i++) {
+            acc += z_i * C(n - i);
+            z_i *= z;
+        }
+        C(0) = acc / (1.0 - z_i);
+    }
+#else  // INIT_REFLECT
+    {
+        const double z_n = powi(z, n);
+        const double c0 = C(0);
+        double acc = C(0) + z_n * C(n - 1);
+        double z_i = z;
+        for (int i = 1; i < n; i++) {
+            acc += z_i * (C(i) + z_n * C(n - 1 - i));
+            z_i *= z;
+        }
+        C(0) = acc * (z / (1.0 - z_n * z_n)) + c0;
+    }
+#endif
+    // Causal recursion.
+    for (int i = 1; i < n; i++) C(i) += z * C(i - 1);
+    // Anti-causal initialisation of c[n - 1].
+#if defined(INIT_MIRROR)
+    C(n - 1) = (z * C(n - 2) + C(n - 1)) * z / (z * z - 1.0);
+#elif defined(INIT_WRAP)
+    {
+        double acc = C(n - 1);
+        double z_i = z;
+        for (int i = 0; i < n - 1; i++) {
+            acc += z_i * C(i);
+            z_i *= z;
+        }
+        C(n - 1) = acc * z / (z_i - 1.0);
+    }
+#else
+    C(n - 1) *= z / (z - 1.0);
+#endif
+    // Anti-causal recursion.
+    for (int i = n - 2; i >= 0; i--) C(i) = z * (C(i + 1) - C(i));
+    for (int i = 0; i < n; i++) d[(long long)i * inner] = (float)C(i);
+#undef C
+}
+
+// f32 -> storage type (f16/bf16 coefficients after the prefilter).
+extern "C" __global__ void __launch_bounds__(256) to_store_f32(const float* __restrict__ src, store_t* __restrict__ dst,
+                                                               long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_store(src[i]);
+}

@@ -1,0 +1,129 @@
+// The fused spatial transform (DESIGN §3): for every output voxel p, in one pass,
+//   q = flip(p); c = q - ctr_out + alpha * field(q); x = M c + offset;
+// then boundary mode and order 0/1/3 sampling of every image channel with the same x, and order-0
+// sampling of the label map (cval 0) in the same thread. No intermediate volume is written.
+// Twin of `resample` / `row_coords` in src/engine/cpu.rs; boundary rules in boundary.cuh.
+//
+// Defines (from the host): the MODE_* values, MODE, ORDER, NDIM, STORE_F32|STORE_F16|STORE_BF16.
+#ifndef AUGSCOPE_BOUNDARY_CUH
+#include "boundary.cuh"
+#endif
+
+#ifndef ORDER
+#error "ORDER must be defined"
+#endif
+#ifndef NDIM
+#error "NDIM must be defined"
+#endif
+
+// Must match `ResampleParams` in src/engine/cuda.rs field for field (#[repr(C)]).
+struct ResampleParams {
+    double m[9];        // in_from_centered, row major; only the first NDIM x NDIM block is used
+    double offset[3];   // translate + ctr_in
+    double ctr_out[3];
+    double alpha;       // elastic strength (the unit field is `field`)
+    double pad;         // scipy's nprepad of the image coefficient array
+    long long n_out;    // voxels of one output channel
+    long long n_in;     // elements of one (padded) image channel
+    long long n_lab;    // voxels of one label channel
+    int out_shape[3];
+    int in_shape[3];    // (padded) image coefficient shape
+    int lab_shape[3];
+    int flip[3];
+    int channels;
+    int lab_channels;
+    float cval;
+    int has_field;
+    int has_label;
+    int reserved;
+};
+
+struct LoadStore {
+    __device__ __forceinline__ float operator()(store_t v) const { return load_store(v); }
+};
+struct LoadF32 {
+    __device__ __forceinline__ float operator()(float v) const { return v; }
+};
+
+// The input coordinate of output voxel `idx`; `lin_q` receives the linear index of q.
+__device__ __forceinline__ void input_coordinate(const ResampleParams& p, const float* __restrict__ field,
+                                                 long long idx, double* x) {
+    int q[3];
+    long long rem = idx;
+#pragma unroll
+    for (int a = NDIM - 1; a >= 0; a--) {
+        const int n = p.out_shape[a];
+        const int pa = (int)(rem % n);
+        rem /= n;
+        q[a] = p.flip[a] ? n - 1 - pa : pa;
+    }
+    long long lin_q = 0;
+#pragma unroll
+    for (int a = 0; a < NDIM; a++) lin_q = lin_q * p.out_shape[a] + q[a];
+    double c[3];
+#pragma unroll
+    for (int a = 0; a < NDIM; a++) {
+        c[a] = (double)q[a] - p.ctr_out[a];
+        if (p.has_field) c[a] += p.alpha * (double)field[(long long)a * p.n_out + lin_q];
+    }
+#pragma unroll
+    for (int i = 0; i < NDIM; i++) {
+        double s = p.offset[i];
+#pragma unroll
+        for (int j = 0; j < NDIM; j++) s += p.m[i * 3 + j] * c[j];
+        x[i] = s;
+    }
+}
+
+#if defined(STORE_F16)
+#define RESAMPLE_ENTRY resample_f16
+#elif defined(STORE_BF16)
+#define RESAMPLE_ENTRY resample_bf16
+#else
+#define RESAMPLE_ENTRY resample_f32
+#endif
+
+// One thread per output voxel; every image channel and every label channel.
+extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= p.n_out) return;
+    double x[3];
+    input_coordinate(p, field, idx, x);
+
+    Taps<ORDER> t;
+    if (make_taps<ORDER>(x, p.in_shape, p.pad, t)) {
+        for (int ch = 0; ch < p.channels; ch++) {
+            out[(long long)ch * p.n_out + idx] =
+                to_store(eval_taps<ORDER>(t, img + (long long)ch * p.n_in, p.cval, LoadStore()));
+        }
+    } else {
+        const store_t cv = to_store(p.cval);
+        for (int ch = 0; ch < p.channels; ch++) out[(long long)ch * p.n_out + idx] = cv;
+    }
+    if (p.has_label) {
+        Taps<0> tl;
+        if (make_taps<0>(x, p.lab_shape, 0.0, tl)) {
+            for (int ch = 0; ch < p.lab_channels; ch++) {
+                lab_out[(long long)ch * p.n_out + idx] =
+                    eval_taps<0>(tl, lab + (long long)ch * p.n_lab, 0.0f, LoadF32());
+            }
+        } else {
+            for (int ch = 0; ch < p.lab_channels; ch++) lab_out[(long long)ch * p.n_out + idx] = 0.0f;
+        }
+    }
+}
+
+// `--save-coords`: the input coordinate of every output voxel, (NDIM, n_out) f32, as
+// `coordinates` in src/engine/cpu.rs.
+extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__ out,
+                                                             const float* __restrict__ field,
+                                                             ResampleParams p) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= p.n_out) return;
+    double x[3];
+    input_coordinate(p, field, idx, x);
+#pragma unroll
+    for (int a = 0; a < NDIM; a++) out[(long long)a * p.n_out + idx] = (float)x[a];
+}

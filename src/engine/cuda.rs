@@ -1,0 +1,1212 @@
+//! The CUDA engine (cudarc): the same [`Plan`] as the CPU engine, in fused kernels compiled at run
+//! time by NVRTC from `kernels/*.cu`, once per device and define set, and cached.
+//!
+//! Arrays are `[z, y, x]` (2D `[y, x]`), channels leading, as everywhere in augscope. The kernels
+//! evaluate DESIGN §3 in one pass per output volume (flip → elastic → affine → boundary → order
+//! 0/1/3, image and label together); the unit elastic field is made on the device with the noise
+//! generated inside the first smoothing pass and cached by (seed, sigma, shape), so moving alpha or
+//! anything else never recomputes it. Coordinates are f64 and tap sums f32; every kernel is
+//! compiled with fmad off, so that the numbers are the CPU engine's to f32 rounding (the elastic
+//! field bit for bit).
+//!
+//! Without a driver, a device or NVRTC, nothing here panics: cudarc panics when its libraries are
+//! missing, so every entry point probes them first ([`driver_version`], [`nvrtc_version`]).
+#![allow(unsafe_code)] // The only module allowed `unsafe` (STYLE.md): cudarc's kernel launches, uninitialised device allocations, pinned host memory and the library probes are FFI. Each block says what it checked.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use rayon::prelude::*;
+
+use super::boundary::{Mode, SPLINE_PREPAD};
+use super::device::{self, DeviceContext, MemStats, driver_error};
+use super::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job};
+use crate::augment::{CoordMap, Order, Plan};
+use crate::filter::gaussian::gaussian_kernel;
+
+/// The shared header with the boundary rules and samplers.
+pub const BOUNDARY_CUH: &str = include_str!("../../kernels/boundary.cuh");
+
+/// One `.cu` file per kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `resample_{f32,f16,bf16}`, `coords_f32`.
+    Resample,
+    /// `gauss_mid_f32`, `gauss_last_f32`, `gauss_direct_f32`, `field_stats_f32`.
+    Field,
+    /// `pad_f32`, `prefilter_axis_f32`, `to_store_f32`.
+    Prefilter,
+}
+
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Resample, Family::Field, Family::Prefilter];
+
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Resample => "kernels/resample.cu",
+            Family::Field => "kernels/field.cu",
+            Family::Prefilter => "kernels/prefilter.cu",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Family::Resample => include_str!("../../kernels/resample.cu"),
+            Family::Field => include_str!("../../kernels/field.cu"),
+            Family::Prefilter => include_str!("../../kernels/prefilter.cu"),
+        }
+    }
+
+    /// The program NVRTC compiles: the shared header (which defines its include guard, so the
+    /// `.cu` file's `#include "boundary.cuh"` is skipped) followed by the family's file.
+    pub fn program(self) -> String {
+        match self {
+            Family::Field => self.source().to_string(),
+            _ => format!("{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}", self.file(), self.source()),
+        }
+    }
+}
+
+/// The driver's CUDA version, or why the driver cannot be used. Never panics.
+pub fn driver_version() -> Result<i32, String> {
+    // SAFETY: `is_culib_present` only tries to dlopen libcuda by its usual names; no CUDA call.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no NVIDIA driver (libcuda.so could not be loaded)".into());
+    }
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the library is loaded (checked above); cuDriverGetVersion(int*) writes one int to
+    // `v`, which lives for the call, and needs no cuInit.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    r.result().map_err(|e| format!("the NVIDIA driver does not answer: {}", device::driver_message(&e)))?;
+    Ok(v)
+}
+
+/// NVRTC's version, or why it cannot be loaded. Never panics.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    // SAFETY: `is_culib_present` only tries to dlopen libnvrtc by its usual names.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err("NVRTC (libnvrtc.so) could not be loaded; install the CUDA toolkit or \
+                    `pip install nvidia-cuda-nvrtc` and add its lib folder to LD_LIBRARY_PATH"
+            .into());
+    }
+    let (mut a, mut b): (std::ffi::c_int, std::ffi::c_int) = (0, 0);
+    // SAFETY: the library is loaded (checked above); nvrtcVersion(int*, int*) writes two ints
+    // that live for the call.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
+    r.result().map_err(|e| format!("NVRTC does not answer: {e:?}"))?;
+    Ok((a, b))
+}
+
+/// `-D` defines of the boundary modes, from the Rust enum (the `.cu` files hold no mode numbers).
+pub fn mode_defines(mode: Mode) -> Vec<String> {
+    let mut d: Vec<String> = Mode::ALL
+        .iter()
+        .map(|m| format!("-DMODE_{}={}", m.name().to_ascii_uppercase().replace('-', "_"), *m as u32))
+        .collect();
+    d.push(format!("-DMODE={}", mode as u32));
+    d
+}
+
+fn store_define(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "-DSTORE_F32",
+        Precision::F16 => "-DSTORE_F16",
+        Precision::Bf16 => "-DSTORE_BF16",
+    }
+}
+
+/// Defines of a resample or prefilter build.
+pub fn sampler_defines(mode: Mode, order: Order, ndim: usize, store: Precision) -> Vec<String> {
+    let mut d = mode_defines(mode);
+    d.push(format!("-DORDER={}", order.as_u32()));
+    d.push(format!("-DNDIM={ndim}"));
+    d.push(store_define(store).into());
+    d
+}
+
+/// Defines of a field build: the radius and the weights `w_0..w_R` of `gaussian_kernel(sigma, 4)`
+/// (normalised in f64 on the host, then rounded to f32 exactly as the CPU engine does; Rust's
+/// shortest round-trip formatting makes the literal the same f32).
+pub fn field_defines(sigma: f64) -> Vec<String> {
+    let w = gaussian_kernel(sigma, 4.0);
+    let r = w.len() / 2;
+    let lits: Vec<String> = w[r..].iter().map(|&v| format!("{:e}f", v as f32)).collect();
+    vec![format!("-DFIELD_R={r}"), format!("-DFIELD_W={}", lits.join(","))]
+}
+
+/// Compiles one family with NVRTC (no fast-math, fmad off for parity with the CPU engine).
+pub fn compile(family: Family, defines: &[String], arch: Option<&'static str>) -> Result<Ptx, EngineError> {
+    nvrtc_version().map_err(EngineError::CudaUnavailable)?;
+    let mut options = defines.to_vec();
+    options.push("--std=c++17".into());
+    let opts = CompileOptions {
+        arch,
+        fmad: Some(false),
+        use_fast_math: Some(false),
+        prec_div: Some(true),
+        prec_sqrt: Some(true),
+        ftz: Some(false),
+        options,
+        name: Some(family.file().rsplit('/').next().unwrap_or("kernel.cu").to_string()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(family.program(), opts).map_err(|e| {
+        let detail = match &e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+            other => format!("{other:?}"),
+        };
+        EngineError::Cuda(format!("NVRTC could not compile {}: {}", family.file(), detail.trim()))
+    })
+}
+
+/// Every define set the engine can ask for, per family (the CI compile check): all modes × orders
+/// × 2D/3D in f32, the two half types, the prefilter per mode, and the field at small, tiled,
+/// shared-window and direct radii. Returns the number of programs compiled.
+pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
+    let mut n = 0;
+    for mode in Mode::ALL {
+        for ndim in [2, 3] {
+            for order in [Order::Nearest, Order::Linear, Order::Cubic] {
+                compile(Family::Resample, &sampler_defines(mode, order, ndim, Precision::F32), arch)?;
+                n += 1;
+            }
+            compile(Family::Prefilter, &sampler_defines(mode, Order::Cubic, ndim, Precision::F32), arch)?;
+            n += 1;
+        }
+    }
+    for p in [Precision::F16, Precision::Bf16] {
+        compile(Family::Resample, &sampler_defines(Mode::Reflect, Order::Cubic, 3, p), arch)?;
+        compile(Family::Prefilter, &sampler_defines(Mode::Nearest, Order::Cubic, 3, p), arch)?;
+        n += 2;
+    }
+    for sigma in [0.1, 2.0, 12.0, 20.0, 45.0] {
+        compile(Family::Field, &field_defines(sigma), arch)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Kernel parameters of `resample_*` and `coords_f32`; must match `struct ResampleParams` in
+/// `kernels/resample.cu` field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ResampleParams {
+    pub m: [f64; 9],
+    pub offset: [f64; 3],
+    pub ctr_out: [f64; 3],
+    pub alpha: f64,
+    pub pad: f64,
+    pub n_out: i64,
+    pub n_in: i64,
+    pub n_lab: i64,
+    pub out_shape: [i32; 3],
+    pub in_shape: [i32; 3],
+    pub lab_shape: [i32; 3],
+    pub flip: [i32; 3],
+    pub channels: i32,
+    pub lab_channels: i32,
+    pub cval: f32,
+    pub has_field: i32,
+    pub has_label: i32,
+    pub reserved: i32,
+}
+
+// SAFETY: #[repr(C)], plain old data (f64, i64, i32, f32 only; no pointers), laid out exactly as
+// the C struct in kernels/resample.cu (232 bytes, 8-byte aligned; checked by a test).
+unsafe impl DeviceRepr for ResampleParams {}
+
+/// Kernel parameters of `pad_f32`; must match `struct PadParams` in `kernels/prefilter.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PadParams {
+    pub n_out: i64,
+    pub in_shape: [i32; 3],
+    pub out_shape: [i32; 3],
+    pub pad: i32,
+    pub cval: f32,
+}
+
+// SAFETY: #[repr(C)], plain old data, laid out as `struct PadParams` in kernels/prefilter.cu
+// (40 bytes, 8-byte aligned).
+unsafe impl DeviceRepr for PadParams {}
+
+fn shape3(s: &[usize]) -> [i32; 3] {
+    let mut o = [1i32; 3];
+    for (a, &n) in s.iter().enumerate().take(3) {
+        o[a] = n as i32;
+    }
+    o
+}
+
+/// The kernel parameters of a coordinate map (with or without the field).
+pub fn resample_params(map: &CoordMap, has_field: bool, cval: f32) -> ResampleParams {
+    let mut m = [0f64; 9];
+    for i in 0..3 {
+        for j in 0..3 {
+            m[i * 3 + j] = map.in_from_centered[i][j];
+        }
+    }
+    ResampleParams {
+        m,
+        offset: map.offset,
+        ctr_out: map.ctr_out,
+        alpha: map.alpha,
+        pad: 0.0,
+        n_out: map.out_shape.iter().product::<usize>() as i64,
+        n_in: map.in_shape.iter().product::<usize>() as i64,
+        n_lab: map.in_shape.iter().product::<usize>() as i64,
+        out_shape: shape3(&map.out_shape),
+        in_shape: shape3(&map.in_shape),
+        lab_shape: shape3(&map.in_shape),
+        flip: [map.flip[0] as i32, map.flip[1] as i32, map.flip[2] as i32],
+        channels: 1,
+        lab_channels: 0,
+        cval,
+        has_field: has_field as i32,
+        has_label: 0,
+        reserved: 0,
+    }
+}
+
+/// A device buffer counted by its device's [`device::MemTracker`].
+pub struct DevBuf<T> {
+    pub s: CudaSlice<T>,
+    _r: device::Reservation,
+}
+
+impl<T: DeviceRepr> DevBuf<T> {
+    fn new(dev: &DeviceContext, len: usize, what: &str) -> Result<Self, EngineError> {
+        let bytes = len.max(1) * std::mem::size_of::<T>();
+        let r = dev.tracker.reserve(bytes, what)?;
+        // SAFETY: `alloc` returns uninitialised device memory of len.max(1) elements of T; every
+        // buffer made here is fully written by a copy or a kernel before it is read.
+        let s = unsafe { dev.stream.alloc::<T>(len.max(1)) }.map_err(|e| driver_error(what, e))?;
+        Ok(DevBuf { s, _r: r })
+    }
+
+    fn bytes(&self) -> usize {
+        self.s.len() * std::mem::size_of::<T>()
+    }
+}
+
+/// Keeps `slot` holding at least `len` elements (reused between calls).
+fn ensure<'a, T: DeviceRepr>(
+    dev: &DeviceContext,
+    slot: &'a mut Option<DevBuf<T>>,
+    len: usize,
+    what: &str,
+) -> Result<&'a mut DevBuf<T>, EngineError> {
+    if slot.as_ref().is_none_or(|b| b.s.len() < len.max(1)) {
+        *slot = None;
+        *slot = Some(DevBuf::new(dev, len, what)?);
+    }
+    slot.as_mut().ok_or_else(|| EngineError::Cuda("workspace buffer missing".into()))
+}
+
+/// The cached unit field of one (seed, sigma, shape).
+struct CachedField {
+    seed: u64,
+    sigma: f64,
+    shape: Vec<usize>,
+    buf: DevBuf<f32>,
+}
+
+/// Buffers kept between calls (the "reserved" part of the memory statistics).
+#[derive(Default)]
+struct Workspace {
+    img_f32: Option<DevBuf<f32>>,
+    img_pad: Option<DevBuf<f32>>,
+    img_u16: Option<DevBuf<u16>>,
+    scratch_f64: Option<DevBuf<f64>>,
+    out_f32: Option<DevBuf<f32>>,
+    out_u16: Option<DevBuf<u16>>,
+    lab_in: Option<DevBuf<f32>>,
+    lab_out: Option<DevBuf<f32>>,
+    field_scratch: Option<DevBuf<f32>>,
+    coords: Option<DevBuf<f32>>,
+    stats: Option<DevBuf<f64>>,
+    dummy: Option<DevBuf<f32>>,
+    dummy_out: Option<DevBuf<f32>>,
+    pin_f32: Option<PinnedHostSlice<f32>>,
+    pin_u16: Option<PinnedHostSlice<u16>>,
+}
+
+impl Workspace {
+    fn device_bytes(&self) -> usize {
+        fn b<T: DeviceRepr>(x: &Option<DevBuf<T>>) -> usize {
+            x.as_ref().map_or(0, |d| d.bytes())
+        }
+        b(&self.img_f32)
+            + b(&self.img_pad)
+            + b(&self.img_u16)
+            + b(&self.scratch_f64)
+            + b(&self.out_f32)
+            + b(&self.out_u16)
+            + b(&self.lab_in)
+            + b(&self.lab_out)
+            + b(&self.field_scratch)
+            + b(&self.coords)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    field: Option<CachedField>,
+    ws: Workspace,
+}
+
+/// One device: its context, compiled kernels and caches. Shared by every [`CudaBackend`] of the
+/// process that uses the device.
+pub struct DeviceEngine {
+    pub dev: DeviceContext,
+    copy_stream: Arc<CudaStream>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    state: Mutex<State>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const BLOCK: u32 = 256;
+
+fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
+    let blocks = n.div_ceil(BLOCK as usize).max(1);
+    if blocks > i32::MAX as usize {
+        return Err(EngineError::Shape(format!("{n} voxels are too many for one launch")));
+    }
+    Ok(LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 })
+}
+
+/// `[outer, n, inner]` of axis `axis` in `shape`.
+fn axis_split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    (outer, shape[axis], inner)
+}
+
+/// One separable pass of the field on one component.
+struct FieldPass<'a> {
+    shape: &'a [usize],
+    axis: usize,
+    gen_noise: i32,
+    key: (u32, u32),
+    k: u32,
+    tiled: bool,
+}
+
+impl FieldPass<'_> {
+    fn launch(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: &CudaFunction,
+        src: &cudarc::driver::CudaView<'_, f32>,
+        dst: &mut cudarc::driver::CudaViewMut<'_, f32>,
+    ) -> Result<(), EngineError> {
+        let ndim = self.shape.len();
+        let n: usize = self.shape.iter().product();
+        if src.len() != n || dst.len() != n {
+            return Err(EngineError::Cuda("field pass buffers of the wrong size".into()));
+        }
+        let (outer, len, inner) = axis_split(self.shape, self.axis);
+        let (key0, key1, kk, gen_noise) = (self.key.0, self.key.1, self.k, self.gen_noise);
+        let too_large = || EngineError::Shape(format!("grid {:?} is too large for the field kernels", self.shape));
+        if !self.tiled {
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32, 1, 1),
+                block_dim: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (n_comp, ncomp, len_i, inner_i) = (n as i64, 1i32, len as i32, inner as i64);
+            let mut b = stream.launch_builder(f);
+            b.arg(src).arg(dst).arg(&n_comp).arg(&ncomp).arg(&len_i).arg(&inner_i);
+            b.arg(&gen_noise).arg(&key0).arg(&key1).arg(&kk);
+            // SAFETY: gauss_direct_f32(const float* src, float* dst, i64 n_comp, int ncomp, int n,
+            // i64 inner, int gen_noise, u32 key0, u32 key1, u32 noise_k): src and dst are views of
+            // exactly n = n_comp elements (checked above), ncomp = 1; the grid-stride loop stays
+            // below n_comp * ncomp.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_direct_f32", e))?;
+        } else if self.axis < ndim - 1 {
+            if outer > 65535 || len.div_ceil(64) > 65535 {
+                return Err(too_large());
+            }
+            let cfg = LaunchConfig {
+                grid_dim: (inner.div_ceil(32) as u32, len.div_ceil(64) as u32, outer as u32),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            let (outer_i, len_i, inner_i) = (outer as i32, len as i32, inner as i64);
+            let mut b = stream.launch_builder(f);
+            b.arg(src).arg(dst).arg(&outer_i).arg(&len_i).arg(&inner_i);
+            b.arg(&gen_noise).arg(&key0).arg(&key1).arg(&kk);
+            // SAFETY: gauss_mid_f32(const float* src, float* dst, int outer, int n, i64 inner,
+            // int gen_noise, u32 key0, u32 key1, u32 noise_k): src and dst are views of exactly
+            // outer * n * inner elements (checked above); the kernel bounds-checks i < n and
+            // col < inner, and blockIdx.z < outer by the grid.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_mid_f32", e))?;
+        } else {
+            let lines = outer;
+            if lines.div_ceil(32) > 65535 {
+                return Err(too_large());
+            }
+            let cfg = LaunchConfig {
+                grid_dim: (len.div_ceil(64) as u32, lines.div_ceil(32) as u32, 1),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            let (lines_i, len_i) = (lines as i64, len as i32);
+            let mut b = stream.launch_builder(f);
+            b.arg(src).arg(dst).arg(&lines_i).arg(&len_i);
+            // SAFETY: gauss_last_f32(const float* src, float* dst, i64 lines, int n): src and dst
+            // are views of exactly lines * n elements (the last axis, inner = 1; checked above);
+            // the kernel bounds-checks line < lines and i < n.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_last_f32", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl DeviceEngine {
+    fn open(ordinal: usize) -> Result<Self, EngineError> {
+        nvrtc_version().map_err(EngineError::CudaUnavailable)?;
+        let dev = DeviceContext::open(ordinal)?;
+        // SAFETY: augscope orders its work itself: every buffer is used on `dev.stream`, except
+        // uploads on `copy_stream`, which the compute stream waits for with an event before any
+        // kernel reads them; so cudarc's per-buffer event tracking is not needed.
+        unsafe { dev.ctx.disable_event_tracking() };
+        let copy_stream = dev.ctx.new_stream().map_err(|e| driver_error("cannot create a stream", e))?;
+        let eng = DeviceEngine { dev, copy_stream, functions: Mutex::new(HashMap::new()), state: Mutex::default() };
+        // Compile one kernel now, so that a broken NVRTC shows at selection, not mid-run.
+        eng.function(Family::Resample, &sampler_defines(Mode::Constant, Order::Linear, 3, Precision::F32), "resample_f32")?;
+        Ok(eng)
+    }
+
+    /// A kernel, compiled on first use for this define set and cached.
+    fn function(&self, family: Family, defines: &[String], name: &str) -> Result<CudaFunction, EngineError> {
+        let key = format!("{family:?}|{}|{name}", defines.join(" "));
+        if let Some(f) = lock(&self.functions).get(&key) {
+            return Ok(f.clone());
+        }
+        let ptx = compile(family, defines, self.dev.arch)?;
+        let module = self.dev.ctx.load_module(ptx).map_err(|e| driver_error("cannot load a compiled kernel", e))?;
+        let mut map = lock(&self.functions);
+        // Load every entry of the module once, so later lookups of its siblings hit the cache.
+        let f = module.load_function(name).map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
+        map.insert(key, f.clone());
+        Ok(f)
+    }
+
+    fn event(&self, stream: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, EngineError> {
+        stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| driver_error("cannot record an event", e))
+    }
+
+    /// Makes sure the unit field of (seed, sigma, out_shape) is on the device; returns the
+    /// milliseconds its computation took on the device (0 when cached).
+    fn ensure_field(&self, st: &mut State, sigma: f64, seed: u64, shape: &[usize]) -> Result<f64, EngineError> {
+        if let Some(f) = &st.field
+            && f.seed == seed
+            && f.sigma == sigma
+            && f.shape == shape
+        {
+            return Ok(0.0);
+        }
+        st.field = None;
+        let ndim = shape.len();
+        let n: usize = shape.iter().product();
+        let stream = &self.dev.stream;
+        let defines = field_defines(sigma);
+        let radius = gaussian_kernel(sigma, 4.0).len() / 2;
+        let tiled = radius <= 150;
+        let mut buf = DevBuf::<f32>::new(&self.dev, ndim * n, "the elastic field")?;
+        let scratch = ensure(&self.dev, &mut st.ws.field_scratch, n, "the elastic field scratch")?;
+        let _busy = self.dev.tracker.in_use(buf.bytes() + scratch.bytes());
+        let e0 = self.event(stream)?;
+        let mid = self.function(Family::Field, &defines, if tiled { "gauss_mid_f32" } else { "gauss_direct_f32" })?;
+        let last = self.function(Family::Field, &defines, if tiled { "gauss_last_f32" } else { "gauss_direct_f32" })?;
+        for k in 0..ndim {
+            let mut comp = buf.s.slice_mut(k * n..(k + 1) * n);
+            // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
+            // between the component and the scratch so that the last one ends in the component:
+            // 3D noise→comp→scratch→comp, 2D noise→scratch→comp.
+            for axis in 0..ndim {
+                let pass = FieldPass {
+                    shape,
+                    axis,
+                    gen_noise: (axis == 0) as i32,
+                    key: (seed as u32, (seed >> 32) as u32),
+                    k: k as u32,
+                    tiled,
+                };
+                let f = if axis == ndim - 1 { &last } else { &mid };
+                if (ndim - 1 - axis) % 2 == 0 {
+                    let src = scratch.s.slice(0..n);
+                    let mut dst = comp.slice_mut(0..n);
+                    pass.launch(stream, f, &src, &mut dst)?;
+                } else {
+                    let src = comp.slice(0..n);
+                    let mut dst = scratch.s.slice_mut(0..n);
+                    pass.launch(stream, f, &src, &mut dst)?;
+                }
+            }
+        }
+        let e1 = self.event(stream)?;
+        e1.synchronize().map_err(|e| driver_error("the elastic field", e))?;
+        let ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64;
+        st.field = Some(CachedField { seed, sigma, shape: shape.to_vec(), buf });
+        Ok(ms)
+    }
+
+    /// Copies `src` to the device through pinned staging memory, in chunks, so that the host copy
+    /// of one chunk overlaps the transfer of the one before.
+    fn upload<T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + Default>(
+        &self,
+        pin: &mut Option<PinnedHostSlice<T>>,
+        dst: &mut CudaSlice<T>,
+        src_len: usize,
+        fill: impl Fn(usize, &mut [T]) + Sync,
+    ) -> Result<(), EngineError> {
+        const CHUNK: usize = 4 << 20;
+        if pin.as_ref().is_none_or(|p| p.len() < src_len) {
+            *pin = None;
+            // SAFETY: page-locked host memory of src_len elements; every element is written by
+            // `fill` before the transfer that reads it.
+            let p = unsafe { self.dev.ctx.alloc_pinned_with_flags::<T>(src_len.max(1), 0) }
+                .map_err(|e| driver_error("pinned host memory", e))?;
+            *pin = Some(p);
+        }
+        let Some(p) = pin.as_mut() else {
+            return Err(EngineError::Cuda("pinned buffer missing".into()));
+        };
+        let host = p.as_mut_slice().map_err(|e| driver_error("pinned host memory", e))?;
+        let cs = &self.copy_stream;
+        // Wait for earlier kernels that may still read the buffer being overwritten.
+        cs.join(&self.dev.stream).map_err(|e| driver_error("stream ordering", e))?;
+        for start in (0..src_len).step_by(CHUNK) {
+            let end = (start + CHUNK).min(src_len);
+            host[start..end].par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| fill(start + i * (1 << 16), c));
+            let mut view = dst.slice_mut(start..end);
+            cs.memcpy_htod(&host[start..end], &mut view).map_err(|e| driver_error("upload", e))?;
+        }
+        self.dev.stream.join(cs).map_err(|e| driver_error("stream ordering", e))?;
+        Ok(())
+    }
+
+    /// Copies `src_len` elements from the device to the host, chunk by chunk, handing each chunk
+    /// to `take` (which converts it into the caller's buffer) while the next one transfers.
+    fn download<T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync>(
+        &self,
+        pin: &mut Option<PinnedHostSlice<T>>,
+        src: &CudaSlice<T>,
+        src_len: usize,
+        take: impl Fn(usize, &[T]) + Sync,
+    ) -> Result<(), EngineError> {
+        const CHUNK: usize = 4 << 20;
+        if pin.as_ref().is_none_or(|p| p.len() < src_len) {
+            *pin = None;
+            // SAFETY: page-locked host memory of src_len elements, written by the transfers
+            // below before `take` reads it (each chunk after its event completes).
+            let p = unsafe { self.dev.ctx.alloc_pinned_with_flags::<T>(src_len.max(1), 0) }
+                .map_err(|e| driver_error("pinned host memory", e))?;
+            *pin = Some(p);
+        }
+        let Some(p) = pin.as_mut() else {
+            return Err(EngineError::Cuda("pinned buffer missing".into()));
+        };
+        let host = p.as_mut_slice().map_err(|e| driver_error("pinned host memory", e))?;
+        let stream = &self.dev.stream;
+        let mut events = vec![];
+        for start in (0..src_len).step_by(CHUNK) {
+            let end = (start + CHUNK).min(src_len);
+            let view = src.slice(start..end);
+            stream.memcpy_dtoh(&view, &mut host[start..end]).map_err(|e| driver_error("download", e))?;
+            events.push((start, end, self.event(stream)?));
+        }
+        for (start, end, ev) in events {
+            ev.synchronize().map_err(|e| driver_error("download", e))?;
+            let chunk = &host[start..end];
+            chunk.par_chunks(1 << 16).enumerate().for_each(|(i, c)| take(start + i * (1 << 16), c));
+        }
+        Ok(())
+    }
+
+    fn apply(&self, job: Job<'_>, out: Outputs<'_>, precision: Precision) -> Result<Timings, EngineError> {
+        let mut st = lock(&self.state);
+        match self.apply_locked(&mut st, &job, out, precision) {
+            Err(EngineError::OutOfMemory(m)) => {
+                // Free the caches and say so; the caller retries on the CPU.
+                *st = State::default();
+                Err(EngineError::OutOfMemory(m))
+            }
+            r => r,
+        }
+    }
+
+    fn apply_locked(
+        &self,
+        st: &mut State,
+        job: &Job<'_>,
+        out: Outputs<'_>,
+        precision: Precision,
+    ) -> Result<Timings, EngineError> {
+        let t0 = Instant::now();
+        let out_shape = check_job(job, &out)?;
+        let img = job.image;
+        let plan = job.plan;
+        let map = plan.compose(&img.shape)?;
+        let mut timings = Timings::default();
+        if plan.is_identity() && out_shape == img.shape {
+            // Nothing moves: the input is the exact answer, as on the CPU engine.
+            out.image.copy_from_slice(&img.data);
+            if let (Some(l), Some(o)) = (job.label, out.label) {
+                o.copy_from_slice(&l.data);
+            }
+            timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            return Ok(timings);
+        }
+        let ndim = map.ndim;
+        let n_out: usize = out_shape.iter().product();
+        let n_in: usize = img.shape.iter().product();
+        let channels = img.channels;
+        let stream = self.dev.stream.clone();
+        let cubic = plan.order == Order::Cubic;
+        let half = precision != Precision::F32;
+
+        // 1. The unit elastic field, cached on the device.
+        let has_field = match plan.elastic {
+            Some(e) if e.alpha != 0.0 => {
+                timings.field_ms = self.ensure_field(st, e.sigma, e.seed, &out_shape)?;
+                true
+            }
+            _ => false,
+        };
+
+        // 2. Upload (f32, or the storage type directly when no prefilter is needed).
+        let t_up = Instant::now();
+        let ws = &mut st.ws;
+        let img_len = channels * n_in;
+        if half && !cubic {
+            let buf = ensure(&self.dev, &mut ws.img_u16, img_len, "the image")?;
+            let data = &img.data;
+            let conv: fn(f32) -> u16 = if precision == Precision::F16 {
+                |v| half::f16::from_f32(v).to_bits()
+            } else {
+                |v| half::bf16::from_f32(v).to_bits()
+            };
+            self.upload(&mut ws.pin_u16, &mut buf.s, img_len, |s, c| {
+                let len = c.len();
+                for (o, &v) in c.iter_mut().zip(&data[s..s + len]) {
+                    *o = conv(v);
+                }
+            })?;
+        } else {
+            let buf = ensure(&self.dev, &mut ws.img_f32, img_len, "the image")?;
+            let data = &img.data;
+            self.upload(&mut ws.pin_f32, &mut buf.s, img_len, |s, c| c.copy_from_slice(&data[s..s + c.len()]))?;
+        }
+        if let Some(l) = job.label {
+            let buf = ensure(&self.dev, &mut ws.lab_in, l.data.len(), "the label map")?;
+            let data = &l.data;
+            self.upload(&mut ws.pin_f32, &mut buf.s, data.len(), |s, c| c.copy_from_slice(&data[s..s + c.len()]))?;
+        }
+        timings.upload_ms = t_up.elapsed().as_secs_f64() * 1e3;
+
+        // 3. Cubic: pad (nearest, grid-constant) and prefilter on the device, then store type.
+        let mut coef_shape = img.shape.clone();
+        let mut pad = 0.0;
+        let e_pre0 = self.event(&stream)?;
+        if cubic {
+            let pdefs = sampler_defines(plan.mode, Order::Cubic, ndim, precision);
+            let padded = plan.mode.needs_prepad();
+            if padded {
+                coef_shape = img.shape.iter().map(|&n| n + 2 * SPLINE_PREPAD).collect();
+                pad = SPLINE_PREPAD as f64;
+            }
+            let n_coef: usize = coef_shape.iter().product();
+            if padded {
+                let f = self.function(Family::Prefilter, &pdefs, "pad_f32")?;
+                let dst = ensure(&self.dev, &mut ws.img_pad, channels * n_coef, "the padded image")?;
+                let Some(src) = ws.img_f32.as_ref() else {
+                    return Err(EngineError::Cuda("image buffer missing".into()));
+                };
+                let p = PadParams {
+                    n_out: n_coef as i64,
+                    in_shape: shape3(&img.shape),
+                    out_shape: shape3(&coef_shape),
+                    pad: SPLINE_PREPAD as i32,
+                    cval: plan.cval,
+                };
+                let (ch, nin) = (channels as i32, n_in as i64);
+                let mut b = stream.launch_builder(&f);
+                b.arg(&src.s).arg(&mut dst.s).arg(&ch).arg(&nin).arg(&p);
+                // SAFETY: pad_f32(const float* src, float* dst, int channels, i64 n_in, PadParams):
+                // src holds >= channels * n_in elements, dst >= channels * n_coef (ensured above);
+                // one thread per padded voxel, bounds-checked against p.n_out = n_coef.
+                unsafe { b.launch(grid_1d(n_coef)?) }.map_err(|e| driver_error("pad_f32", e))?;
+            }
+            let scratch = ensure(&self.dev, &mut ws.scratch_f64, channels * n_coef, "the prefilter scratch")?;
+            let coef = if padded { ws.img_pad.as_mut() } else { ws.img_f32.as_mut() };
+            let Some(coef) = coef else {
+                return Err(EngineError::Cuda("coefficient buffer missing".into()));
+            };
+            let f = self.function(Family::Prefilter, &pdefs, "prefilter_axis_f32")?;
+            for axis in 0..ndim {
+                let (outer, len, inner) = axis_split(&coef_shape, axis);
+                let lines = channels * outer * inner;
+                let (lines_i, len_i, inner_i) = (lines as i64, len as i32, inner as i64);
+                let cfg = LaunchConfig {
+                    grid_dim: (lines.div_ceil(128).max(1) as u32, 1, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let mut b = stream.launch_builder(&f);
+                b.arg(&mut coef.s).arg(&mut scratch.s).arg(&lines_i).arg(&len_i).arg(&inner_i);
+                // SAFETY: prefilter_axis_f32(float* data, double* scratch, i64 lines, int n,
+                // i64 inner): data (f32) and scratch (f64) hold >= channels * n_coef =
+                // lines * n elements; one thread per line, bounds-checked against `lines`.
+                unsafe { b.launch(cfg) }.map_err(|e| driver_error("prefilter_axis_f32", e))?;
+            }
+            if half {
+                let f = self.function(Family::Prefilter, &pdefs, "to_store_f32")?;
+                let dst = ensure(&self.dev, &mut ws.img_u16, channels * n_coef, "the image coefficients")?;
+                let coef = if padded { ws.img_pad.as_ref() } else { ws.img_f32.as_ref() };
+                let Some(coef) = coef else {
+                    return Err(EngineError::Cuda("coefficient buffer missing".into()));
+                };
+                let total = (channels * n_coef) as i64;
+                let mut b = stream.launch_builder(&f);
+                b.arg(&coef.s).arg(&mut dst.s).arg(&total);
+                // SAFETY: to_store_f32(const float* src, u16* dst, i64 n): both hold >= n =
+                // channels * n_coef elements; bounds-checked per thread.
+                unsafe { b.launch(grid_1d(channels * n_coef)?) }.map_err(|e| driver_error("to_store_f32", e))?;
+            }
+        }
+        let e_pre1 = self.event(&stream)?;
+
+        // 4. The fused resample.
+        let mut p = resample_params(&map, has_field, plan.cval);
+        p.pad = pad;
+        p.n_in = coef_shape.iter().product::<usize>() as i64;
+        p.in_shape = shape3(&coef_shape);
+        p.channels = channels as i32;
+        if let Some(l) = job.label {
+            p.has_label = 1;
+            p.lab_channels = l.channels as i32;
+            p.n_lab = n_in as i64;
+        }
+        let name = match precision {
+            Precision::F32 => "resample_f32",
+            Precision::F16 => "resample_f16",
+            Precision::Bf16 => "resample_bf16",
+        };
+        let f = self.function(Family::Resample, &sampler_defines(plan.mode, plan.order, ndim, precision), name)?;
+        ensure(&self.dev, &mut ws.dummy, 1, "a placeholder")?;
+        ensure(&self.dev, &mut ws.dummy_out, 1, "a placeholder")?;
+        let lab_channels = job.label.map_or(0, |l| l.channels);
+        if job.label.is_some() {
+            ensure(&self.dev, &mut ws.lab_out, lab_channels * n_out, "the label output")?;
+        }
+        if half {
+            ensure(&self.dev, &mut ws.out_u16, channels * n_out, "the output")?;
+        } else {
+            ensure(&self.dev, &mut ws.out_f32, channels * n_out, "the output")?;
+        }
+        let _busy = self.dev.tracker.in_use(ws.device_bytes() + st.field.as_ref().map_or(0, |f| f.buf.bytes()));
+        let missing = || EngineError::Cuda("workspace buffer missing".into());
+        let dummy = ws.dummy.as_ref().ok_or_else(missing)?;
+        let field = match &st.field {
+            Some(f) if has_field => &f.buf.s,
+            _ => &dummy.s,
+        };
+        let lab_in = if job.label.is_some() { &ws.lab_in.as_ref().ok_or_else(missing)?.s } else { &dummy.s };
+        let e_rs0 = self.event(&stream)?;
+        if half {
+            let src = if cubic { &ws.img_u16 } else { &ws.img_u16 };
+            let src = &src.as_ref().ok_or_else(missing)?.s;
+            let out_buf = &mut ws.out_u16.as_mut().ok_or_else(missing)?.s;
+            let lab_out = match ws.lab_out.as_mut() {
+                Some(b) if job.label.is_some() => &mut b.s,
+                _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
+            };
+            let mut b = stream.launch_builder(&f);
+            b.arg(src).arg(out_buf).arg(lab_in).arg(lab_out).arg(field).arg(&p);
+            // SAFETY: resample_{f16,bf16}(const u16* img, u16* out, const float* lab,
+            // float* lab_out, const float* field, ResampleParams): img holds channels * n_in
+            // coefficients, out channels * n_out, lab/lab_out lab_channels * n_in / n_out (or the
+            // 1-element placeholder when has_label = 0, never read), field ndim * n_out (or the
+            // placeholder when has_field = 0); all ensured above; one thread per output voxel,
+            // bounds-checked against n_out.
+            unsafe { b.launch(grid_1d(n_out)?) }.map_err(|e| driver_error(name, e))?;
+        } else {
+            let src = if cubic && plan.mode.needs_prepad() { &ws.img_pad } else { &ws.img_f32 };
+            let src = &src.as_ref().ok_or_else(missing)?.s;
+            let out_buf = &mut ws.out_f32.as_mut().ok_or_else(missing)?.s;
+            let lab_out = match ws.lab_out.as_mut() {
+                Some(b) if job.label.is_some() => &mut b.s,
+                _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
+            };
+            let mut b = stream.launch_builder(&f);
+            b.arg(src).arg(out_buf).arg(lab_in).arg(lab_out).arg(field).arg(&p);
+            // SAFETY: resample_f32(const float* img, float* out, const float* lab, float* lab_out,
+            // const float* field, ResampleParams): the same lengths as above, in f32; all
+            // ensured above; bounds-checked against n_out.
+            unsafe { b.launch(grid_1d(n_out)?) }.map_err(|e| driver_error(name, e))?;
+        }
+        let e_rs1 = self.event(&stream)?;
+
+        // 5. Download (and convert from the storage type).
+        let t_down = Instant::now();
+        let out_ptr = SendPtr(out.image.as_mut_ptr());
+        let out_len = out.image.len();
+        if half {
+            let src = ws.out_u16.as_ref().ok_or_else(missing)?;
+            let conv: fn(u16) -> f32 = if precision == Precision::F16 {
+                |b| half::f16::from_bits(b).to_f32()
+            } else {
+                |b| half::bf16::from_bits(b).to_f32()
+            };
+            self.download(&mut ws.pin_u16, &src.s, channels * n_out, |s, c| {
+                // SAFETY-free: disjoint ranges of `out.image` per chunk (see SendPtr::slice).
+                let o = out_ptr.slice(s, c.len(), out_len);
+                for (o, &b) in o.iter_mut().zip(c) {
+                    *o = conv(b);
+                }
+            })?;
+        } else {
+            let src = ws.out_f32.as_ref().ok_or_else(missing)?;
+            self.download(&mut ws.pin_f32, &src.s, channels * n_out, |s, c| {
+                out_ptr.slice(s, c.len(), out_len).copy_from_slice(c);
+            })?;
+        }
+        if let (Some(l), Some(lo)) = (job.label, out.label) {
+            let src = ws.lab_out.as_ref().ok_or_else(missing)?;
+            let ptr = SendPtr(lo.as_mut_ptr());
+            let len = lo.len();
+            self.download(&mut ws.pin_f32, &src.s, l.channels * n_out, |s, c| {
+                ptr.slice(s, c.len(), len).copy_from_slice(c);
+            })?;
+        }
+        timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
+        stream.synchronize().map_err(|e| driver_error("the transform", e))?;
+        timings.prefilter_ms = e_pre0.elapsed_ms(&e_pre1).map_err(|e| driver_error("timing", e))? as f64;
+        timings.resample_ms = e_rs0.elapsed_ms(&e_rs1).map_err(|e| driver_error("timing", e))? as f64;
+        let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes()) + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
+        self.dev.set_pinned_bytes(pinned);
+        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(timings)
+    }
+
+    /// Input coordinates of every output voxel, `(ndim, *out_shape)` f32 (`--save-coords`).
+    fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
+        let map = plan.compose(in_shape)?;
+        let mut st = lock(&self.state);
+        let n: usize = map.out_shape.iter().product();
+        let has_field = match plan.elastic {
+            Some(e) if e.alpha != 0.0 => {
+                self.ensure_field(&mut st, e.sigma, e.seed, &map.out_shape)?;
+                true
+            }
+            _ => false,
+        };
+        let st = &mut *st;
+        let stream = &self.dev.stream;
+        ensure(&self.dev, &mut st.ws.dummy, 1, "a placeholder")?;
+        let coords = ensure(&self.dev, &mut st.ws.coords, map.ndim * n, "the coordinates")?;
+        let missing = || EngineError::Cuda("workspace buffer missing".into());
+        let field = match &st.field {
+            Some(f) if has_field => &f.buf.s,
+            _ => &st.ws.dummy.as_ref().ok_or_else(missing)?.s,
+        };
+        let p = resample_params(&map, has_field, plan.cval);
+        let f = self.function(Family::Resample, &sampler_defines(plan.mode, plan.order, map.ndim, Precision::F32), "coords_f32")?;
+        let mut b = stream.launch_builder(&f);
+        b.arg(&mut coords.s).arg(field).arg(&p);
+        // SAFETY: coords_f32(float* out, const float* field, ResampleParams): out holds
+        // ndim * n_out elements, field ndim * n_out (or the placeholder when has_field = 0);
+        // bounds-checked against n_out.
+        unsafe { b.launch(grid_1d(n)?) }.map_err(|e| driver_error("coords_f32", e))?;
+        let v = stream.clone_dtoh(&coords.s.slice(0..map.ndim * n)).map_err(|e| driver_error("download", e))?;
+        stream.synchronize().map_err(|e| driver_error("coordinates", e))?;
+        Ok(v)
+    }
+
+    /// Largest and RMS displacement (voxels) of the plan's field, from the device.
+    fn displacement_stats(&self, plan: &Plan, out_shape: &[usize]) -> Result<Option<(f64, f64)>, EngineError> {
+        let Some(e) = plan.elastic.filter(|e| e.alpha != 0.0) else {
+            return Ok(None);
+        };
+        let mut st = lock(&self.state);
+        self.ensure_field(&mut st, e.sigma, e.seed, out_shape)?;
+        let st = &mut *st;
+        let n: usize = out_shape.iter().product();
+        let stream = &self.dev.stream;
+        let stats = ensure(&self.dev, &mut st.ws.stats, 2, "statistics")?;
+        stream.memset_zeros(&mut stats.s).map_err(|e| driver_error("statistics", e))?;
+        let Some(field) = st.field.as_ref() else {
+            return Err(EngineError::Cuda("field missing".into()));
+        };
+        let f = self.function(Family::Field, &field_defines(e.sigma), "field_stats_f32")?;
+        let (n_i, ncomp) = (n as i64, out_shape.len() as i32);
+        let (mut mx, mut sm) = stats.s.split_at_mut(1);
+        // SAFETY: the first f64 of `stats` is reinterpreted as u64 (same size and alignment);
+        // the kernel writes its bits with atomicMax.
+        let mut mx_bits = unsafe { mx.transmute_mut::<u64>(1) }.ok_or_else(|| EngineError::Cuda("statistics buffer".into()))?;
+        let mut b = stream.launch_builder(&f);
+        b.arg(&field.buf.s).arg(&n_i).arg(&ncomp).arg(&mut mx_bits).arg(&mut sm);
+        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: field_stats_f32(const float* field, i64 n, int ncomp, u64* max_bits,
+        // double* sum): field holds ncomp * n elements (the cached field of this shape), max_bits
+        // and sum one element each; grid-stride loop bounds-checked against n.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("field_stats_f32", e))?;
+        let v = stream.clone_dtoh(&stats.s).map_err(|e| driver_error("download", e))?;
+        stream.synchronize().map_err(|e| driver_error("statistics", e))?;
+        let max2 = f64::from_bits(v[0].to_bits());
+        let a = e.alpha.abs();
+        Ok(Some((a * max2.sqrt(), a * (v[1] / n.max(1) as f64).sqrt())))
+    }
+
+    fn drop_caches(&self) {
+        *lock(&self.state) = State::default();
+        self.dev.set_pinned_bytes(0);
+    }
+}
+
+/// A raw pointer to a caller's output, shared by the download's worker threads, each writing a
+/// disjoint range.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used by `slice`, whose callers (the download chunks) write disjoint ranges of one
+// live `&mut [f32]` that outlives the download.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    #[allow(clippy::mut_from_ref)] // Disjoint ranges per caller; see the SAFETY notes.
+    fn slice(&self, start: usize, len: usize, total: usize) -> &mut [f32] {
+        assert!(start + len <= total, "download chunk out of range");
+        // SAFETY: `start + len <= total`, the length of the `&mut [f32]` this pointer came from,
+        // which outlives every call; the chunks handed out by `download` never overlap.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<usize, Arc<DeviceEngine>>> {
+    static R: OnceLock<Mutex<HashMap<usize, Arc<DeviceEngine>>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The process-wide engine of device `ordinal`, opened (and its first kernel compiled) once.
+pub fn device_engine(ordinal: usize) -> Result<Arc<DeviceEngine>, EngineError> {
+    let mut r = lock(registry());
+    if let Some(e) = r.get(&ordinal) {
+        return Ok(e.clone());
+    }
+    let e = Arc::new(DeviceEngine::open(ordinal)?);
+    r.insert(ordinal, e.clone());
+    Ok(e)
+}
+
+/// Memory statistics of every device augscope has opened.
+pub fn mem_stats() -> Vec<MemStats> {
+    let r = lock(registry());
+    let mut v: Vec<MemStats> = r.values().map(|e| e.dev.mem_stats()).collect();
+    v.sort_by_key(|m| m.ordinal);
+    v
+}
+
+/// Frees every cache and context augscope holds on the GPUs (the end of the RAII scope).
+pub fn release_all() {
+    let engines: Vec<Arc<DeviceEngine>> = lock(registry()).drain().map(|(_, e)| e).collect();
+    for e in &engines {
+        e.drop_caches();
+    }
+}
+
+/// The CUDA engine on one or more devices.
+pub struct CudaBackend {
+    engines: Vec<Arc<DeviceEngine>>,
+    precision: Precision,
+    next: AtomicUsize,
+}
+
+impl CudaBackend {
+    /// Opens the devices (the first one when `ordinals` is empty). Fails with a clear error when
+    /// there is no driver, no such device or no NVRTC; never panics.
+    pub fn new(ordinals: &[usize], precision: Precision) -> Result<Self, EngineError> {
+        let ids: Vec<usize> = if ordinals.is_empty() { vec![0] } else { ordinals.to_vec() };
+        let engines = ids.iter().map(|&i| device_engine(i)).collect::<Result<Vec<_>, _>>()?;
+        Ok(CudaBackend { engines, precision, next: AtomicUsize::new(0) })
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    pub fn ordinals(&self) -> Vec<usize> {
+        self.engines.iter().map(|e| e.dev.ordinal).collect()
+    }
+
+    /// The devices' memory statistics.
+    pub fn mem_stats(&self) -> Vec<MemStats> {
+        self.engines.iter().map(|e| e.dev.mem_stats()).collect()
+    }
+
+    /// `--save-coords` from the GPU: `(ndim, *out_shape)` f32 input coordinates.
+    pub fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
+        self.engines[0].coordinates(plan, in_shape)
+    }
+
+    /// Largest and RMS elastic displacement in voxels, from the device's cached field.
+    pub fn displacement_stats(&self, plan: &Plan, out_shape: &[usize]) -> Result<Option<(f64, f64)>, EngineError> {
+        self.engines[0].displacement_stats(plan, out_shape)
+    }
+
+    /// Drops the cached field and buffers of every device of this backend.
+    pub fn clear_cache(&self) {
+        for e in &self.engines {
+            e.drop_caches();
+        }
+    }
+
+    /// Applies many jobs, split across the backend's devices (job i on device i mod n), each
+    /// device working through its share on its own thread.
+    pub fn apply_batch(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
+        let n_dev = self.engines.len();
+        let mut per_dev: Vec<Vec<(usize, Job<'_>, Outputs<'_>)>> = (0..n_dev).map(|_| vec![]).collect();
+        let total = jobs.len();
+        for (i, (j, o)) in jobs.into_iter().enumerate() {
+            per_dev[i % n_dev].push((i, j, o));
+        }
+        let mut results: Vec<Option<Result<Timings, EngineError>>> = (0..total).map(|_| None).collect();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = per_dev
+                .into_iter()
+                .zip(&self.engines)
+                .map(|(work, eng)| {
+                    let precision = self.precision;
+                    s.spawn(move || {
+                        work.into_iter().map(|(i, j, o)| (i, eng.apply(j, o, precision))).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for h in handles {
+                match h.join() {
+                    Ok(v) => {
+                        for (i, r) in v {
+                            results[i] = Some(r);
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(EngineError::Cuda("a device worker stopped".into()))))
+            .collect()
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        let ids: Vec<String> = self.ordinals().iter().map(|i| i.to_string()).collect();
+        format!("cuda:{}", ids.join(","))
+    }
+
+    fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
+        // Concurrent callers spread over the devices; one caller uses them in turn.
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
+        self.engines[i].apply(job, out, self.precision)
+    }
+}
+
+/// Chooses the engine for a request (DESIGN §6): an explicit CUDA request opens the devices; when
+/// that is impossible (no driver, no GPU, NVRTC missing or failing) the CPU engine runs and the
+/// note says why, in one line. `auto` and `cpu` run on the CPU: the data lives on the host.
+pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {
+    let cpu = || Box::new(super::cpu::CpuBackend::new());
+    match spec {
+        BackendSpec::Cpu | BackendSpec::Auto => Selected { backend: cpu(), note: None },
+        BackendSpec::Cuda(ids) => match CudaBackend::new(ids, precision) {
+            Ok(b) => Selected { backend: Box::new(b), note: None },
+            Err(e) => Selected {
+                backend: cpu(),
+                note: Some(format!("CUDA engine unavailable ({}); using the CPU engine", one_line(&e.to_string()))),
+            },
+        },
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let first = s.lines().next().unwrap_or("").trim();
+    if s.lines().count() > 1 { format!("{first} …") } else { first.to_string() }
+}
+
+/// Applies a plan into fresh volumes on `backend`; when the GPU runs out of memory, the same work
+/// is retried on the CPU engine. Returns the note to report in that case.
+pub fn apply_new_with_fallback(
+    backend: &dyn Backend,
+    plan: &Plan,
+    image: &crate::volume::Volume,
+    label: Option<&crate::volume::Volume>,
+) -> Result<(crate::volume::Volume, Option<crate::volume::Volume>, Timings, Option<String>), EngineError> {
+    match super::apply_new(backend, plan, image, label) {
+        Ok((a, b, t)) => Ok((a, b, t, None)),
+        Err(EngineError::OutOfMemory(why)) => {
+            let cpu = super::cpu::CpuBackend::new();
+            let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
+            Ok((a, b, t, Some(format!("{} ran out of memory ({why}); retried on the CPU engine", backend.name()))))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_have_the_c_layout() {
+        assert_eq!(std::mem::size_of::<ResampleParams>(), 232);
+        assert_eq!(std::mem::align_of::<ResampleParams>(), 8);
+        assert_eq!(std::mem::size_of::<PadParams>(), 40);
+    }
+
+    #[test]
+    fn mode_defines_come_from_the_enum() {
+        let d = mode_defines(Mode::GridWrap);
+        assert!(d.contains(&"-DMODE_GRID_CONSTANT=1".to_string()));
+        assert!(d.contains(&"-DMODE_WRAP=6".to_string()));
+        assert_eq!(d.last().map(String::as_str), Some("-DMODE=5"));
+    }
+
+    #[test]
+    fn field_weights_round_trip_to_the_cpu_f32() {
+        let d = field_defines(2.0);
+        assert_eq!(d[0], "-DFIELD_R=8");
+        let w = gaussian_kernel(2.0, 4.0);
+        let lits: Vec<f32> = d[1]
+            .trim_start_matches("-DFIELD_W=")
+            .split(',')
+            .map(|s| s.trim_end_matches('f').parse().unwrap())
+            .collect();
+        assert_eq!(lits.len(), 9);
+        for (l, v) in lits.iter().zip(&w[8..]) {
+            assert_eq!(*l, *v as f32);
+        }
+    }
+
+    #[test]
+    fn program_inlines_the_header() {
+        let p = Family::Resample.program();
+        assert!(p.starts_with("// Boundary rules"));
+        assert!(p.contains("RESAMPLE_ENTRY"));
+    }
+}
