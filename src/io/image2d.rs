@@ -1,13 +1,164 @@
-//! PNG / JPEG / TIFF (being written by the I/O work).
+//! PNG, JPEG and TIFF images through the `image` crate.
+//!
+//! An image is 2D, `[y, x]` (row 0 at the top, as PIL and numpy see it); colour is channels
+//! (DESIGN §2). Spacing is 1 and the affine the identity, since these formats carry no geometry.
+
 use std::path::Path;
 
-use super::IoError;
-use crate::volume::Volume;
+use image::{DynamicImage, ImageBuffer, ImageReader, Luma, Rgb};
 
+use super::{IoError, atomic_write};
+use crate::volume::{DType, Volume};
+
+const FORMAT: &str = "image";
+const PNG: &str = "PNG";
+
+/// Most a decoder may allocate. The `image` crate's default (512 MiB) would refuse a 16-bit RGB
+/// image of 10 000 × 10 000 pixels, which is a plausible slide or fundus mosaic.
+const MAX_DECODE_BYTES: u64 = 4 << 30;
+
+/// Reads a PNG, JPEG or TIFF (the format is recognised from the content, else the extension).
+/// Gray 8/16-bit → one channel, RGB(A) 8/16-bit → three channels (alpha dropped), with dtype
+/// `uint8` or `uint16`; 32-bit float TIFFs come back as `float32`. Values are those of
+/// `numpy.asarray(PIL.Image.open(p))` (for JPEG up to the ±1 differences between decoders' IDCTs).
 pub fn read(path: &Path) -> Result<Volume, IoError> {
-    Err(IoError::read("image", "reader under construction", path))
+    let err = |why: String| IoError::read(FORMAT, one_line(&why), path);
+    let mut reader = ImageReader::open(path)
+        .map_err(|e| err(e.to_string()))?
+        .with_guessed_format()
+        .map_err(|e| err(e.to_string()))?;
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(MAX_DECODE_BYTES);
+    reader.limits(limits);
+    // The decoders are meant to return errors on bad input; a panic in one of them must still
+    // not take the application down with it.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.decode()))
+        .map_err(|_| err("the image decoder crashed on this file".into()))?
+        .map_err(|e| err(e.to_string()))?;
+    let (w, h) = (decoded.width() as usize, decoded.height() as usize);
+    if w == 0 || h == 0 {
+        return Err(err(format!("the image is empty ({w} x {h})")));
+    }
+    let (data, channels, dtype) = planes(decoded);
+    let mut v = Volume::new(data, vec![h, w], channels);
+    v.dtype = dtype;
+    Ok(v)
 }
 
-pub fn write_png(path: &Path, _vol: &Volume) -> Result<(), IoError> {
-    Err(IoError::write("PNG", "writer under construction", path))
+/// Decoder messages may span lines; an `IoError` is one.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Splits interleaved pixels into channel planes.
+fn split<T: Copy + Into<f64>>(px: &[T], stride: usize, keep: usize) -> Vec<f32> {
+    let n = px.len() / stride;
+    let mut out = Vec::with_capacity(n * keep);
+    for c in 0..keep {
+        out.extend(px.chunks_exact(stride).map(|p| p[c].into() as f32));
+    }
+    out
+}
+
+fn planes(img: DynamicImage) -> (Vec<f32>, usize, DType) {
+    match img {
+        DynamicImage::ImageLuma8(b) => (split(b.as_raw(), 1, 1), 1, DType::U8),
+        DynamicImage::ImageLumaA8(b) => (split(b.as_raw(), 2, 1), 1, DType::U8),
+        DynamicImage::ImageRgb8(b) => (split(b.as_raw(), 3, 3), 3, DType::U8),
+        DynamicImage::ImageRgba8(b) => (split(b.as_raw(), 4, 3), 3, DType::U8),
+        DynamicImage::ImageLuma16(b) => (split(b.as_raw(), 1, 1), 1, DType::U16),
+        DynamicImage::ImageLumaA16(b) => (split(b.as_raw(), 2, 1), 1, DType::U16),
+        DynamicImage::ImageRgb16(b) => (split(b.as_raw(), 3, 3), 3, DType::U16),
+        DynamicImage::ImageRgba16(b) => (split(b.as_raw(), 4, 3), 3, DType::U16),
+        DynamicImage::ImageRgb32F(b) => (split(b.as_raw(), 3, 3), 3, DType::F32),
+        DynamicImage::ImageRgba32F(b) => (split(b.as_raw(), 4, 3), 3, DType::F32),
+        other => (split(other.to_rgb32f().as_raw(), 3, 3), 3, DType::F32),
+    }
+}
+
+/// Writes a 2D, 1- or 3-channel volume as PNG: 8-bit if its dtype is `uint8`, 16-bit if
+/// `uint16` (values rounded and clamped), and for any other dtype 16-bit only when every value
+/// is an integer in 0..=65535 (else an error: PNG cannot hold the values, .nii or .npy can).
+pub fn write_png(path: &Path, vol: &Volume) -> Result<(), IoError> {
+    let err = |why: String| IoError::write(PNG, why, path);
+    let [h, w] = vol.shape[..] else {
+        return Err(err(format!(
+            "PNG holds 2D images; this volume has shape {:?} (write .nii or .npy instead)",
+            vol.shape
+        )));
+    };
+    if vol.channels != 1 && vol.channels != 3 {
+        return Err(err(format!(
+            "PNG needs 1 or 3 channels, the image has {}",
+            vol.channels
+        )));
+    }
+    if vol.data.len() != vol.channels * h * w {
+        return Err(err(format!(
+            "{} values do not fill {h} x {w} x {} channels",
+            vol.data.len(),
+            vol.channels
+        )));
+    }
+    let (Ok(w32), Ok(h32)) = (u32::try_from(w), u32::try_from(h)) else {
+        return Err(err(format!("{h} x {w} is too large for PNG")));
+    };
+    if w == 0 || h == 0 {
+        return Err(err(format!("the image is empty ({h} x {w})")));
+    }
+    let eight_bit = match vol.dtype {
+        DType::U8 => true,
+        DType::U16 => false,
+        other => {
+            if let Some(v) = vol
+                .data
+                .iter()
+                .find(|v| !(v.fract() == 0.0 && (0.0..=65535.0).contains(*v)))
+            {
+                return Err(err(format!(
+                    "{other} value {v} cannot be stored in PNG (integers 0 to 65535 only); \
+                     write .nii or .npy to keep the values"
+                )));
+            }
+            false
+        }
+    };
+    let n = h * w;
+    let interleave = |q: &dyn Fn(f32) -> f64| -> Vec<f64> {
+        let mut out = Vec::with_capacity(n * vol.channels);
+        for i in 0..n {
+            for c in 0..vol.channels {
+                out.push(q(vol.data[c * n + i]));
+            }
+        }
+        out
+    };
+    let encoded: DynamicImage = if eight_bit {
+        let px: Vec<u8> = interleave(&|v| DType::U8.quantize(v))
+            .into_iter()
+            .map(|v| v as u8)
+            .collect();
+        if vol.channels == 1 {
+            ImageBuffer::<Luma<u8>, _>::from_raw(w32, h32, px).map(DynamicImage::ImageLuma8)
+        } else {
+            ImageBuffer::<Rgb<u8>, _>::from_raw(w32, h32, px).map(DynamicImage::ImageRgb8)
+        }
+    } else {
+        let px: Vec<u16> = interleave(&|v| DType::U16.quantize(v))
+            .into_iter()
+            .map(|v| v as u16)
+            .collect();
+        if vol.channels == 1 {
+            ImageBuffer::<Luma<u16>, _>::from_raw(w32, h32, px).map(DynamicImage::ImageLuma16)
+        } else {
+            ImageBuffer::<Rgb<u16>, _>::from_raw(w32, h32, px).map(DynamicImage::ImageRgb16)
+        }
+    }
+    .ok_or_else(|| err("pixel buffer does not match the image size".into()))?;
+    atomic_write(path, PNG, |out| {
+        let enc = image::codecs::png::PngEncoder::new(out);
+        encoded
+            .write_with_encoder(enc)
+            .map_err(|e| std::io::Error::other(one_line(&e.to_string())))
+    })
 }
