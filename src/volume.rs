@@ -200,11 +200,11 @@ impl Volume {
         for i in 0..nd.min(3) {
             // The world axis this voxel axis moves along most, not taken by an earlier axis.
             let mut best = None;
-            for w in 0..3 {
+            for (w, row) in m.iter().take(3).enumerate() {
                 if used[w] {
                     continue;
                 }
-                let v = m[w][i];
+                let v = row[i];
                 if best.is_none_or(|(_, b): (usize, f64)| v.abs() > b.abs()) {
                     best = Some((w, v));
                 }

@@ -85,8 +85,20 @@ impl Backend for CpuBackend {
             pad: 0.0,
         });
         match map.ndim {
-            2 => resample::<2>(&map, field.as_deref(), &image, out.image, label.as_ref().zip(out.label)),
-            _ => resample::<3>(&map, field.as_deref(), &image, out.image, label.as_ref().zip(out.label)),
+            2 => resample::<2>(
+                &map,
+                field.as_deref(),
+                &image,
+                out.image,
+                label.as_ref().zip(out.label),
+            ),
+            _ => resample::<3>(
+                &map,
+                field.as_deref(),
+                &image,
+                out.image,
+                label.as_ref().zip(out.label),
+            ),
         }
         timings.resample_ms = t2.elapsed().as_secs_f64() * 1e3;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -106,18 +118,33 @@ impl<'a> Coefficients<'a> {
     /// Prefilters every channel for order 3 (with scipy's prepadding); borrows the data otherwise.
     pub fn new(data: &'a [f32], shape: &[usize], channels: usize, plan: &Plan) -> Self {
         if plan.order != Order::Cubic {
-            return Coefficients { data: data.into(), shape: shape.to_vec(), channels, pad: 0.0 };
+            return Coefficients {
+                data: data.into(),
+                shape: shape.to_vec(),
+                channels,
+                pad: 0.0,
+            };
         }
         let n: usize = shape.iter().product();
         let mut all = Vec::new();
         let mut pshape = shape.to_vec();
         for c in 0..channels {
-            let (coef, ps) = prefilter_cubic(&data[c * n..(c + 1) * n], shape, plan.mode, plan.cval);
+            let (coef, ps) =
+                prefilter_cubic(&data[c * n..(c + 1) * n], shape, plan.mode, plan.cval);
             all.extend_from_slice(&coef);
             pshape = ps;
         }
-        let pad = if plan.mode.needs_prepad() { SPLINE_PREPAD as f64 } else { 0.0 };
-        Coefficients { data: all.into(), shape: pshape, channels, pad }
+        let pad = if plan.mode.needs_prepad() {
+            SPLINE_PREPAD as f64
+        } else {
+            0.0
+        };
+        Coefficients {
+            data: all.into(),
+            shape: pshape,
+            channels,
+            pad,
+        }
     }
 
     pub fn sampler(&self, order: Order, mode: Mode, cval: f32) -> Sampler<'_> {
@@ -146,57 +173,80 @@ pub struct Sampler<'a> {
     pub pad: f64,
 }
 
-/// Tap offsets and weights of one sample point.
-struct Taps<const D: usize> {
-    n: usize,
-    off: [[usize; 4]; D],
-    inside: [[bool; 4]; D],
-    w: [[f64; 4]; D],
+/// Tap offsets and weights of one sample point; `N = order + 1` taps per axis.
+struct Taps<const D: usize, const N: usize> {
+    off: [[usize; N]; D],
+    /// Whether every tap lies on the grid (no grid-constant cval taps).
+    all_inside: bool,
+    inside: [[bool; N]; D],
+    w: [[f64; N]; D],
 }
 
 impl Sampler<'_> {
     /// The taps for input coordinate `x`, or `None` when the point reads cval (`constant` mode).
-    #[inline]
-    fn taps<const D: usize>(&self, x: &[f64; D]) -> Option<Taps<D>> {
-        let order = self.order.as_u32();
-        let n = order as usize + 1;
+    /// scipy's `NI_GeometricTransform`: map the coordinate, find the first tap, fold each tap.
+    #[inline(always)]
+    fn taps<const D: usize, const N: usize>(
+        &self,
+        shape: &[usize; D],
+        strides: &[usize; D],
+        x: &[f64; D],
+    ) -> Option<Taps<D, N>> {
+        let order = N - 1;
         let spline_mode = self.mode.spline_mode();
-        let mut t = Taps { n, off: [[0; 4]; D], inside: [[true; 4]; D], w: [[1.0; 4]; D] };
-        let mut stride = 1usize;
-        for a in (0..D).rev() {
-            let len = self.shape[a];
+        let mut t = Taps {
+            off: [[0; N]; D],
+            all_inside: true,
+            inside: [[true; N]; D],
+            w: [[1.0; N]; D],
+        };
+        for a in 0..D {
+            let len = shape[a];
             let cc = map_coordinate(x[a] + self.pad, len, self.mode)?;
             let start = if order & 1 == 1 {
                 cc.floor() as i64 - (order / 2) as i64
             } else {
                 (cc + 0.5).floor() as i64 - (order / 2) as i64
             };
-            for k in 0..n {
-                match fold_tap(start + k as i64, len, spline_mode) {
-                    Some(j) => t.off[a][k] = j * stride,
-                    None => t.inside[a][k] = false,
+            if start >= 0 && start + (order as i64) < len as i64 {
+                let base = start as usize * strides[a];
+                for k in 0..N {
+                    t.off[a][k] = base + k * strides[a];
+                }
+            } else {
+                for k in 0..N {
+                    match fold_tap(start + k as i64, len, spline_mode) {
+                        Some(j) => t.off[a][k] = j * strides[a],
+                        None => {
+                            t.inside[a][k] = false;
+                            t.all_inside = false;
+                        }
+                    }
                 }
             }
-            if order > 0 {
-                spline_weights(cc, order, &mut t.w[a]);
+            if N == 2 {
+                let f = cc - cc.floor();
+                t.w[a][0] = 1.0 - f;
+                t.w[a][1] = f;
+            } else if N == 4 {
+                let mut w = [0.0; 4];
+                spline_weights(cc, 3, &mut w);
+                t.w[a].copy_from_slice(&w[..N]);
             }
-            stride *= len;
         }
         Some(t)
     }
 
-    /// The interpolated value of channel `ch` from precomputed taps.
-    #[inline]
-    fn eval<const D: usize>(&self, t: &Taps<D>, ch: usize) -> f32 {
-        let len: usize = self.shape.iter().product();
-        let data = &self.data[ch * len..(ch + 1) * len];
+    /// The interpolated value of one channel (`data` is that channel) from precomputed taps, in
+    /// scipy's tap order and f64 arithmetic.
+    #[inline(always)]
+    fn eval<const D: usize, const N: usize>(&self, t: &Taps<D, N>, data: &[f32]) -> f32 {
         let cval = self.cval as f64;
-        let n = t.n;
         let mut sum = 0f64;
         if D == 2 {
-            for i in 0..n {
-                for j in 0..n {
-                    let v = if t.inside[0][i] && t.inside[1][j] {
+            for i in 0..N {
+                for j in 0..N {
+                    let v = if t.all_inside || (t.inside[0][i] && t.inside[1][j]) {
                         data[t.off[0][i] + t.off[1][j]] as f64
                     } else {
                         cval
@@ -205,11 +255,14 @@ impl Sampler<'_> {
                 }
             }
         } else {
-            for i in 0..n {
-                for j in 0..n {
-                    for k in 0..n {
-                        let v = if t.inside[0][i] && t.inside[1][j] && t.inside[2][k] {
-                            data[t.off[0][i] + t.off[1][j] + t.off[2][k]] as f64
+            for i in 0..N {
+                for j in 0..N {
+                    let oij = t.off[0][i] + t.off[1][j];
+                    for k in 0..N {
+                        let v = if t.all_inside
+                            || (t.inside[0][i] && t.inside[1][j] && t.inside[2][k])
+                        {
+                            data[oij + t.off[2][k]] as f64
                         } else {
                             cval
                         };
@@ -219,6 +272,60 @@ impl Sampler<'_> {
             }
         }
         sum as f32
+    }
+
+    /// Samples every channel at `x` into `outs[ch][i]`.
+    #[inline(always)]
+    fn sample_into<const D: usize, const N: usize>(
+        &self,
+        shape: &[usize; D],
+        strides: &[usize; D],
+        x: &[f64; D],
+        outs: &mut [&mut [f32]],
+        i: usize,
+    ) {
+        let len = strides[0] * shape[0];
+        match self.taps::<D, N>(shape, strides, x) {
+            Some(t) => {
+                for (ch, o) in outs.iter_mut().enumerate() {
+                    o[i] = self.eval::<D, N>(&t, &self.data[ch * len..(ch + 1) * len]);
+                }
+            }
+            None => {
+                for o in outs.iter_mut() {
+                    o[i] = self.cval;
+                }
+            }
+        }
+    }
+
+    /// Samples a whole row of coordinates, dispatching once on the order.
+    fn sample_row<const D: usize>(&self, coords: &[[f64; D]], outs: &mut [&mut [f32]]) {
+        let mut shape = [0usize; D];
+        let mut strides = [0usize; D];
+        let mut st = 1;
+        for a in (0..D).rev() {
+            shape[a] = self.shape[a];
+            strides[a] = st;
+            st *= self.shape[a];
+        }
+        match self.order {
+            Order::Nearest => {
+                for (i, x) in coords.iter().enumerate() {
+                    self.sample_into::<D, 1>(&shape, &strides, x, outs, i);
+                }
+            }
+            Order::Linear => {
+                for (i, x) in coords.iter().enumerate() {
+                    self.sample_into::<D, 2>(&shape, &strides, x, outs, i);
+                }
+            }
+            Order::Cubic => {
+                for (i, x) in coords.iter().enumerate() {
+                    self.sample_into::<D, 4>(&shape, &strides, x, outs, i);
+                }
+            }
+        }
     }
 }
 
@@ -343,33 +450,9 @@ fn resample<const D: usize>(
             || Vec::with_capacity(row_len),
             |coords, (r, (mut irow, mut lrow))| {
                 row_coords::<D>(map, field, r, coords);
-                for (i, x) in coords.iter().enumerate() {
-                    match image.taps::<D>(x) {
-                        Some(t) => {
-                            for (ch, o) in irow.iter_mut().enumerate() {
-                                o[i] = image.eval::<D>(&t, ch);
-                            }
-                        }
-                        None => {
-                            for o in irow.iter_mut() {
-                                o[i] = image.cval;
-                            }
-                        }
-                    }
-                    if let Some(ls) = lab_sampler {
-                        match ls.taps::<D>(x) {
-                            Some(t) => {
-                                for (ch, o) in lrow.iter_mut().enumerate() {
-                                    o[i] = ls.eval::<D>(&t, ch);
-                                }
-                            }
-                            None => {
-                                for o in lrow.iter_mut() {
-                                    o[i] = ls.cval;
-                                }
-                            }
-                        }
-                    }
+                image.sample_row::<D>(coords, &mut irow);
+                if let Some(ls) = lab_sampler {
+                    ls.sample_row::<D>(coords, &mut lrow);
                 }
             },
         );

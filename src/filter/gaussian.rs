@@ -42,7 +42,14 @@ pub fn correlate_axis_zero(
     let r = weights.len() / 2;
     let w: Vec<f32> = weights[r..].iter().map(|&v| v as f32).collect();
     let inner: usize = shape[axis + 1..].iter().product();
+    // The full kernel with 3 zeros on each side: wext[d + r + 3] is the weight of offset d, for
+    // |d| <= r + 3, so four neighbouring output rows share every input row without branches.
+    let mut wext = vec![0f32; 2 * r + 7];
+    for d in -(r as isize)..=(r as isize) {
+        wext[(d + r as isize + 3) as usize] = w[d.unsigned_abs()];
+    }
     if inner == 1 {
+        // Contiguous lines: pad each line with zeros and accumulate shifted copies (L1-resident).
         dst.par_chunks_mut(n).zip(src.par_chunks(n)).for_each_init(
             || vec![0f32; n + 2 * r],
             |pad, (out, line)| {
@@ -53,11 +60,9 @@ pub fn correlate_axis_zero(
         return;
     }
     let slab = n * inner;
-    let outer = src.len() / slab;
-    // Enough row blocks for every thread to have work, even when there is a single slab.
-    let want_tasks = 4 * rayon::current_num_threads();
-    let blocks_per_slab = want_tasks.div_ceil(outer).clamp(1, n);
-    let rows_per_block = n.div_ceil(blocks_per_slab);
+    // Fixed row blocks (a multiple of 4, independent of the thread count, so every row is summed
+    // the same way on any machine: results are bit-identical across thread counts).
+    let rows_per_block = 8;
     dst.par_chunks_mut(slab)
         .zip(src.par_chunks(slab))
         .for_each(|(dslab, sslab)| {
@@ -66,16 +71,46 @@ pub fn correlate_axis_zero(
                 .enumerate()
                 .for_each(|(b, dblock)| {
                     let i0 = b * rows_per_block;
-                    // Column tiles outermost: the tile's input rows stay in cache for all outputs.
-                    for c0 in (0..inner).step_by(TILE) {
-                        let wdt = TILE.min(inner - c0);
-                        for (ri, drow) in dblock.chunks_exact_mut(inner).enumerate() {
-                            let out = &mut drow[c0..c0 + wdt];
-                            strided_accumulate(out, sslab, i0 + ri, n, inner, c0, &w);
-                        }
-                    }
+                    pass_rows(dblock, sslab, i0, n, inner, &w, &wext, r);
                 });
         });
+}
+
+/// Output rows `i0..i0 + dblock.len() / inner` of a pass along an axis whose rows are `inner`
+/// values apart in `src` (one slab of `n` rows): groups of four rows at once, then the rest.
+#[allow(clippy::too_many_arguments)] // internal helper shared by both pass layouts
+fn pass_rows(
+    dblock: &mut [f32],
+    sslab: &[f32],
+    i0: usize,
+    n: usize,
+    inner: usize,
+    w: &[f32],
+    wext: &[f32],
+    r: usize,
+) {
+    let rows = dblock.len() / inner;
+    let quads = rows / 4;
+    // Column tiles outermost: the tile's input rows stay in cache for all outputs.
+    for c0 in (0..inner).step_by(TILE) {
+        let wdt = TILE.min(inner - c0);
+        for (qi, quad) in dblock.chunks_exact_mut(4 * inner).enumerate() {
+            let (r0, rest) = quad.split_at_mut(inner);
+            let (r1, rest) = rest.split_at_mut(inner);
+            let (r2, r3) = rest.split_at_mut(inner);
+            let outs = [
+                &mut r0[c0..c0 + wdt],
+                &mut r1[c0..c0 + wdt],
+                &mut r2[c0..c0 + wdt],
+                &mut r3[c0..c0 + wdt],
+            ];
+            strided_accumulate4(outs, sslab, i0 + 4 * qi, n, inner, c0, wext, r);
+        }
+        for ri in 4 * quads..rows {
+            let out = &mut dblock[ri * inner + c0..ri * inner + c0 + wdt];
+            strided_accumulate(out, sslab, i0 + ri, n, inner, c0, w);
+        }
+    }
 }
 
 /// One output row tile of a pass along a non-contiguous axis, reading the input rows in place:
@@ -118,6 +153,61 @@ fn strided_accumulate(
             a += wj * v(i + j);
         }
         out[k] = a;
+    }
+}
+
+/// Four output rows `i..i + 4` of a strided pass at once: every input row read from cache feeds
+/// four accumulators (`wext` is the kernel padded by 3 zeros each side).
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[allow(clippy::too_many_arguments)] // a hot inner kernel: plain arguments keep it inlinable
+fn strided_accumulate4(
+    outs: [&mut [f32]; 4],
+    src: &[f32],
+    i: usize,
+    n: usize,
+    inner: usize,
+    c0: usize,
+    wext: &[f32],
+    r: usize,
+) {
+    const B4: usize = 16;
+    let wdt = outs[0].len();
+    let k_lo = i.saturating_sub(r);
+    let k_hi = (i + 3 + r).min(n - 1);
+    let [o0, o1, o2, o3] = outs;
+    let full = wdt - wdt % B4;
+    for k0 in (0..full).step_by(B4) {
+        let mut acc = [[0f32; B4]; 4];
+        for k in k_lo..=k_hi {
+            let o = k * inner + c0 + k0;
+            let row: &[f32; B4] = src[o..o + B4].try_into().unwrap_or(&[0.0; B4]);
+            // Offset of input row k from output row i + q is k - i - q; index it into wext.
+            let base = k + r + 3 - i;
+            let ws = [wext[base], wext[base - 1], wext[base - 2], wext[base - 3]];
+            for q in 0..4 {
+                for c in 0..B4 {
+                    acc[q][c] += ws[q] * row[c];
+                }
+            }
+        }
+        o0[k0..k0 + B4].copy_from_slice(&acc[0]);
+        o1[k0..k0 + B4].copy_from_slice(&acc[1]);
+        o2[k0..k0 + B4].copy_from_slice(&acc[2]);
+        o3[k0..k0 + B4].copy_from_slice(&acc[3]);
+    }
+    for c in full..wdt {
+        let mut acc = [0f32; 4];
+        for k in k_lo..=k_hi {
+            let v = src[k * inner + c0 + c];
+            let base = k + r + 3 - i;
+            for (q, a) in acc.iter_mut().enumerate() {
+                *a += wext[base - q] * v;
+            }
+        }
+        o0[c] = acc[0];
+        o1[c] = acc[1];
+        o2[c] = acc[2];
+        o3[c] = acc[3];
     }
 }
 
@@ -174,8 +264,12 @@ fn symmetric_accumulate(out: &mut [f32], pad: &[f32], w: &[f32], c: usize, s: us
             *a = w[0] * v;
         }
         for (j, &wj) in w.iter().enumerate().skip(1) {
-            let lo: &[f32; B] = pad[c + k0 - j * s..c + k0 - j * s + B].try_into().unwrap_or(&[0.0; B]);
-            let hi: &[f32; B] = pad[c + k0 + j * s..c + k0 + j * s + B].try_into().unwrap_or(&[0.0; B]);
+            let lo: &[f32; B] = pad[c + k0 - j * s..c + k0 - j * s + B]
+                .try_into()
+                .unwrap_or(&[0.0; B]);
+            let hi: &[f32; B] = pad[c + k0 + j * s..c + k0 + j * s + B]
+                .try_into()
+                .unwrap_or(&[0.0; B]);
             for ((a, &l), &h) in acc.iter_mut().zip(lo).zip(hi) {
                 *a += wj * (l + h);
             }
