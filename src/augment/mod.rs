@@ -32,7 +32,9 @@ impl TryFrom<u32> for Order {
             0 => Ok(Order::Nearest),
             1 => Ok(Order::Linear),
             3 => Ok(Order::Cubic),
-            _ => Err(format!("unsupported interpolation order {v} (expected 0, 1 or 3)")),
+            _ => Err(format!(
+                "unsupported interpolation order {v} (expected 0, 1 or 3)"
+            )),
         }
     }
 }
@@ -101,11 +103,24 @@ pub enum PlanError {
     #[error("--flip axis {axis} does not exist in a {ndim}D grid")]
     FlipAxis { axis: usize, ndim: usize },
     #[error("--rotate needs {want} angle(s) for a {ndim}D grid, got {got}")]
-    RotateLen { want: usize, got: usize, ndim: usize },
+    RotateLen {
+        want: usize,
+        got: usize,
+        ndim: usize,
+    },
     #[error("--{name} needs {want} value(s) for a {ndim}D grid, got {got}")]
-    VectorLen { name: &'static str, want: String, got: usize, ndim: usize },
+    VectorLen {
+        name: &'static str,
+        want: String,
+        got: usize,
+        ndim: usize,
+    },
     #[error("--{name} value {value} is not allowed: {why}")]
-    Value { name: &'static str, value: f64, why: &'static str },
+    Value {
+        name: &'static str,
+        value: f64,
+        why: &'static str,
+    },
     #[error("output shape {got:?} does not have {ndim} positive axes")]
     OutShape { got: Vec<usize>, ndim: usize },
 }
@@ -133,7 +148,11 @@ impl Plan {
         }
         let want_rot = if ndim == 3 { 3 } else { 1 };
         if !self.rotate_rad.is_empty() && self.rotate_rad.len() != want_rot {
-            return Err(PlanError::RotateLen { want: want_rot, got: self.rotate_rad.len(), ndim });
+            return Err(PlanError::RotateLen {
+                want: want_rot,
+                got: self.rotate_rad.len(),
+                ndim,
+            });
         }
         if !self.scale.is_empty() && self.scale.len() != 1 && self.scale.len() != ndim {
             return Err(PlanError::VectorLen {
@@ -155,7 +174,11 @@ impl Plan {
             if v.is_finite() {
                 Ok(())
             } else {
-                Err(PlanError::Value { name, value: v, why: "it must be finite" })
+                Err(PlanError::Value {
+                    name,
+                    value: v,
+                    why: "it must be finite",
+                })
             }
         };
         for &a in &self.rotate_rad {
@@ -167,7 +190,11 @@ impl Plan {
         for &s in &self.scale {
             finite("scale", s)?;
             if s <= 0.0 {
-                return Err(PlanError::Value { name: "scale", value: s, why: "it must be > 0" });
+                return Err(PlanError::Value {
+                    name: "scale",
+                    value: s,
+                    why: "it must be > 0",
+                });
             }
         }
         if let Some(e) = &self.elastic {
@@ -184,7 +211,10 @@ impl Plan {
         if let Some(s) = &self.out_shape
             && (s.len() != ndim || s.contains(&0))
         {
-            return Err(PlanError::OutShape { got: s.clone(), ndim });
+            return Err(PlanError::OutShape {
+                got: s.clone(),
+                ndim,
+            });
         }
         Ok(())
     }
@@ -202,7 +232,10 @@ impl Plan {
     pub fn done_list(&self) -> Vec<Done> {
         let mut done = vec![];
         if !self.flip.is_empty() {
-            done.push(Done { transform: "flip".into(), values: serde_json::json!({ "axes": self.flip }) });
+            done.push(Done {
+                transform: "flip".into(),
+                values: serde_json::json!({ "axes": self.flip }),
+            });
         }
         if let Some(e) = &self.elastic
             && e.alpha != 0.0
@@ -220,7 +253,10 @@ impl Plan {
             });
         }
         if self.scale.iter().any(|&s| s != 1.0) {
-            done.push(Done { transform: "scale".into(), values: serde_json::json!({ "scale": self.scale }) });
+            done.push(Done {
+                transform: "scale".into(),
+                values: serde_json::json!({ "scale": self.scale }),
+            });
         }
         if self.translate.iter().any(|&t| t != 0.0) {
             done.push(Done {
@@ -242,7 +278,11 @@ impl Plan {
         }
         // R = Rx(a0) Ry(a1) Rz(a2) (batchgenerators), then M = diag(s) R^T.
         let r: [[f64; 3]; 3] = if ndim == 3 {
-            let a = if self.rotate_rad.is_empty() { vec![0.0; 3] } else { self.rotate_rad.clone() };
+            let a = if self.rotate_rad.is_empty() {
+                vec![0.0; 3]
+            } else {
+                self.rotate_rad.clone()
+            };
             let (c0, s0) = (a[0].cos(), a[0].sin());
             let (c1, s1) = (a[1].cos(), a[1].sin());
             let (c2, s2) = (a[2].cos(), a[2].sin());
@@ -318,7 +358,11 @@ impl CoordMap {
     /// The flipped index `q` of output index `p` along `axis`.
     #[inline]
     pub fn flip_index(&self, axis: usize, p: usize) -> usize {
-        if self.flip[axis] { self.out_shape[axis] - 1 - p } else { p }
+        if self.flip[axis] {
+            self.out_shape[axis] - 1 - p
+        } else {
+            p
+        }
     }
 }
 
@@ -328,11 +372,20 @@ mod tests {
 
     #[test]
     fn validation_names_the_bad_value() {
-        let p = Plan { rotate_rad: vec![0.1, 0.2], ..Plan::default() };
+        let p = Plan {
+            rotate_rad: vec![0.1, 0.2],
+            ..Plan::default()
+        };
         assert!(matches!(p.validate(3), Err(PlanError::RotateLen { .. })));
-        let p = Plan { flip: vec![3], ..Plan::default() };
+        let p = Plan {
+            flip: vec![3],
+            ..Plan::default()
+        };
         assert!(matches!(p.validate(3), Err(PlanError::FlipAxis { .. })));
-        let p = Plan { scale: vec![0.0], ..Plan::default() };
+        let p = Plan {
+            scale: vec![0.0],
+            ..Plan::default()
+        };
         assert!(p.validate(2).is_err());
         assert!(Plan::identity().validate(2).is_ok());
         assert!(Plan::identity().validate(4).is_err());
@@ -341,7 +394,10 @@ mod tests {
     #[test]
     fn rotation_matrix_is_batchgenerators() {
         // A rotation of 90° about axis 0 maps c = (0, 1, 0) to Rᵀ c = (0, cos, -sin) = (0, 0, -1).
-        let p = Plan { rotate_rad: vec![std::f64::consts::FRAC_PI_2, 0.0, 0.0], ..Plan::default() };
+        let p = Plan {
+            rotate_rad: vec![std::f64::consts::FRAC_PI_2, 0.0, 0.0],
+            ..Plan::default()
+        };
         let m = p.compose(&[5, 5, 5]).unwrap().in_from_centered;
         assert!((m[2][1] + 1.0).abs() < 1e-12 && m[1][1].abs() < 1e-12);
     }

@@ -204,15 +204,21 @@ mod tests {
         // n = 4, values a b c d at 0..4: the patterns of DESIGN §3.
         let fold = |m, i| fold_tap(i, 4, m);
         assert_eq!(
-            (-3..0).map(|i| fold(Mode::Reflect, i).unwrap()).collect::<Vec<_>>(),
+            (-3..0)
+                .map(|i| fold(Mode::Reflect, i).unwrap())
+                .collect::<Vec<_>>(),
             [2, 1, 0]
         );
         assert_eq!(
-            (-3..0).map(|i| fold(Mode::Mirror, i).unwrap()).collect::<Vec<_>>(),
+            (-3..0)
+                .map(|i| fold(Mode::Mirror, i).unwrap())
+                .collect::<Vec<_>>(),
             [3, 2, 1]
         );
         assert_eq!(
-            (4..7).map(|i| fold(Mode::GridWrap, i).unwrap()).collect::<Vec<_>>(),
+            (4..7)
+                .map(|i| fold(Mode::GridWrap, i).unwrap())
+                .collect::<Vec<_>>(),
             [0, 1, 2]
         );
         assert_eq!(fold(Mode::Nearest, -5), Some(0));

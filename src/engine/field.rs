@@ -28,7 +28,12 @@ impl ElasticField {
                 c
             })
             .collect();
-        ElasticField { shape: shape.to_vec(), sigma, seed, components }
+        ElasticField {
+            shape: shape.to_vec(),
+            sigma,
+            seed,
+            components,
+        }
     }
 
     /// Whether this field is the one for (shape, sigma, seed).
@@ -48,6 +53,9 @@ impl ElasticField {
             max2 = max2.max(l2);
             sum2 += l2;
         }
-        (alpha.abs() * max2.sqrt(), alpha.abs() * (sum2 / n as f64).sqrt())
+        (
+            alpha.abs() * max2.sqrt(),
+            alpha.abs() * (sum2 / n as f64).sqrt(),
+        )
     }
 }

@@ -32,7 +32,12 @@ fn init_kind(mode: Mode) -> InitKind {
 /// Cubic spline coefficients of `src` (shape `shape`) for sampling with `mode`. For `nearest` and
 /// `grid-constant` the result is padded by [`SPLINE_PREPAD`] on every side (edge values or cval),
 /// exactly as scipy pads before filtering; the returned shape says so.
-pub fn prefilter_cubic(src: &[f32], shape: &[usize], mode: Mode, cval: f32) -> (Vec<f32>, Vec<usize>) {
+pub fn prefilter_cubic(
+    src: &[f32],
+    shape: &[usize],
+    mode: Mode,
+    cval: f32,
+) -> (Vec<f32>, Vec<usize>) {
     let (mut data, pshape) = if mode.needs_prepad() {
         pad(src, shape, SPLINE_PREPAD, mode, cval)
     } else {

@@ -19,9 +19,17 @@ use crate::volume::Volume;
 #[derive(Debug, thiserror::Error)]
 pub enum IoError {
     #[error("cannot read {format}: {why}: {}", path.display())]
-    Read { format: &'static str, why: String, path: PathBuf },
+    Read {
+        format: &'static str,
+        why: String,
+        path: PathBuf,
+    },
     #[error("cannot write {format}: {why}: {}", path.display())]
-    Write { format: &'static str, why: String, path: PathBuf },
+    Write {
+        format: &'static str,
+        why: String,
+        path: PathBuf,
+    },
     #[error(
         "unknown file type (expected .nii, .nii.gz, .npy, .png, .jpg, .jpeg, .tif, .tiff): {}",
         path.display()
@@ -31,10 +39,18 @@ pub enum IoError {
 
 impl IoError {
     pub fn read(format: &'static str, why: impl Into<String>, path: &Path) -> Self {
-        IoError::Read { format, why: why.into(), path: path.to_path_buf() }
+        IoError::Read {
+            format,
+            why: why.into(),
+            path: path.to_path_buf(),
+        }
     }
     pub fn write(format: &'static str, why: impl Into<String>, path: &Path) -> Self {
-        IoError::Write { format, why: why.into(), path: path.to_path_buf() }
+        IoError::Write {
+            format,
+            why: why.into(),
+            path: path.to_path_buf(),
+        }
     }
 }
 
@@ -65,7 +81,9 @@ impl Format {
         } else if name.ends_with(".tif") || name.ends_with(".tiff") {
             Format::Tiff
         } else {
-            return Err(IoError::UnknownFormat { path: path.to_path_buf() });
+            return Err(IoError::UnknownFormat {
+                path: path.to_path_buf(),
+            });
         };
         Ok(f)
     }
@@ -120,7 +138,10 @@ pub fn atomic_write(
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let f = File::create(&tmp)?;

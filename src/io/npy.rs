@@ -48,7 +48,12 @@ fn parse_descr(d: &str) -> Option<Descr> {
         "f8" => (DType::F64, 8, false),
         _ => return None,
     };
-    Some(Descr { dtype, size, big_endian, is_bool })
+    Some(Descr {
+        dtype,
+        size,
+        big_endian,
+        is_bool,
+    })
 }
 
 /// Finds `'key': value` in a header dict and returns the text of the value.
@@ -79,25 +84,33 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
             if bytes.len() < 12 {
                 return Err(err("truncated header".into()));
             }
-            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+            (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            )
         }
         v => return Err(err(format!("unsupported format version {v}"))),
     };
     let Some(hend) = hstart.checked_add(hlen).filter(|&e| e <= bytes.len()) else {
         return Err(err("truncated header".into()));
     };
-    let header = std::str::from_utf8(&bytes[hstart..hend])
-        .map_err(|_| err("header is not text".into()))?;
-    let descr_txt = dict_value(header, "descr").ok_or_else(|| err("header has no 'descr'".into()))?;
+    let header =
+        std::str::from_utf8(&bytes[hstart..hend]).map_err(|_| err("header is not text".into()))?;
+    let descr_txt =
+        dict_value(header, "descr").ok_or_else(|| err("header has no 'descr'".into()))?;
     let descr_s = descr_txt.trim_matches('\'');
-    let descr = parse_descr(descr_s)
-        .ok_or_else(|| err(format!("unsupported dtype '{descr_s}' (expected bool, integer or float)")))?;
+    let descr = parse_descr(descr_s).ok_or_else(|| {
+        err(format!(
+            "unsupported dtype '{descr_s}' (expected bool, integer or float)"
+        ))
+    })?;
     let fortran = match dict_value(header, "fortran_order") {
         Some("True") => true,
         Some("False") => false,
         _ => return Err(err("header has no valid 'fortran_order'".into())),
     };
-    let shape_txt = dict_value(header, "shape").ok_or_else(|| err("header has no 'shape'".into()))?;
+    let shape_txt =
+        dict_value(header, "shape").ok_or_else(|| err("header has no 'shape'".into()))?;
     let inner = shape_txt
         .strip_prefix('(')
         .and_then(|s| s.strip_suffix(')'))
@@ -127,7 +140,11 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
     if fortran && shape.len() > 1 {
         data = fortran_to_c(&data, &shape);
     }
-    let dtype = if descr.is_bool { DType::U8 } else { descr.dtype };
+    let dtype = if descr.is_bool {
+        DType::U8
+    } else {
+        descr.dtype
+    };
     Ok(NpyArray { data, shape, dtype })
 }
 
@@ -137,7 +154,11 @@ fn decode(b: &[u8], d: Descr) -> Vec<f32> {
             b.chunks_exact($n)
                 .map(|c| {
                     let a: [u8; $n] = c.try_into().unwrap_or([0; $n]);
-                    (if d.big_endian { <$t>::from_be_bytes(a) } else { <$t>::from_le_bytes(a) }) as f32
+                    (if d.big_endian {
+                        <$t>::from_be_bytes(a)
+                    } else {
+                        <$t>::from_le_bytes(a)
+                    }) as f32
                 })
                 .collect()
         };
@@ -212,7 +233,11 @@ pub fn read_volume(path: &Path, channels_first: bool) -> Result<Volume, IoError>
         ));
     }
     if channels == 0 || shape.contains(&0) {
-        return Err(IoError::read(FORMAT, format!("array of shape {:?} has an empty axis", a.shape), path));
+        return Err(IoError::read(
+            FORMAT,
+            format!("array of shape {:?} has an empty axis", a.shape),
+            path,
+        ));
     }
     let mut v = Volume::new(a.data, shape, channels);
     v.dtype = a.dtype;
@@ -239,7 +264,11 @@ fn header_bytes(dtype: DType, shape: &[usize]) -> Vec<u8> {
         1 => format!("({},)", shape[0]),
         _ => format!(
             "({})",
-            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let mut h = format!(
@@ -260,7 +289,11 @@ fn header_bytes(dtype: DType, shape: &[usize]) -> Vec<u8> {
 pub fn write(path: &Path, data: &[f32], shape: &[usize], dtype: DType) -> Result<(), IoError> {
     let n: usize = shape.iter().product();
     if n != data.len() {
-        return Err(IoError::write(FORMAT, format!("shape {shape:?} does not match {} values", data.len()), path));
+        return Err(IoError::write(
+            FORMAT,
+            format!("shape {shape:?} does not match {} values", data.len()),
+            path,
+        ));
     }
     atomic_write(path, FORMAT, |w| {
         w.write_all(&header_bytes(dtype, shape))?;
@@ -294,7 +327,11 @@ pub fn write_volume(path: &Path, vol: &Volume, opts: &SaveOptions) -> Result<(),
     if vol.channels > 1 {
         shape.insert(0, vol.channels);
     }
-    let dtype = if opts.keep_dtype { vol.dtype } else { DType::F32 };
+    let dtype = if opts.keep_dtype {
+        vol.dtype
+    } else {
+        DType::F32
+    };
     write(path, &vol.data, &shape, dtype)
 }
 
@@ -306,7 +343,14 @@ mod tests {
     fn round_trip_every_dtype() {
         let dir = tempfile::tempdir().unwrap();
         let data: Vec<f32> = (0..24).map(|i| i as f32 * 3.0).collect();
-        for dt in [DType::U8, DType::I16, DType::U16, DType::I32, DType::F32, DType::F64] {
+        for dt in [
+            DType::U8,
+            DType::I16,
+            DType::U16,
+            DType::I32,
+            DType::F32,
+            DType::F64,
+        ] {
             let p = dir.path().join(format!("a_{dt}.npy"));
             write(&p, &data, &[2, 3, 4], dt).unwrap();
             let a = read(&p).unwrap();
