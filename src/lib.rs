@@ -4,6 +4,7 @@
 //! about the GUI (`app`, behind the `gui` feature).
 
 pub mod augment;
+pub mod bench;
 pub mod engine;
 pub mod filter;
 pub mod io;

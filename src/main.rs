@@ -36,6 +36,36 @@ enum Cmd {
     },
     /// Apply one spatial transform (flip, elastic, rotate, scale, translate) to a scan.
     Apply(ApplyArgs),
+    /// CUDA devices, memory and driver; or why there are none.
+    Devices {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time CPU and CUDA on the rotate-only, elastic-only and full pipelines.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Engine: auto (CPU and the first GPU), cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<BackendSpec>())]
+    backend: BackendSpec,
+    /// Volume shape D,H,W; repeat for several (default: 48,240,240 128,256,256 256,512,512).
+    #[arg(long, value_parser = parse_axes)]
+    shape: Vec<Vec<usize>>,
+    /// GPU storage precision: f32, f16 or bf16.
+    #[arg(long, default_value = "f32", value_parser = |s: &str| s.parse::<Precision>())]
+    precision: Precision,
+    /// Timed GPU repetitions (median; at least 10).
+    #[arg(long, default_value_t = 10)]
+    reps: usize,
+    /// Timed CPU repetitions (0 skips the CPU rows).
+    #[arg(long, default_value_t = 1)]
+    cpu_reps: usize,
+    /// Write the table as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -217,6 +247,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Cmd::View(a)) => view(a),
         Some(Cmd::Info { file, channels }) => info(&file, channels),
         Some(Cmd::Apply(a)) => apply(a),
+        Some(Cmd::Devices { json }) => devices(json),
+        Some(Cmd::Bench(a)) => bench(a),
     }
 }
 
@@ -377,14 +409,32 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     };
     plan.validate(image.ndim())?;
 
-    let selected = engine::select_backend(&a.backend);
+    let mut selected = engine::cuda::select(&a.backend, a.precision);
     if let Some(note) = &selected.note {
         eprintln!("augscope: {note}");
     }
     let t1 = Instant::now();
-    let (out, out_label, timings) =
-        engine::apply_new(selected.backend.as_ref(), &plan, &image, label.as_ref())
-            .context("the transform failed")?;
+    let (out, out_label, timings, oom) = engine::cuda::apply_new_with_fallback(
+        selected.backend.as_ref(),
+        &plan,
+        &image,
+        label.as_ref(),
+    )
+    .context("the transform failed")?;
+    let mut backend_name = selected.backend.name();
+    if let Some(note) = oom {
+        eprintln!("augscope: {note}");
+        backend_name = "cpu".into();
+        selected.note = Some(note);
+    }
+    // The GPU that ran the transform also gives the coordinates and the displacement readout,
+    // from its cached field.
+    let gpu = match &a.backend {
+        BackendSpec::Cuda(ids) if backend_name.starts_with("cuda") => {
+            engine::cuda::CudaBackend::new(ids, a.precision).ok()
+        }
+        _ => None,
+    };
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
 
     let t2 = Instant::now();
@@ -398,10 +448,16 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let mut disp = None;
     if a.save_coords.is_some() || a.report.is_some() {
         let map = plan.compose(&image.shape)?;
+        let gpu_stats = gpu.as_ref().and_then(|g| g.displacement_stats(&plan, &map.out_shape).ok());
+        let gpu_coords = match (&gpu, &a.save_coords) {
+            (Some(g), Some(_)) => g.coordinates(&plan, &image.shape).ok(),
+            _ => None,
+        };
         let cpu = engine::cpu::CpuBackend::new();
-        let field = cpu.field(&plan, &map.out_shape).map(|(f, _)| f);
-        if let Some(f) = &field {
-            let (max_v, rms_v) = f.displacement_stats(map.alpha);
+        let need_cpu_field = gpu_stats.is_none() || (a.save_coords.is_some() && gpu_coords.is_none());
+        let field = if need_cpu_field { cpu.field(&plan, &map.out_shape).map(|(f, _)| f) } else { None };
+        let stats = gpu_stats.flatten().or_else(|| field.as_ref().map(|f| f.displacement_stats(map.alpha)));
+        if let Some((max_v, rms_v)) = stats {
             let min_sp = image
                 .spacing_mm
                 .iter()
@@ -415,7 +471,10 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             }));
         }
         if let Some(p) = &a.save_coords {
-            let coords = engine::cpu::coordinates(&map, field.as_deref());
+            let coords = match gpu_coords {
+                Some(c) => c,
+                None => engine::cpu::coordinates(&map, field.as_deref()),
+            };
             let mut shape = vec![map.ndim];
             shape.extend_from_slice(&map.out_shape);
             io::npy::write(p, &coords, &shape, augscope::DType::F32)?;
@@ -429,7 +488,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             "label": a.label, "label_output": a.label_out,
             "shape": image.shape, "channels": image.channels,
             "plan": plan, "done": plan.done_list(),
-            "backend": selected.backend.name(), "backend_note": selected.note,
+            "backend": backend_name, "backend_note": selected.note,
             "precision": a.precision,
             "timings_ms": { "engine": timings, "read": t_read, "compute": t_compute, "write": t_write,
                              "total": t0.elapsed().as_secs_f64() * 1e3 },
@@ -439,6 +498,39 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         io::atomic_write(p, "JSON report", |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?;
+    }
+    Ok(())
+}
+
+fn devices(json: bool) -> anyhow::Result<()> {
+    let report = engine::device::discover();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).context("cannot encode the report")?);
+    } else {
+        println!("{report}");
+    }
+    Ok(())
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    if let Some(s) = a.shape.iter().find(|s| s.len() != 3 || s.contains(&0)) {
+        return Err(usage(format!("--shape takes three positive sizes D,H,W, got {s:?}")));
+    }
+    let mut opts = augscope::bench::BenchOptions {
+        backend: a.backend,
+        precision: a.precision,
+        reps: a.reps,
+        cpu_reps: a.cpu_reps,
+        ..Default::default()
+    };
+    if !a.shape.is_empty() {
+        opts.shapes = a.shape;
+    }
+    let report = augscope::bench::run(&opts, |line| eprintln!("{line}")).context("the benchmark failed")?;
+    println!("{}", augscope::bench::table(&report));
+    if let Some(p) = &a.json {
+        let text = serde_json::to_string_pretty(&report).context("cannot encode the table")?;
+        io::atomic_write(p, "JSON table", |w| std::io::Write::write_all(w, text.as_bytes()))?;
     }
     Ok(())
 }

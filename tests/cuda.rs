@@ -306,3 +306,64 @@ fn gpu_batch_runs_on_every_listed_device() {
     }
     let _ = g.name();
 }
+
+/// The scipy fixtures of `tests/fixtures/cases.json` (written by `gen_fixtures.py`, the same
+/// cases `tests/scipy_fixtures.rs` checks the CPU engine on), run on the GPU: the same bar,
+/// ≥ 99.99 % of the unmasked voxels within the fixture tolerance of scipy, labels identical.
+#[test]
+fn gpu_matches_scipy_fixtures() {
+    use augscope::io::npy;
+    let Some(g) = gpu(Precision::F32) else { return };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let text = std::fs::read_to_string(dir.join("cases.json")).unwrap();
+    let fx: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tol = fx["tolerance"].as_f64().unwrap();
+    let min_pass = fx["min_pass_fraction"].as_f64().unwrap();
+    let load = |name: &str| npy::read(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (mut cases, mut failures, mut voxels) = (0, vec![], 0usize);
+    for case in fx["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let plan: Plan = serde_json::from_value(case["plan"].clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let channels = case["channels"].as_u64().unwrap() as usize;
+        let a = load(case["input"].as_str().unwrap());
+        let shape = if channels > 1 { a.shape[1..].to_vec() } else { a.shape.clone() };
+        let image = Volume::new(a.data, shape, channels);
+        let label = case["label"].as_str().map(|l| {
+            let a = load(l);
+            Volume::new(a.data, a.shape.clone(), 1)
+        });
+        let (out, out_label, _) = apply_new(&g, &plan, &image, label.as_ref()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = load(case["expected"].as_str().unwrap());
+        let n: usize = out.shape.iter().product();
+        let mask = case["mask"].as_str().map(|m| load(m).data);
+        let (mut bad, mut compared) = (0usize, 0usize);
+        for (i, (&x, &w)) in out.data.iter().zip(&want.data).enumerate() {
+            assert!(!x.is_nan(), "{name}: NaN");
+            if mask.as_ref().is_some_and(|m| m[i % n] != 0.0) {
+                continue;
+            }
+            compared += 1;
+            if (x as f64 - w as f64).abs() > tol {
+                bad += 1;
+            }
+        }
+        voxels += compared;
+        if 1.0 - (bad as f64 / compared.max(1) as f64) < min_pass {
+            failures.push(format!("{name}: {bad}/{compared} voxels off by > {tol}"));
+        }
+        if let (Some(exp), Some(got)) = (case["expected_label"].as_str(), &out_label) {
+            let want = load(exp);
+            let lmask = case["label_mask"].as_str().map(|m| load(m).data);
+            let wrong = (0..want.data.len())
+                .filter(|&i| !lmask.as_ref().is_some_and(|m| m[i] != 0.0))
+                .filter(|&i| got.data[i] != want.data[i])
+                .count();
+            if wrong > 0 {
+                failures.push(format!("{name}: {wrong} label voxels differ"));
+            }
+        }
+        cases += 1;
+    }
+    eprintln!("GPU vs scipy: {cases} fixture cases, {voxels} voxels compared, {} failures", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

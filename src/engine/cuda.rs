@@ -475,8 +475,8 @@ impl FieldPass<'_> {
 
 impl DeviceEngine {
     fn open(ordinal: usize) -> Result<Self, EngineError> {
-        nvrtc_version().map_err(EngineError::CudaUnavailable)?;
         let dev = DeviceContext::open(ordinal)?;
+        nvrtc_version().map_err(EngineError::CudaUnavailable)?;
         // SAFETY: augscope orders its work itself: every buffer is used on `dev.stream`, except
         // uploads on `copy_stream`, which the compute stream waits for with an event before any
         // kernel reads them; so cudarc's per-buffer event tracking is not needed.
@@ -1021,6 +1021,29 @@ pub fn mem_stats() -> Vec<MemStats> {
     v
 }
 
+/// Device-to-device copy bandwidth of device `ordinal` in bytes per second (bytes read plus
+/// written), from CUDA events around `reps` copies of a `bytes`-byte buffer: the ceiling every
+/// memory-bound kernel is measured against.
+pub fn d2d_bandwidth(ordinal: usize, bytes: usize, reps: usize) -> Result<f64, EngineError> {
+    let eng = device_engine(ordinal)?;
+    let n = bytes / 4;
+    let a = DevBuf::<f32>::new(&eng.dev, n, "the bandwidth probe")?;
+    let mut b = DevBuf::<f32>::new(&eng.dev, n, "the bandwidth probe")?;
+    let stream = &eng.dev.stream;
+    stream.memset_zeros(&mut b.s).map_err(|e| driver_error("bandwidth probe", e))?;
+    for _ in 0..3 {
+        stream.memcpy_dtod(&a.s, &mut b.s).map_err(|e| driver_error("bandwidth probe", e))?;
+    }
+    let e0 = eng.event(stream)?;
+    for _ in 0..reps.max(1) {
+        stream.memcpy_dtod(&a.s, &mut b.s).map_err(|e| driver_error("bandwidth probe", e))?;
+    }
+    let e1 = eng.event(stream)?;
+    e1.synchronize().map_err(|e| driver_error("bandwidth probe", e))?;
+    let ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64 / reps.max(1) as f64;
+    Ok(2.0 * (n * 4) as f64 / (ms * 1e-3))
+}
+
 /// Frees every cache and context augscope holds on the GPUs (the end of the RAII scope).
 pub fn release_all() {
     let engines: Vec<Arc<DeviceEngine>> = lock(registry()).drain().map(|(_, e)| e).collect();
@@ -1136,10 +1159,16 @@ pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {
         BackendSpec::Cpu | BackendSpec::Auto => Selected { backend: cpu(), note: None },
         BackendSpec::Cuda(ids) => match CudaBackend::new(ids, precision) {
             Ok(b) => Selected { backend: Box::new(b), note: None },
-            Err(e) => Selected {
-                backend: cpu(),
-                note: Some(format!("CUDA engine unavailable ({}); using the CPU engine", one_line(&e.to_string()))),
-            },
+            Err(e) => {
+                let why = match &e {
+                    EngineError::CudaUnavailable(m) => m.clone(),
+                    other => other.to_string(),
+                };
+                Selected {
+                    backend: cpu(),
+                    note: Some(format!("CUDA engine unavailable ({}); using the CPU engine", one_line(&why))),
+                }
+            }
         },
     }
 }

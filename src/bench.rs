@@ -1,0 +1,345 @@
+//! `augscope bench`: CPU and CUDA times of the issue's three pipelines on one run, beside the
+//! device-to-device copy bandwidth and the floor it implies (bytes that must move / bandwidth).
+//!
+//! Volumes are `[z, y, x]` f32 with values in [0, 1). Pipelines (order 1, constant, as
+//! batchgenerators): rotate-only (0.3, 0.2, 0.4 rad), elastic-only (alpha 800, sigma 12) and full
+//! (elastic + rotation + scale 0.85). Each elastic repetition uses a new seed, so the field is
+//! recomputed every time (as for a new training sample); the "cached" column is the same plan
+//! with the field already on the device (moving alpha or an angle in the GUI).
+//!
+//! Device times come from CUDA events inside the engine (field, prefilter, resample); host→host is
+//! the wall time of `Backend::apply` from the host input to the host output, pinned staging
+//! included. Medians over `reps` runs after `warmup` runs.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::augment::{Elastic, Mode, Order, Plan};
+use crate::engine::cpu::CpuBackend;
+use crate::engine::cuda::{self, CudaBackend};
+use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Timings};
+use crate::volume::Volume;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub backend: BackendSpec,
+    pub precision: Precision,
+    pub shapes: Vec<Vec<usize>>,
+    /// Timed GPU repetitions (median reported); at least 10.
+    pub reps: usize,
+    pub warmup: usize,
+    /// Timed CPU repetitions (0: no CPU rows).
+    pub cpu_reps: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            backend: BackendSpec::Auto,
+            precision: Precision::F32,
+            shapes: vec![vec![48, 240, 240], vec![128, 256, 256], vec![256, 512, 512]],
+            reps: 10,
+            warmup: 2,
+            cpu_reps: 1,
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    pub shape: String,
+    pub variant: String,
+    pub engine: String,
+    /// Device time of one new sample: field + prefilter + resample (CUDA events), median.
+    pub device_ms: Option<f64>,
+    /// Of which the fused resample kernel, median.
+    pub resample_ms: Option<f64>,
+    /// Of which the elastic field (noise + 3 separable passes per component), median.
+    pub field_ms: Option<f64>,
+    /// Host→host wall time of `apply`, median (CPU: its whole run).
+    pub host_ms: f64,
+    pub host_min_ms: f64,
+    /// Host→host with the field cached on the device (alpha or an angle moved).
+    pub host_cached_ms: Option<f64>,
+    /// Device time with the field cached: the resample alone.
+    pub device_cached_ms: Option<f64>,
+    /// Floor of the device time: bytes that must move / copy bandwidth, for a new sample.
+    pub floor_ms: Option<f64>,
+    /// Floor with the field cached (read image + field, write output).
+    pub floor_cached_ms: Option<f64>,
+    /// augscope's peak device memory over this row, in volumes of the input's f32 size.
+    pub peak_device_volumes: Option<f64>,
+    pub reps: usize,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub device: Option<String>,
+    /// Device-to-device copy bandwidth, bytes read + written per second.
+    pub d2d_bytes_per_s: Option<f64>,
+    pub note: Option<String>,
+    pub rows: Vec<BenchRow>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 { v[m] } else { 0.5 * (v[m - 1] + v[m]) }
+}
+
+/// The three pipelines of the issue.
+pub fn plans() -> Vec<(&'static str, Plan)> {
+    let base = Plan { order: Order::Linear, mode: Mode::Constant, ..Plan::default() };
+    let rot = vec![0.3, 0.2, 0.4];
+    let el = Some(Elastic { alpha: 800.0, sigma: 12.0, seed: 1 });
+    vec![
+        ("rotate", Plan { rotate_rad: rot.clone(), ..base.clone() }),
+        ("elastic", Plan { elastic: el, ..base.clone() }),
+        ("full", Plan { rotate_rad: rot, scale: vec![0.85], elastic: el, ..base }),
+    ]
+}
+
+fn test_volume(shape: &[usize]) -> Volume {
+    let n: usize = shape.iter().product();
+    let mut s: u64 = 0x2545_F491_4F6C_DD1D;
+    let data = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect();
+    Volume::new(data, shape.to_vec(), 1)
+}
+
+fn with_seed(plan: &Plan, seed: u64) -> Plan {
+    let mut p = plan.clone();
+    if let Some(e) = &mut p.elastic {
+        e.seed = seed;
+    }
+    p
+}
+
+fn run_once(b: &dyn Backend, plan: &Plan, img: &Volume, out: &mut [f32]) -> Result<(Timings, f64), EngineError> {
+    let t = Instant::now();
+    let tm = b.apply(Job { plan, image: img, label: None }, Outputs { image: out, label: None })?;
+    Ok((tm, t.elapsed().as_secs_f64() * 1e3))
+}
+
+/// Runs the benchmark; `progress` receives one line per finished row.
+pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchReport, EngineError> {
+    let want_gpu = !matches!(opts.backend, BackendSpec::Cpu);
+    let gpu = if want_gpu {
+        let ids = match &opts.backend {
+            BackendSpec::Cuda(ids) => ids.clone(),
+            _ => vec![],
+        };
+        match CudaBackend::new(&ids, opts.precision) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                progress(&format!("CUDA engine unavailable ({e}); CPU rows only"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut report = BenchReport { device: None, d2d_bytes_per_s: None, note: None, rows: vec![] };
+    if let Some(g) = &gpu {
+        let ord = g.ordinals()[0];
+        report.device = crate::engine::device::discover()
+            .devices
+            .into_iter()
+            .find(|d| d.ordinal == ord)
+            .map(|d| format!("cuda:{} {} sm_{}{}", d.ordinal, d.name, d.compute_capability.0, d.compute_capability.1));
+        let bw = cuda::d2d_bandwidth(ord, 1 << 31, 20)?;
+        progress(&format!("device-to-device copy: {:.2} TB/s (read + write, 2 GiB buffer)", bw / 1e12));
+        report.d2d_bytes_per_s = Some(bw);
+    }
+    let reps = opts.reps.max(10);
+    for shape in &opts.shapes {
+        let img = test_volume(shape);
+        let n: usize = shape.iter().product();
+        let vol_bytes = (n * 4) as f64;
+        let mut out = vec![0f32; n];
+        let shape_s = shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        for (variant, plan) in plans() {
+            let elastic = plan.elastic.is_some();
+            if let Some(g) = &gpu {
+                g.clear_cache();
+                let mut seed = 1000u64;
+                for _ in 0..opts.warmup.max(1) {
+                    seed += 1;
+                    run_once(g, &with_seed(&plan, seed), &img, &mut out)?;
+                }
+                let (mut dev, mut rs, mut fld, mut host) = (vec![], vec![], vec![], vec![]);
+                for _ in 0..reps {
+                    seed += 1;
+                    let (t, wall) = run_once(g, &with_seed(&plan, seed), &img, &mut out)?;
+                    dev.push(t.field_ms + t.prefilter_ms + t.resample_ms);
+                    rs.push(t.resample_ms);
+                    fld.push(t.field_ms);
+                    host.push(wall);
+                }
+                let (mut dc, mut hc) = (vec![], vec![]);
+                if elastic {
+                    // Same seed again: the field stays on the device; only alpha changes.
+                    for i in 0..reps {
+                        let mut p = with_seed(&plan, seed);
+                        if let Some(e) = &mut p.elastic {
+                            e.alpha = 800.0 + i as f64;
+                        }
+                        let (t, wall) = run_once(g, &p, &img, &mut out)?;
+                        dc.push(t.field_ms + t.prefilter_ms + t.resample_ms);
+                        hc.push(wall);
+                    }
+                }
+                let bw = report.d2d_bytes_per_s.unwrap_or(f64::NAN);
+                // Bytes that must move: the resample reads the image (and the field when
+                // elastic) and writes the output; a new field writes the noise pass and reads +
+                // writes each later pass, for each of the 3 components.
+                let resample_bytes = vol_bytes * if elastic { 5.0 } else { 2.0 };
+                let field_bytes = if elastic { vol_bytes * 3.0 * 5.0 } else { 0.0 };
+                let peak = g.mem_stats().first().map(|m| m.peak_bytes as f64 / vol_bytes);
+                let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
+                let row = BenchRow {
+                    shape: shape_s.clone(),
+                    variant: variant.into(),
+                    engine: g.name(),
+                    device_ms: Some(median(&mut dev)),
+                    resample_ms: Some(median(&mut rs)),
+                    field_ms: Some(median(&mut fld)),
+                    host_ms: median(&mut host),
+                    host_min_ms: host_min,
+                    host_cached_ms: elastic.then(|| median(&mut hc)),
+                    device_cached_ms: elastic.then(|| median(&mut dc)),
+                    floor_ms: Some((resample_bytes + field_bytes) / bw * 1e3),
+                    floor_cached_ms: Some(resample_bytes / bw * 1e3),
+                    peak_device_volumes: peak,
+                    reps,
+                };
+                progress(&format_row(&row));
+                report.rows.push(row);
+            }
+            if opts.cpu_reps > 0 {
+                let cpu = CpuBackend::new();
+                let mut host = vec![];
+                for i in 0..opts.cpu_reps {
+                    let (_, wall) = run_once(&cpu, &with_seed(&plan, 5000 + i as u64), &img, &mut out)?;
+                    host.push(wall);
+                }
+                let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
+                let row = BenchRow {
+                    shape: shape_s.clone(),
+                    variant: variant.into(),
+                    engine: format!("cpu ({} threads)", rayon::current_num_threads()),
+                    device_ms: None,
+                    resample_ms: None,
+                    field_ms: None,
+                    host_ms: median(&mut host),
+                    host_min_ms: host_min,
+                    host_cached_ms: None,
+                    device_cached_ms: None,
+                    floor_ms: None,
+                    floor_cached_ms: None,
+                    peak_device_volumes: None,
+                    reps: opts.cpu_reps,
+                };
+                progress(&format_row(&row));
+                report.rows.push(row);
+            }
+        }
+        if let Some(g) = &gpu {
+            g.clear_cache();
+        }
+    }
+    Ok(report)
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.3}"))
+}
+
+/// One human-readable line of a row.
+pub fn format_row(r: &BenchRow) -> String {
+    format!(
+        "{:>12} {:<8} {:<22} device {:>9} ms (resample {:>8}, field {:>8}; cached {:>8}) floor {:>8}/{:>8} \
+         host {:>9.2} ms (cached {:>8}) peak {} vol",
+        r.shape,
+        r.variant,
+        r.engine,
+        opt(r.device_ms),
+        opt(r.resample_ms),
+        opt(r.field_ms),
+        opt(r.device_cached_ms),
+        opt(r.floor_ms),
+        opt(r.floor_cached_ms),
+        r.host_ms,
+        opt(r.host_cached_ms),
+        r.peak_device_volumes.map_or("-".into(), |p| format!("{p:.1}")),
+    )
+}
+
+/// The table as text (Markdown).
+pub fn table(rep: &BenchReport) -> String {
+    let mut s = String::new();
+    if let Some(d) = &rep.device {
+        s += &format!("device: {d}\n");
+    }
+    if let Some(bw) = rep.d2d_bytes_per_s {
+        s += &format!("device-to-device copy: {:.2} TB/s (bytes read + written)\n", bw / 1e12);
+    }
+    s += "\n| shape | variant | engine | device ms (new sample) | resample ms | field ms | device ms (field cached) | floor ms new / cached | host→host ms | host→host cached ms | peak device vols |\n";
+    s += "|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for r in &rep.rows {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {:.2} | {} | {} |\n",
+            r.shape,
+            r.variant,
+            r.engine,
+            opt(r.device_ms),
+            opt(r.resample_ms),
+            opt(r.field_ms),
+            opt(r.device_cached_ms),
+            opt(r.floor_ms),
+            opt(r.floor_cached_ms),
+            r.host_ms,
+            opt(r.host_cached_ms),
+            r.peak_device_volumes.map_or("-".into(), |p| format!("{p:.1}")),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_only_bench_runs_on_a_tiny_shape() {
+        let opts = BenchOptions {
+            backend: BackendSpec::Cpu,
+            shapes: vec![vec![6, 8, 10]],
+            cpu_reps: 1,
+            ..BenchOptions::default()
+        };
+        let rep = run(&opts, |_| {}).unwrap();
+        assert_eq!(rep.rows.len(), 3);
+        assert!(rep.rows.iter().all(|r| r.host_ms >= 0.0 && r.device_ms.is_none()));
+        assert!(table(&rep).contains("| 6x8x10 | full |"));
+    }
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
