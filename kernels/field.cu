@@ -6,7 +6,8 @@
 // generated inside the first pass from its counter (seed, component, voxel): no noise volume is
 // ever written. Each pass computes, as the CPU does and in the same order of f32 operations,
 //   out = w0 * c + sum_{j=1..R} w_j * (lo_j + hi_j)
-// so with fmad off the field is the CPU's bit for bit.
+// with the same f32 weights; the host compiles this family with fmad on (add + FFMA per tap
+// pair), so the field equals the CPU's to f32 rounding, not bit for bit.
 //
 // Defines: FIELD_R (the radius int(4 sigma + 0.5)), FIELD_W (the R + 1 weights w_0..w_R as f32
 // literals, normalised on the host in f64 exactly as gaussian_kernel() does).
@@ -46,17 +47,18 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
     return 2.0f * u - 1.0f;
 }
 
-// Tiles: 32 columns x 8 thread rows, each thread FIELD_K consecutive outputs along the axis.
+// Tiles: 32 columns x 8 thread rows, each thread FIELD_K consecutive outputs along the axis
+// (TL = 128 outputs per block along the axis: FIELD_TL in src/engine/cuda.rs).
 #define TX 32
 #define TY 8
-#define FIELD_K 8
+#define FIELD_K 16
 #define TL (TY * FIELD_K)
 #define TROWS (TL + 2 * FIELD_R)
 // Up to this radius a thread keeps its whole window in registers (fully unrolled); above it, it
 // reads the window from shared memory.
-#define WINDOW_MAX_R 64
+#define WINDOW_MAX_R 56
 // The largest radius the shared tiles hold (48 KiB of static shared memory).
-#define TILED_MAX_R 150
+#define TILED_MAX_R 120
 
 // The K outputs of one thread from its window win(t) = value at (first output - R + t).
 #define SMOOTH_K(WIN, ACC)                                                              \
@@ -154,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
 
 #endif  // FIELD_R <= TILED_MAX_R
 
-// Any radius, one output per thread straight from global memory (slow; for sigma > 37), on one
+// Any radius, one output per thread straight from global memory (slow; for sigma > 29.9), on one
 // component of n_comp voxels, [outer][n][inner]; grid-stride. ncomp must be 1 (one component per
 // launch, like the tiled kernels); noise_k is the noise component.
 extern "C" __global__ void __launch_bounds__(256) gauss_direct_f32(

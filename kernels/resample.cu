@@ -45,26 +45,47 @@ struct LoadF32 {
     __device__ __forceinline__ float operator()(float v) const { return v; }
 };
 
-// The input coordinate of output voxel `idx`; `lin_q` receives the linear index of q.
+// The output voxel of this thread from a 3D launch (block (32, 8), grid (ceil(W/32), ceil(H/8), D)
+// in 3D, (ceil(W/32), ceil(H/8), 1) in 2D): no integer division per voxel. Returns false past
+// the edge; `idx` receives the C-order linear index of p.
+__device__ __forceinline__ bool output_voxel(const ResampleParams& p, int* pv, long long* idx) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+#if NDIM == 3
+    const int z = blockIdx.z;
+    if (x >= p.out_shape[2] || y >= p.out_shape[1]) return false;
+    pv[0] = z;
+    pv[1] = y;
+    pv[2] = x;
+    *idx = ((long long)z * p.out_shape[1] + y) * p.out_shape[2] + x;
+#else
+    if (x >= p.out_shape[1] || y >= p.out_shape[0]) return false;
+    pv[0] = y;
+    pv[1] = x;
+    *idx = (long long)y * p.out_shape[1] + x;
+#endif
+    return true;
+}
+
+// The input coordinate of output voxel p.
 __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const float* __restrict__ field,
-                                                 long long idx, double* x) {
+                                                 const int* pv, double* x) {
     int q[3];
-    long long rem = idx;
 #pragma unroll
-    for (int a = NDIM - 1; a >= 0; a--) {
-        const int n = p.out_shape[a];
-        const int pa = (int)(rem % n);
-        rem /= n;
-        q[a] = p.flip[a] ? n - 1 - pa : pa;
-    }
-    long long lin_q = 0;
-#pragma unroll
-    for (int a = 0; a < NDIM; a++) lin_q = lin_q * p.out_shape[a] + q[a];
+    for (int a = 0; a < NDIM; a++) q[a] = p.flip[a] ? p.out_shape[a] - 1 - pv[a] : pv[a];
     double c[3];
+    if (p.has_field) {
+        long long lin_q = 0;
 #pragma unroll
-    for (int a = 0; a < NDIM; a++) {
-        c[a] = (double)q[a] - p.ctr_out[a];
-        if (p.has_field) c[a] += p.alpha * (double)field[(long long)a * p.n_out + lin_q];
+        for (int a = 0; a < NDIM; a++) lin_q = lin_q * p.out_shape[a] + q[a];
+#pragma unroll
+        for (int a = 0; a < NDIM; a++) {
+            c[a] = (double)q[a] - p.ctr_out[a];
+            c[a] += p.alpha * (double)__ldg(field + (long long)a * p.n_out + lin_q);
+        }
+    } else {
+#pragma unroll
+        for (int a = 0; a < NDIM; a++) c[a] = (double)q[a] - p.ctr_out[a];
     }
 #pragma unroll
     for (int i = 0; i < NDIM; i++) {
@@ -83,14 +104,15 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
 #define RESAMPLE_ENTRY resample_f32
 #endif
 
-// One thread per output voxel; every image channel and every label channel.
+// One thread per output voxel (see output_voxel); every image channel and every label channel.
 extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
     const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
     float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= p.n_out) return;
+    int pv[3];
+    long long idx;
+    if (!output_voxel(p, pv, &idx)) return;
     double x[3];
-    input_coordinate(p, field, idx, x);
+    input_coordinate(p, field, pv, x);
 
     Taps<ORDER> t;
     if (make_taps<ORDER>(x, p.in_shape, p.pad, t)) {
@@ -120,10 +142,11 @@ extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
 extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__ out,
                                                              const float* __restrict__ field,
                                                              ResampleParams p) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= p.n_out) return;
+    int pv[3];
+    long long idx;
+    if (!output_voxel(p, pv, &idx)) return;
     double x[3];
-    input_coordinate(p, field, idx, x);
+    input_coordinate(p, field, pv, x);
 #pragma unroll
     for (int a = 0; a < NDIM; a++) out[(long long)a * p.n_out + idx] = (float)x[a];
 }

@@ -27,7 +27,7 @@ if [[ $STEPS == *tests* ]]; then
   log "tests (CUDA vs CPU, CUDA vs scipy fixtures, CPU fixtures)"
   for t in "$BIN"/tests/*; do
     echo "--- $(basename "$t")" >> "$OUT/tests.log"
-    timeout 240 "$t" --test-threads=8 >> "$OUT/tests.log" 2>&1
+    timeout 120 "$t" --test-threads=8 >> "$OUT/tests.log" 2>&1
     echo "$(basename "$t"): exit $?" | tee -a "$OUT/summary.txt"
   done
   grep -E "test result|FAILED|panicked|GPU vs scipy|within" "$OUT/tests.log" | tee -a "$OUT/summary.txt"
@@ -79,11 +79,11 @@ fi
 
 if [[ $STEPS == *bench* ]]; then
   log "augscope bench"
-  timeout 300 "$BIN/augscope" bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  timeout 220 "$BIN/augscope" bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
 fi
 
 if [[ $STEPS == *peers* ]]; then
   log "peers (cupyx, torch; scipy skipped: single-threaded CPU minutes)"
-  PYTHONUNBUFFERED=1 timeout 240 python3 "$BIN/peers_bench.py" --skip-cpu --json "$OUT/peers.json" 2>&1 | tail -40 | tee "$OUT/peers.txt"
+  PYTHONUNBUFFERED=1 timeout 170 python3 "$BIN/peers_bench.py" --skip-cpu --json "$OUT/peers.json" 2>&1 | tail -40 | tee "$OUT/peers.txt"
 fi
 log "done"

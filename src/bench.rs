@@ -91,18 +91,50 @@ fn median(v: &mut [f64]) -> f64 {
         return f64::NAN;
     }
     let m = v.len() / 2;
-    if v.len() % 2 == 1 { v[m] } else { 0.5 * (v[m - 1] + v[m]) }
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        0.5 * (v[m - 1] + v[m])
+    }
 }
 
 /// The three pipelines of the issue.
 pub fn plans() -> Vec<(&'static str, Plan)> {
-    let base = Plan { order: Order::Linear, mode: Mode::Constant, ..Plan::default() };
+    let base = Plan {
+        order: Order::Linear,
+        mode: Mode::Constant,
+        ..Plan::default()
+    };
     let rot = vec![0.3, 0.2, 0.4];
-    let el = Some(Elastic { alpha: 800.0, sigma: 12.0, seed: 1 });
+    let el = Some(Elastic {
+        alpha: 800.0,
+        sigma: 12.0,
+        seed: 1,
+    });
     vec![
-        ("rotate", Plan { rotate_rad: rot.clone(), ..base.clone() }),
-        ("elastic", Plan { elastic: el, ..base.clone() }),
-        ("full", Plan { rotate_rad: rot, scale: vec![0.85], elastic: el, ..base }),
+        (
+            "rotate",
+            Plan {
+                rotate_rad: rot.clone(),
+                ..base.clone()
+            },
+        ),
+        (
+            "elastic",
+            Plan {
+                elastic: el,
+                ..base.clone()
+            },
+        ),
+        (
+            "full",
+            Plan {
+                rotate_rad: rot,
+                scale: vec![0.85],
+                elastic: el,
+                ..base
+            },
+        ),
     ]
 }
 
@@ -128,14 +160,32 @@ fn with_seed(plan: &Plan, seed: u64) -> Plan {
     p
 }
 
-fn run_once(b: &dyn Backend, plan: &Plan, img: &Volume, out: &mut [f32]) -> Result<(Timings, f64), EngineError> {
+fn run_once(
+    b: &dyn Backend,
+    plan: &Plan,
+    img: &Volume,
+    out: &mut [f32],
+) -> Result<(Timings, f64), EngineError> {
     let t = Instant::now();
-    let tm = b.apply(Job { plan, image: img, label: None }, Outputs { image: out, label: None })?;
+    let tm = b.apply(
+        Job {
+            plan,
+            image: img,
+            label: None,
+        },
+        Outputs {
+            image: out,
+            label: None,
+        },
+    )?;
     Ok((tm, t.elapsed().as_secs_f64() * 1e3))
 }
 
 /// Runs the benchmark; `progress` receives one line per finished row.
-pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchReport, EngineError> {
+pub fn run(
+    opts: &BenchOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<BenchReport, EngineError> {
     let want_gpu = !matches!(opts.backend, BackendSpec::Cpu);
     let gpu = if want_gpu {
         let ids = match &opts.backend {
@@ -152,16 +202,29 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchR
     } else {
         None
     };
-    let mut report = BenchReport { device: None, d2d_bytes_per_s: None, note: None, rows: vec![] };
+    let mut report = BenchReport {
+        device: None,
+        d2d_bytes_per_s: None,
+        note: None,
+        rows: vec![],
+    };
     if let Some(g) = &gpu {
         let ord = g.ordinals()[0];
         report.device = crate::engine::device::discover()
             .devices
             .into_iter()
             .find(|d| d.ordinal == ord)
-            .map(|d| format!("cuda:{} {} sm_{}{}", d.ordinal, d.name, d.compute_capability.0, d.compute_capability.1));
+            .map(|d| {
+                format!(
+                    "cuda:{} {} sm_{}{}",
+                    d.ordinal, d.name, d.compute_capability.0, d.compute_capability.1
+                )
+            });
         let bw = cuda::d2d_bandwidth(ord, 1 << 31, 20)?;
-        progress(&format!("device-to-device copy: {:.2} TB/s (read + write, 2 GiB buffer)", bw / 1e12));
+        progress(&format!(
+            "device-to-device copy: {:.2} TB/s (read + write, 2 GiB buffer)",
+            bw / 1e12
+        ));
         report.d2d_bytes_per_s = Some(bw);
     }
     let reps = opts.reps.max(10);
@@ -170,11 +233,16 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchR
         let n: usize = shape.iter().product();
         let vol_bytes = (n * 4) as f64;
         let mut out = vec![0f32; n];
-        let shape_s = shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        let shape_s = shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("x");
         for (variant, plan) in plans() {
             let elastic = plan.elastic.is_some();
             if let Some(g) = &gpu {
                 g.clear_cache();
+                g.reset_peak();
                 let mut seed = 1000u64;
                 for _ in 0..opts.warmup.max(1) {
                     seed += 1;
@@ -208,7 +276,10 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchR
                 // writes each later pass, for each of the 3 components.
                 let resample_bytes = vol_bytes * if elastic { 5.0 } else { 2.0 };
                 let field_bytes = if elastic { vol_bytes * 3.0 * 5.0 } else { 0.0 };
-                let peak = g.mem_stats().first().map(|m| m.peak_bytes as f64 / vol_bytes);
+                let peak = g
+                    .mem_stats()
+                    .first()
+                    .map(|m| m.peak_bytes as f64 / vol_bytes);
                 let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
                 let row = BenchRow {
                     shape: shape_s.clone(),
@@ -233,7 +304,8 @@ pub fn run(opts: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchR
                 let cpu = CpuBackend::new();
                 let mut host = vec![];
                 for i in 0..opts.cpu_reps {
-                    let (_, wall) = run_once(&cpu, &with_seed(&plan, 5000 + i as u64), &img, &mut out)?;
+                    let (_, wall) =
+                        run_once(&cpu, &with_seed(&plan, 5000 + i as u64), &img, &mut out)?;
                     host.push(wall);
                 }
                 let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -284,7 +356,8 @@ pub fn format_row(r: &BenchRow) -> String {
         opt(r.floor_cached_ms),
         r.host_ms,
         opt(r.host_cached_ms),
-        r.peak_device_volumes.map_or("-".into(), |p| format!("{p:.1}")),
+        r.peak_device_volumes
+            .map_or("-".into(), |p| format!("{p:.1}")),
     )
 }
 
@@ -295,7 +368,10 @@ pub fn table(rep: &BenchReport) -> String {
         s += &format!("device: {d}\n");
     }
     if let Some(bw) = rep.d2d_bytes_per_s {
-        s += &format!("device-to-device copy: {:.2} TB/s (bytes read + written)\n", bw / 1e12);
+        s += &format!(
+            "device-to-device copy: {:.2} TB/s (bytes read + written)\n",
+            bw / 1e12
+        );
     }
     s += "\n| shape | variant | engine | device ms (new sample) | resample ms | field ms | device ms (field cached) | floor ms new / cached | host→host ms | host→host cached ms | peak device vols |\n";
     s += "|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -313,7 +389,8 @@ pub fn table(rep: &BenchReport) -> String {
             opt(r.floor_cached_ms),
             r.host_ms,
             opt(r.host_cached_ms),
-            r.peak_device_volumes.map_or("-".into(), |p| format!("{p:.1}")),
+            r.peak_device_volumes
+                .map_or("-".into(), |p| format!("{p:.1}")),
         );
     }
     s
@@ -333,7 +410,11 @@ mod tests {
         };
         let rep = run(&opts, |_| {}).unwrap();
         assert_eq!(rep.rows.len(), 3);
-        assert!(rep.rows.iter().all(|r| r.host_ms >= 0.0 && r.device_ms.is_none()));
+        assert!(
+            rep.rows
+                .iter()
+                .all(|r| r.host_ms >= 0.0 && r.device_ms.is_none())
+        );
         assert!(table(&rep).contains("| 6x8x10 | full |"));
     }
 

@@ -448,15 +448,24 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let mut disp = None;
     if a.save_coords.is_some() || a.report.is_some() {
         let map = plan.compose(&image.shape)?;
-        let gpu_stats = gpu.as_ref().and_then(|g| g.displacement_stats(&plan, &map.out_shape).ok());
+        let gpu_stats = gpu
+            .as_ref()
+            .and_then(|g| g.displacement_stats(&plan, &map.out_shape).ok());
         let gpu_coords = match (&gpu, &a.save_coords) {
             (Some(g), Some(_)) => g.coordinates(&plan, &image.shape).ok(),
             _ => None,
         };
         let cpu = engine::cpu::CpuBackend::new();
-        let need_cpu_field = gpu_stats.is_none() || (a.save_coords.is_some() && gpu_coords.is_none());
-        let field = if need_cpu_field { cpu.field(&plan, &map.out_shape).map(|(f, _)| f) } else { None };
-        let stats = gpu_stats.flatten().or_else(|| field.as_ref().map(|f| f.displacement_stats(map.alpha)));
+        let need_cpu_field =
+            gpu_stats.is_none() || (a.save_coords.is_some() && gpu_coords.is_none());
+        let field = if need_cpu_field {
+            cpu.field(&plan, &map.out_shape).map(|(f, _)| f)
+        } else {
+            None
+        };
+        let stats = gpu_stats
+            .flatten()
+            .or_else(|| field.as_ref().map(|f| f.displacement_stats(map.alpha)));
         if let Some((max_v, rms_v)) = stats {
             let min_sp = image
                 .spacing_mm
@@ -505,7 +514,10 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
 fn devices(json: bool) -> anyhow::Result<()> {
     let report = engine::device::discover();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).context("cannot encode the report")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("cannot encode the report")?
+        );
     } else {
         println!("{report}");
     }
@@ -514,7 +526,9 @@ fn devices(json: bool) -> anyhow::Result<()> {
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if let Some(s) = a.shape.iter().find(|s| s.len() != 3 || s.contains(&0)) {
-        return Err(usage(format!("--shape takes three positive sizes D,H,W, got {s:?}")));
+        return Err(usage(format!(
+            "--shape takes three positive sizes D,H,W, got {s:?}"
+        )));
     }
     let mut opts = augscope::bench::BenchOptions {
         backend: a.backend,
@@ -526,11 +540,14 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if !a.shape.is_empty() {
         opts.shapes = a.shape;
     }
-    let report = augscope::bench::run(&opts, |line| eprintln!("{line}")).context("the benchmark failed")?;
+    let report =
+        augscope::bench::run(&opts, |line| eprintln!("{line}")).context("the benchmark failed")?;
     println!("{}", augscope::bench::table(&report));
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&report).context("cannot encode the table")?;
-        io::atomic_write(p, "JSON table", |w| std::io::Write::write_all(w, text.as_bytes()))?;
+        io::atomic_write(p, "JSON table", |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })?;
     }
     Ok(())
 }

@@ -102,7 +102,10 @@ fn cuda_request_without_a_device_falls_back_to_the_cpu_with_a_note() {
     assert_eq!(note.lines().count(), 1);
     // The fallback engine works.
     let v = random_volume(&[6, 7], 1, 1);
-    let plan = Plan { rotate_rad: vec![0.3], ..Plan::default() };
+    let plan = Plan {
+        rotate_rad: vec![0.3],
+        ..Plan::default()
+    };
     assert!(apply_new(sel.backend.as_ref(), &plan, &v, None).is_ok());
 }
 
@@ -140,10 +143,15 @@ fn devices_report_never_panics_and_says_why() {
 fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Volume>, what: &str) {
     let cpu = CpuBackend::new();
     let (want, want_lab, _) = apply_new(&cpu, plan, image, label).unwrap();
-    let (got, got_lab, _) = apply_new(gpu, plan, image, label).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (got, got_lab, _) =
+        apply_new(gpu, plan, image, label).unwrap_or_else(|e| panic!("{what}: {e}"));
     let (frac, worst, nan) = agreement(&want.data, &got.data, 1e-4);
     assert_eq!(nan, 0, "{what}: NaN");
-    assert!(frac >= 0.9999, "{what}: only {:.5} % within 1e-4 (worst {worst})", frac * 100.0);
+    assert!(
+        frac >= 0.9999,
+        "{what}: only {:.5} % within 1e-4 (worst {worst})",
+        frac * 100.0
+    );
     if let (Some(a), Some(b)) = (want_lab, got_lab) {
         let diff = a.data.iter().zip(&b.data).filter(|(x, y)| x != y).count();
         assert_eq!(diff, 0, "{what}: {diff} label voxels differ");
@@ -162,7 +170,11 @@ fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
         scale: (0..ndim).map(|i| 0.8 + 0.5 * f(10 + i as u64)).collect(),
         translate: (0..ndim).map(|i| 6.0 * (f(20 + i as u64) - 0.5)).collect(),
         elastic: if k % 3 != 2 {
-            Some(Elastic { alpha: 20.0 + 40.0 * f(30), sigma: 2.0 + 2.0 * f(31), seed: k * 31 + 5 })
+            Some(Elastic {
+                alpha: 20.0 + 40.0 * f(30),
+                sigma: 2.0 + 2.0 * f(31),
+                seed: k * 31 + 5,
+            })
         } else {
             None
         },
@@ -176,8 +188,11 @@ fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
 #[test]
 fn gpu_matches_cpu_every_mode_order_and_layout() {
     let Some(g) = gpu(Precision::F32) else { return };
-    let layouts: [(&str, Vec<usize>, usize); 3] =
-        [("2d", vec![37, 41], 1), ("3d", vec![13, 17, 19], 1), ("rgb", vec![29, 31], 3)];
+    let layouts: [(&str, Vec<usize>, usize); 3] = [
+        ("2d", vec![37, 41], 1),
+        ("3d", vec![13, 17, 19], 1),
+        ("rgb", vec![29, 31], 3),
+    ];
     let mut k = 0;
     for (name, shape, ch) in &layouts {
         let image = random_volume(shape, *ch, 11 + k);
@@ -186,7 +201,13 @@ fn gpu_matches_cpu_every_mode_order_and_layout() {
             for order in [Order::Nearest, Order::Linear, Order::Cubic] {
                 k += 1;
                 let plan = random_plan(shape.len(), k, order, mode);
-                check_plan(&g, &plan, &image, Some(&label), &format!("{name} {mode} order {order} plan {k}"));
+                check_plan(
+                    &g,
+                    &plan,
+                    &image,
+                    Some(&label),
+                    &format!("{name} {mode} order {order} plan {k}"),
+                );
             }
         }
     }
@@ -204,7 +225,11 @@ fn gpu_matches_cpu_on_larger_random_plans_and_output_shapes() {
         if k == 4 {
             plan.out_shape = Some(vec![33, 50, 81]);
         }
-        plan.elastic = Some(Elastic { alpha: 300.0, sigma: 6.0 + k as f64, seed: k });
+        plan.elastic = Some(Elastic {
+            alpha: 300.0,
+            sigma: 6.0 + k as f64,
+            seed: k,
+        });
         check_plan(&g, &plan, &image, Some(&label), &format!("large plan {k}"));
     }
 }
@@ -212,10 +237,22 @@ fn gpu_matches_cpu_on_larger_random_plans_and_output_shapes() {
 #[test]
 fn gpu_elastic_field_and_coordinates_match_the_cpu() {
     let Some(g) = gpu(Precision::F32) else { return };
-    for (shape, sigma, seed) in [(vec![24usize, 40, 36], 4.0, 42u64), (vec![50, 70], 3.0, 1 << 40), (vec![20, 30, 20], 45.0, 7)] {
+    for (shape, sigma, seed) in [
+        (vec![24usize, 40, 36], 4.0, 42u64),
+        (vec![50, 70], 3.0, 1 << 40),
+        (vec![20, 30, 20], 45.0, 7),
+    ] {
         let plan = Plan {
-            rotate_rad: if shape.len() == 3 { vec![0.1, 0.2, 0.3] } else { vec![0.4] },
-            elastic: Some(Elastic { alpha: 500.0, sigma, seed }),
+            rotate_rad: if shape.len() == 3 {
+                vec![0.1, 0.2, 0.3]
+            } else {
+                vec![0.4]
+            },
+            elastic: Some(Elastic {
+                alpha: 500.0,
+                sigma,
+                seed,
+            }),
             ..Plan::default()
         };
         let map = plan.compose(&shape).unwrap();
@@ -224,11 +261,23 @@ fn gpu_elastic_field_and_coordinates_match_the_cpu() {
         let want = coordinates(&map, field.as_deref());
         let got = g.coordinates(&plan, &shape).unwrap();
         let (frac, worst, _) = agreement(&want, &got, 1e-4);
-        assert!(frac == 1.0, "coordinates {shape:?} sigma {sigma}: {frac} within 1e-4, worst {worst}");
+        assert!(
+            frac == 1.0,
+            "coordinates {shape:?} sigma {sigma}: {frac} within 1e-4, worst {worst}"
+        );
         let (cmax, crms) = field.as_ref().unwrap().displacement_stats(500.0);
-        let (gmax, grms) = g.displacement_stats(&plan, &map.out_shape).unwrap().unwrap();
-        assert!((cmax - gmax).abs() <= 1e-6 * cmax.max(1.0), "max {cmax} vs {gmax}");
-        assert!((crms - grms).abs() <= 1e-6 * crms.max(1.0), "rms {crms} vs {grms}");
+        let (gmax, grms) = g
+            .displacement_stats(&plan, &map.out_shape)
+            .unwrap()
+            .unwrap();
+        assert!(
+            (cmax - gmax).abs() <= 1e-6 * cmax.max(1.0),
+            "max {cmax} vs {gmax}"
+        );
+        assert!(
+            (crms - grms).abs() <= 1e-6 * crms.max(1.0),
+            "rms {crms} vs {grms}"
+        );
     }
 }
 
@@ -236,14 +285,29 @@ fn gpu_elastic_field_and_coordinates_match_the_cpu() {
 fn gpu_field_is_cached_across_alpha_and_angles() {
     let Some(g) = gpu(Precision::F32) else { return };
     let image = random_volume(&[20, 24, 28], 1, 9);
-    let mut plan = Plan { elastic: Some(Elastic { alpha: 100.0, sigma: 3.0, seed: 77 }), ..Plan::default() };
+    let mut plan = Plan {
+        elastic: Some(Elastic {
+            alpha: 100.0,
+            sigma: 3.0,
+            seed: 77,
+        }),
+        ..Plan::default()
+    };
     let _ = apply_new(&g, &plan, &image, None).unwrap();
-    plan.elastic = Some(Elastic { alpha: 250.0, sigma: 3.0, seed: 77 });
+    plan.elastic = Some(Elastic {
+        alpha: 250.0,
+        sigma: 3.0,
+        seed: 77,
+    });
     plan.rotate_rad = vec![0.2, 0.0, 0.1];
     plan.mode = Mode::Reflect;
     let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
     assert_eq!(t.field_ms, 0.0, "the field was recomputed");
-    plan.elastic = Some(Elastic { alpha: 250.0, sigma: 3.0, seed: 78 });
+    plan.elastic = Some(Elastic {
+        alpha: 250.0,
+        sigma: 3.0,
+        seed: 78,
+    });
     let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
     assert!(t.field_ms > 0.0, "a new seed needs a new field");
 }
@@ -259,8 +323,14 @@ fn gpu_half_precision_storage_stays_close() {
             let (got, _, _) = apply_new(&g, &plan, &image, None).unwrap();
             let (frac, worst, nan) = agreement(&want.data, &got.data, tol);
             assert_eq!(nan, 0);
-            eprintln!("{p:?} order {order}: {:.4} % within {tol}, worst {worst}", frac * 100.0);
-            assert!(frac >= 0.999, "{p:?} order {order}: {frac} within {tol}, worst {worst}");
+            eprintln!(
+                "{p:?} order {order}: {:.4} % within {tol}, worst {worst}",
+                frac * 100.0
+            );
+            assert!(
+                frac >= 0.999,
+                "{p:?} order {order}: {frac} within {tol}, worst {worst}"
+            );
         }
     }
 }
@@ -274,7 +344,10 @@ fn gpu_out_of_memory_falls_back_to_the_cpu() {
         return;
     }
     let tracker = std::sync::Arc::new(device::MemTracker::new(Some(1024)));
-    assert!(matches!(tracker.reserve(4096, "a volume"), Err(EngineError::OutOfMemory(_))));
+    assert!(matches!(
+        tracker.reserve(4096, "a volume"),
+        Err(EngineError::OutOfMemory(_))
+    ));
     // End to end through the env limit: see scripts/gpu_check.sh, which runs `augscope apply`
     // with AUGSCOPE_GPU_MEM_LIMIT=1M and checks the report's note.
 }
@@ -282,7 +355,9 @@ fn gpu_out_of_memory_falls_back_to_the_cpu() {
 #[test]
 fn gpu_batch_runs_on_every_listed_device() {
     let Some(g) = gpu(Precision::F32) else { return };
-    let images: Vec<Volume> = (0..5).map(|i| random_volume(&[12, 14, 16], 1, 50 + i)).collect();
+    let images: Vec<Volume> = (0..5)
+        .map(|i| random_volume(&[12, 14, 16], 1, 50 + i))
+        .collect();
     let plan = random_plan(3, 3, Order::Linear, Mode::Constant);
     let n = images[0].data.len();
     let mut outs: Vec<Vec<f32>> = (0..5).map(|_| vec![0f32; n]).collect();
@@ -291,8 +366,15 @@ fn gpu_batch_runs_on_every_listed_device() {
         .zip(outs.iter_mut())
         .map(|(im, o)| {
             (
-                augscope::engine::Job { plan: &plan, image: im, label: None },
-                augscope::engine::Outputs { image: o.as_mut_slice(), label: None },
+                augscope::engine::Job {
+                    plan: &plan,
+                    image: im,
+                    label: None,
+                },
+                augscope::engine::Outputs {
+                    image: o.as_mut_slice(),
+                    label: None,
+                },
             )
         })
         .collect();
@@ -323,16 +405,22 @@ fn gpu_matches_scipy_fixtures() {
     let (mut cases, mut failures, mut voxels) = (0, vec![], 0usize);
     for case in fx["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
-        let plan: Plan = serde_json::from_value(case["plan"].clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let plan: Plan =
+            serde_json::from_value(case["plan"].clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let channels = case["channels"].as_u64().unwrap() as usize;
         let a = load(case["input"].as_str().unwrap());
-        let shape = if channels > 1 { a.shape[1..].to_vec() } else { a.shape.clone() };
+        let shape = if channels > 1 {
+            a.shape[1..].to_vec()
+        } else {
+            a.shape.clone()
+        };
         let image = Volume::new(a.data, shape, channels);
         let label = case["label"].as_str().map(|l| {
             let a = load(l);
             Volume::new(a.data, a.shape.clone(), 1)
         });
-        let (out, out_label, _) = apply_new(&g, &plan, &image, label.as_ref()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (out, out_label, _) =
+            apply_new(&g, &plan, &image, label.as_ref()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = load(case["expected"].as_str().unwrap());
         let n: usize = out.shape.iter().product();
         let mask = case["mask"].as_str().map(|m| load(m).data);
@@ -364,6 +452,9 @@ fn gpu_matches_scipy_fixtures() {
         }
         cases += 1;
     }
-    eprintln!("GPU vs scipy: {cases} fixture cases, {voxels} voxels compared, {} failures", failures.len());
+    eprintln!(
+        "GPU vs scipy: {cases} fixture cases, {voxels} voxels compared, {} failures",
+        failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

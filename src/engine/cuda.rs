@@ -5,9 +5,9 @@
 //! evaluate DESIGN §3 in one pass per output volume (flip → elastic → affine → boundary → order
 //! 0/1/3, image and label together); the unit elastic field is made on the device with the noise
 //! generated inside the first smoothing pass and cached by (seed, sigma, shape), so moving alpha or
-//! anything else never recomputes it. Coordinates are f64 and tap sums f32; every kernel is
-//! compiled with fmad off, so that the numbers are the CPU engine's to f32 rounding (the elastic
-//! field bit for bit).
+//! anything else never recomputes it. Coordinates are f64 (as on the CPU, so order-0 rounding and
+//! tap choice agree) and tap sums f32; the sampler and the prefilter are compiled with fmad off, the
+//! compute-bound field passes with FFMA: the numbers are the CPU engine's to f32 rounding.
 //!
 //! Without a driver, a device or NVRTC, nothing here panics: cudarc panics when its libraries are
 //! missing, so every entry point probes them first ([`driver_version`], [`nvrtc_version`]).
@@ -27,7 +27,9 @@ use rayon::prelude::*;
 
 use super::boundary::{Mode, SPLINE_PREPAD};
 use super::device::{self, DeviceContext, MemStats, driver_error};
-use super::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job};
+use super::{
+    Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job,
+};
 use crate::augment::{CoordMap, Order, Plan};
 use crate::filter::gaussian::gaussian_kernel;
 
@@ -69,7 +71,11 @@ impl Family {
     pub fn program(self) -> String {
         match self {
             Family::Field => self.source().to_string(),
-            _ => format!("{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}", self.file(), self.source()),
+            _ => format!(
+                "{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}",
+                self.file(),
+                self.source()
+            ),
         }
     }
 }
@@ -84,7 +90,12 @@ pub fn driver_version() -> Result<i32, String> {
     // SAFETY: the library is loaded (checked above); cuDriverGetVersion(int*) writes one int to
     // `v`, which lives for the call, and needs no cuInit.
     let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-    r.result().map_err(|e| format!("the NVIDIA driver does not answer: {}", device::driver_message(&e)))?;
+    r.result().map_err(|e| {
+        format!(
+            "the NVIDIA driver does not answer: {}",
+            device::driver_message(&e)
+        )
+    })?;
     Ok(v)
 }
 
@@ -92,15 +103,18 @@ pub fn driver_version() -> Result<i32, String> {
 pub fn nvrtc_version() -> Result<(i32, i32), String> {
     // SAFETY: `is_culib_present` only tries to dlopen libnvrtc by its usual names.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err("NVRTC (libnvrtc.so) could not be loaded; install the CUDA toolkit or \
+        return Err(
+            "NVRTC (libnvrtc.so) could not be loaded; install the CUDA toolkit or \
                     `pip install nvidia-cuda-nvrtc` and add its lib folder to LD_LIBRARY_PATH"
-            .into());
+                .into(),
+        );
     }
     let (mut a, mut b): (std::ffi::c_int, std::ffi::c_int) = (0, 0);
     // SAFETY: the library is loaded (checked above); nvrtcVersion(int*, int*) writes two ints
     // that live for the call.
     let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
-    r.result().map_err(|e| format!("NVRTC does not answer: {e:?}"))?;
+    r.result()
+        .map_err(|e| format!("NVRTC does not answer: {e:?}"))?;
     Ok((a, b))
 }
 
@@ -108,7 +122,13 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
 pub fn mode_defines(mode: Mode) -> Vec<String> {
     let mut d: Vec<String> = Mode::ALL
         .iter()
-        .map(|m| format!("-DMODE_{}={}", m.name().to_ascii_uppercase().replace('-', "_"), *m as u32))
+        .map(|m| {
+            format!(
+                "-DMODE_{}={}",
+                m.name().to_ascii_uppercase().replace('-', "_"),
+                *m as u32
+            )
+        })
         .collect();
     d.push(format!("-DMODE={}", mode as u32));
     d
@@ -138,31 +158,53 @@ pub fn field_defines(sigma: f64) -> Vec<String> {
     let w = gaussian_kernel(sigma, 4.0);
     let r = w.len() / 2;
     let lits: Vec<String> = w[r..].iter().map(|&v| format!("{:e}f", v as f32)).collect();
-    vec![format!("-DFIELD_R={r}"), format!("-DFIELD_W={}", lits.join(","))]
+    vec![
+        format!("-DFIELD_R={r}"),
+        format!("-DFIELD_W={}", lits.join(",")),
+    ]
 }
 
-/// Compiles one family with NVRTC (no fast-math, fmad off for parity with the CPU engine).
-pub fn compile(family: Family, defines: &[String], arch: Option<&'static str>) -> Result<Ptx, EngineError> {
+/// Compiles one family with NVRTC (no fast-math; fmad off except in the field family).
+pub fn compile(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<Ptx, EngineError> {
     nvrtc_version().map_err(EngineError::CudaUnavailable)?;
     let mut options = defines.to_vec();
     options.push("--std=c++17".into());
     let opts = CompileOptions {
         arch,
-        fmad: Some(false),
+        // fmad off keeps the sampler's f32 tap sums and the prefilter the CPU's operation for
+        // operation; the field's 97-tap passes are compute-bound and use FFMA (f32 rounding).
+        fmad: Some(family == Family::Field),
         use_fast_math: Some(false),
         prec_div: Some(true),
         prec_sqrt: Some(true),
         ftz: Some(false),
         options,
-        name: Some(family.file().rsplit('/').next().unwrap_or("kernel.cu").to_string()),
+        name: Some(
+            family
+                .file()
+                .rsplit('/')
+                .next()
+                .unwrap_or("kernel.cu")
+                .to_string(),
+        ),
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(family.program(), opts).map_err(|e| {
         let detail = match &e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
             other => format!("{other:?}"),
         };
-        EngineError::Cuda(format!("NVRTC could not compile {}: {}", family.file(), detail.trim()))
+        EngineError::Cuda(format!(
+            "NVRTC could not compile {}: {}",
+            family.file(),
+            detail.trim()
+        ))
     })
 }
 
@@ -174,16 +216,32 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
     for mode in Mode::ALL {
         for ndim in [2, 3] {
             for order in [Order::Nearest, Order::Linear, Order::Cubic] {
-                compile(Family::Resample, &sampler_defines(mode, order, ndim, Precision::F32), arch)?;
+                compile(
+                    Family::Resample,
+                    &sampler_defines(mode, order, ndim, Precision::F32),
+                    arch,
+                )?;
                 n += 1;
             }
-            compile(Family::Prefilter, &sampler_defines(mode, Order::Cubic, ndim, Precision::F32), arch)?;
+            compile(
+                Family::Prefilter,
+                &sampler_defines(mode, Order::Cubic, ndim, Precision::F32),
+                arch,
+            )?;
             n += 1;
         }
     }
     for p in [Precision::F16, Precision::Bf16] {
-        compile(Family::Resample, &sampler_defines(Mode::Reflect, Order::Cubic, 3, p), arch)?;
-        compile(Family::Prefilter, &sampler_defines(Mode::Nearest, Order::Cubic, 3, p), arch)?;
+        compile(
+            Family::Resample,
+            &sampler_defines(Mode::Reflect, Order::Cubic, 3, p),
+            arch,
+        )?;
+        compile(
+            Family::Prefilter,
+            &sampler_defines(Mode::Nearest, Order::Cubic, 3, p),
+            arch,
+        )?;
         n += 2;
     }
     for sigma in [0.1, 2.0, 12.0, 20.0, 45.0] {
@@ -307,7 +365,8 @@ fn ensure<'a, T: DeviceRepr>(
         *slot = None;
         *slot = Some(DevBuf::new(dev, len, what)?);
     }
-    slot.as_mut().ok_or_else(|| EngineError::Cuda("workspace buffer missing".into()))
+    slot.as_mut()
+        .ok_or_else(|| EngineError::Cuda("workspace buffer missing".into()))
 }
 
 /// The cached unit field of one (seed, sigma, shape).
@@ -376,13 +435,47 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 const BLOCK: u32 = 256;
+/// Outputs per block along the axis of the tiled field kernels (TY * FIELD_K in kernels/field.cu).
+const FIELD_TL: usize = 128;
+/// The largest radius of the tiled field kernels (TILED_MAX_R in kernels/field.cu).
+const FIELD_TILED_MAX_R: usize = 120;
+
+/// Launch shape of the resample and coordinate kernels: block (32, 8), grid over (x, y, z), so
+/// that a thread finds its voxel without integer division.
+fn grid_out(out_shape: &[usize]) -> Result<LaunchConfig, EngineError> {
+    let (d, h, w) = match *out_shape {
+        [h, w] => (1, h, w),
+        [d, h, w] => (d, h, w),
+        _ => {
+            return Err(EngineError::Shape(format!(
+                "cannot launch over {out_shape:?}"
+            )));
+        }
+    };
+    if h.div_ceil(8) > 65535 || d > 65535 || w.div_ceil(32) > i32::MAX as usize {
+        return Err(EngineError::Shape(format!(
+            "grid {out_shape:?} is too large for one launch"
+        )));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (w.div_ceil(32) as u32, h.div_ceil(8) as u32, d as u32),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    })
+}
 
 fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
     let blocks = n.div_ceil(BLOCK as usize).max(1);
     if blocks > i32::MAX as usize {
-        return Err(EngineError::Shape(format!("{n} voxels are too many for one launch")));
+        return Err(EngineError::Shape(format!(
+            "{n} voxels are too many for one launch"
+        )));
     }
-    Ok(LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 })
+    Ok(LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    })
 }
 
 /// `[outer, n, inner]` of axis `axis` in `shape`.
@@ -413,11 +506,18 @@ impl FieldPass<'_> {
         let ndim = self.shape.len();
         let n: usize = self.shape.iter().product();
         if src.len() != n || dst.len() != n {
-            return Err(EngineError::Cuda("field pass buffers of the wrong size".into()));
+            return Err(EngineError::Cuda(
+                "field pass buffers of the wrong size".into(),
+            ));
         }
         let (outer, len, inner) = axis_split(self.shape, self.axis);
         let (key0, key1, kk, gen_noise) = (self.key.0, self.key.1, self.k, self.gen_noise);
-        let too_large = || EngineError::Shape(format!("grid {:?} is too large for the field kernels", self.shape));
+        let too_large = || {
+            EngineError::Shape(format!(
+                "grid {:?} is too large for the field kernels",
+                self.shape
+            ))
+        };
         if !self.tiled {
             let cfg = LaunchConfig {
                 grid_dim: (n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32, 1, 1),
@@ -426,7 +526,12 @@ impl FieldPass<'_> {
             };
             let (n_comp, ncomp, len_i, inner_i) = (n as i64, 1i32, len as i32, inner as i64);
             let mut b = stream.launch_builder(f);
-            b.arg(src).arg(dst).arg(&n_comp).arg(&ncomp).arg(&len_i).arg(&inner_i);
+            b.arg(src)
+                .arg(dst)
+                .arg(&n_comp)
+                .arg(&ncomp)
+                .arg(&len_i)
+                .arg(&inner_i);
             b.arg(&gen_noise).arg(&key0).arg(&key1).arg(&kk);
             // SAFETY: gauss_direct_f32(const float* src, float* dst, i64 n_comp, int ncomp, int n,
             // i64 inner, int gen_noise, u32 key0, u32 key1, u32 noise_k): src and dst are views of
@@ -434,11 +539,15 @@ impl FieldPass<'_> {
             // below n_comp * ncomp.
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_direct_f32", e))?;
         } else if self.axis < ndim - 1 {
-            if outer > 65535 || len.div_ceil(64) > 65535 {
+            if outer > 65535 || len.div_ceil(FIELD_TL) > 65535 {
                 return Err(too_large());
             }
             let cfg = LaunchConfig {
-                grid_dim: (inner.div_ceil(32) as u32, len.div_ceil(64) as u32, outer as u32),
+                grid_dim: (
+                    inner.div_ceil(32) as u32,
+                    len.div_ceil(FIELD_TL) as u32,
+                    outer as u32,
+                ),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
@@ -457,7 +566,7 @@ impl FieldPass<'_> {
                 return Err(too_large());
             }
             let cfg = LaunchConfig {
-                grid_dim: (len.div_ceil(64) as u32, lines.div_ceil(32) as u32, 1),
+                grid_dim: (len.div_ceil(FIELD_TL) as u32, lines.div_ceil(32) as u32, 1),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
@@ -481,35 +590,66 @@ impl DeviceEngine {
         // uploads on `copy_stream`, which the compute stream waits for with an event before any
         // kernel reads them; so cudarc's per-buffer event tracking is not needed.
         unsafe { dev.ctx.disable_event_tracking() };
-        let copy_stream = dev.ctx.new_stream().map_err(|e| driver_error("cannot create a stream", e))?;
-        let eng = DeviceEngine { dev, copy_stream, functions: Mutex::new(HashMap::new()), state: Mutex::default() };
+        let copy_stream = dev
+            .ctx
+            .new_stream()
+            .map_err(|e| driver_error("cannot create a stream", e))?;
+        let eng = DeviceEngine {
+            dev,
+            copy_stream,
+            functions: Mutex::new(HashMap::new()),
+            state: Mutex::default(),
+        };
         // Compile one kernel now, so that a broken NVRTC shows at selection, not mid-run.
-        eng.function(Family::Resample, &sampler_defines(Mode::Constant, Order::Linear, 3, Precision::F32), "resample_f32")?;
+        eng.function(
+            Family::Resample,
+            &sampler_defines(Mode::Constant, Order::Linear, 3, Precision::F32),
+            "resample_f32",
+        )?;
         Ok(eng)
     }
 
     /// A kernel, compiled on first use for this define set and cached.
-    fn function(&self, family: Family, defines: &[String], name: &str) -> Result<CudaFunction, EngineError> {
+    fn function(
+        &self,
+        family: Family,
+        defines: &[String],
+        name: &str,
+    ) -> Result<CudaFunction, EngineError> {
         let key = format!("{family:?}|{}|{name}", defines.join(" "));
         if let Some(f) = lock(&self.functions).get(&key) {
             return Ok(f.clone());
         }
         let ptx = compile(family, defines, self.dev.arch)?;
-        let module = self.dev.ctx.load_module(ptx).map_err(|e| driver_error("cannot load a compiled kernel", e))?;
+        let module = self
+            .dev
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| driver_error("cannot load a compiled kernel", e))?;
         let mut map = lock(&self.functions);
         // Load every entry of the module once, so later lookups of its siblings hit the cache.
-        let f = module.load_function(name).map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
+        let f = module
+            .load_function(name)
+            .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
         map.insert(key, f.clone());
         Ok(f)
     }
 
     fn event(&self, stream: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, EngineError> {
-        stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| driver_error("cannot record an event", e))
+        stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| driver_error("cannot record an event", e))
     }
 
     /// Makes sure the unit field of (seed, sigma, out_shape) is on the device; returns the
     /// milliseconds its computation took on the device (0 when cached).
-    fn ensure_field(&self, st: &mut State, sigma: f64, seed: u64, shape: &[usize]) -> Result<f64, EngineError> {
+    fn ensure_field(
+        &self,
+        st: &mut State,
+        sigma: f64,
+        seed: u64,
+        shape: &[usize],
+    ) -> Result<f64, EngineError> {
         if let Some(f) = &st.field
             && f.seed == seed
             && f.sigma == sigma
@@ -523,13 +663,34 @@ impl DeviceEngine {
         let stream = &self.dev.stream;
         let defines = field_defines(sigma);
         let radius = gaussian_kernel(sigma, 4.0).len() / 2;
-        let tiled = radius <= 150;
+        let tiled = radius <= FIELD_TILED_MAX_R;
         let mut buf = DevBuf::<f32>::new(&self.dev, ndim * n, "the elastic field")?;
-        let scratch = ensure(&self.dev, &mut st.ws.field_scratch, n, "the elastic field scratch")?;
+        let scratch = ensure(
+            &self.dev,
+            &mut st.ws.field_scratch,
+            n,
+            "the elastic field scratch",
+        )?;
         let _busy = self.dev.tracker.in_use(buf.bytes() + scratch.bytes());
         let e0 = self.event(stream)?;
-        let mid = self.function(Family::Field, &defines, if tiled { "gauss_mid_f32" } else { "gauss_direct_f32" })?;
-        let last = self.function(Family::Field, &defines, if tiled { "gauss_last_f32" } else { "gauss_direct_f32" })?;
+        let mid = self.function(
+            Family::Field,
+            &defines,
+            if tiled {
+                "gauss_mid_f32"
+            } else {
+                "gauss_direct_f32"
+            },
+        )?;
+        let last = self.function(
+            Family::Field,
+            &defines,
+            if tiled {
+                "gauss_last_f32"
+            } else {
+                "gauss_direct_f32"
+            },
+        )?;
         for k in 0..ndim {
             let mut comp = buf.s.slice_mut(k * n..(k + 1) * n);
             // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
@@ -545,7 +706,7 @@ impl DeviceEngine {
                     tiled,
                 };
                 let f = if axis == ndim - 1 { &last } else { &mid };
-                if (ndim - 1 - axis) % 2 == 0 {
+                if (ndim - 1 - axis).is_multiple_of(2) {
                     let src = scratch.s.slice(0..n);
                     let mut dst = comp.slice_mut(0..n);
                     pass.launch(stream, f, &src, &mut dst)?;
@@ -557,9 +718,15 @@ impl DeviceEngine {
             }
         }
         let e1 = self.event(stream)?;
-        e1.synchronize().map_err(|e| driver_error("the elastic field", e))?;
+        e1.synchronize()
+            .map_err(|e| driver_error("the elastic field", e))?;
         let ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64;
-        st.field = Some(CachedField { seed, sigma, shape: shape.to_vec(), buf });
+        st.field = Some(CachedField {
+            seed,
+            sigma,
+            shape: shape.to_vec(),
+            buf,
+        });
         Ok(ms)
     }
 
@@ -584,17 +751,27 @@ impl DeviceEngine {
         let Some(p) = pin.as_mut() else {
             return Err(EngineError::Cuda("pinned buffer missing".into()));
         };
-        let host = p.as_mut_slice().map_err(|e| driver_error("pinned host memory", e))?;
+        let host = p
+            .as_mut_slice()
+            .map_err(|e| driver_error("pinned host memory", e))?;
         let cs = &self.copy_stream;
         // Wait for earlier kernels that may still read the buffer being overwritten.
-        cs.join(&self.dev.stream).map_err(|e| driver_error("stream ordering", e))?;
+        cs.join(&self.dev.stream)
+            .map_err(|e| driver_error("stream ordering", e))?;
         for start in (0..src_len).step_by(CHUNK) {
             let end = (start + CHUNK).min(src_len);
-            host[start..end].par_chunks_mut(1 << 16).enumerate().for_each(|(i, c)| fill(start + i * (1 << 16), c));
+            host[start..end]
+                .par_chunks_mut(1 << 16)
+                .enumerate()
+                .for_each(|(i, c)| fill(start + i * (1 << 16), c));
             let mut view = dst.slice_mut(start..end);
-            cs.memcpy_htod(&host[start..end], &mut view).map_err(|e| driver_error("upload", e))?;
+            cs.memcpy_htod(&host[start..end], &mut view)
+                .map_err(|e| driver_error("upload", e))?;
         }
-        self.dev.stream.join(cs).map_err(|e| driver_error("stream ordering", e))?;
+        self.dev
+            .stream
+            .join(cs)
+            .map_err(|e| driver_error("stream ordering", e))?;
         Ok(())
     }
 
@@ -619,24 +796,36 @@ impl DeviceEngine {
         let Some(p) = pin.as_mut() else {
             return Err(EngineError::Cuda("pinned buffer missing".into()));
         };
-        let host = p.as_mut_slice().map_err(|e| driver_error("pinned host memory", e))?;
+        let host = p
+            .as_mut_slice()
+            .map_err(|e| driver_error("pinned host memory", e))?;
         let stream = &self.dev.stream;
         let mut events = vec![];
         for start in (0..src_len).step_by(CHUNK) {
             let end = (start + CHUNK).min(src_len);
             let view = src.slice(start..end);
-            stream.memcpy_dtoh(&view, &mut host[start..end]).map_err(|e| driver_error("download", e))?;
+            stream
+                .memcpy_dtoh(&view, &mut host[start..end])
+                .map_err(|e| driver_error("download", e))?;
             events.push((start, end, self.event(stream)?));
         }
         for (start, end, ev) in events {
             ev.synchronize().map_err(|e| driver_error("download", e))?;
             let chunk = &host[start..end];
-            chunk.par_chunks(1 << 16).enumerate().for_each(|(i, c)| take(start + i * (1 << 16), c));
+            chunk
+                .par_chunks(1 << 16)
+                .enumerate()
+                .for_each(|(i, c)| take(start + i * (1 << 16), c));
         }
         Ok(())
     }
 
-    fn apply(&self, job: Job<'_>, out: Outputs<'_>, precision: Precision) -> Result<Timings, EngineError> {
+    fn apply(
+        &self,
+        job: Job<'_>,
+        out: Outputs<'_>,
+        precision: Precision,
+    ) -> Result<Timings, EngineError> {
         let mut st = lock(&self.state);
         match self.apply_locked(&mut st, &job, out, precision) {
             Err(EngineError::OutOfMemory(m)) => {
@@ -708,12 +897,16 @@ impl DeviceEngine {
         } else {
             let buf = ensure(&self.dev, &mut ws.img_f32, img_len, "the image")?;
             let data = &img.data;
-            self.upload(&mut ws.pin_f32, &mut buf.s, img_len, |s, c| c.copy_from_slice(&data[s..s + c.len()]))?;
+            self.upload(&mut ws.pin_f32, &mut buf.s, img_len, |s, c| {
+                c.copy_from_slice(&data[s..s + c.len()])
+            })?;
         }
         if let Some(l) = job.label {
             let buf = ensure(&self.dev, &mut ws.lab_in, l.data.len(), "the label map")?;
             let data = &l.data;
-            self.upload(&mut ws.pin_f32, &mut buf.s, data.len(), |s, c| c.copy_from_slice(&data[s..s + c.len()]))?;
+            self.upload(&mut ws.pin_f32, &mut buf.s, data.len(), |s, c| {
+                c.copy_from_slice(&data[s..s + c.len()])
+            })?;
         }
         timings.upload_ms = t_up.elapsed().as_secs_f64() * 1e3;
 
@@ -731,7 +924,12 @@ impl DeviceEngine {
             let n_coef: usize = coef_shape.iter().product();
             if padded {
                 let f = self.function(Family::Prefilter, &pdefs, "pad_f32")?;
-                let dst = ensure(&self.dev, &mut ws.img_pad, channels * n_coef, "the padded image")?;
+                let dst = ensure(
+                    &self.dev,
+                    &mut ws.img_pad,
+                    channels * n_coef,
+                    "the padded image",
+                )?;
                 let Some(src) = ws.img_f32.as_ref() else {
                     return Err(EngineError::Cuda("image buffer missing".into()));
                 };
@@ -750,8 +948,17 @@ impl DeviceEngine {
                 // one thread per padded voxel, bounds-checked against p.n_out = n_coef.
                 unsafe { b.launch(grid_1d(n_coef)?) }.map_err(|e| driver_error("pad_f32", e))?;
             }
-            let scratch = ensure(&self.dev, &mut ws.scratch_f64, channels * n_coef, "the prefilter scratch")?;
-            let coef = if padded { ws.img_pad.as_mut() } else { ws.img_f32.as_mut() };
+            let scratch = ensure(
+                &self.dev,
+                &mut ws.scratch_f64,
+                channels * n_coef,
+                "the prefilter scratch",
+            )?;
+            let coef = if padded {
+                ws.img_pad.as_mut()
+            } else {
+                ws.img_f32.as_mut()
+            };
             let Some(coef) = coef else {
                 return Err(EngineError::Cuda("coefficient buffer missing".into()));
             };
@@ -766,7 +973,11 @@ impl DeviceEngine {
                     shared_mem_bytes: 0,
                 };
                 let mut b = stream.launch_builder(&f);
-                b.arg(&mut coef.s).arg(&mut scratch.s).arg(&lines_i).arg(&len_i).arg(&inner_i);
+                b.arg(&mut coef.s)
+                    .arg(&mut scratch.s)
+                    .arg(&lines_i)
+                    .arg(&len_i)
+                    .arg(&inner_i);
                 // SAFETY: prefilter_axis_f32(float* data, double* scratch, i64 lines, int n,
                 // i64 inner): data (f32) and scratch (f64) hold >= channels * n_coef =
                 // lines * n elements; one thread per line, bounds-checked against `lines`.
@@ -774,8 +985,17 @@ impl DeviceEngine {
             }
             if half {
                 let f = self.function(Family::Prefilter, &pdefs, "to_store_f32")?;
-                let dst = ensure(&self.dev, &mut ws.img_u16, channels * n_coef, "the image coefficients")?;
-                let coef = if padded { ws.img_pad.as_ref() } else { ws.img_f32.as_ref() };
+                let dst = ensure(
+                    &self.dev,
+                    &mut ws.img_u16,
+                    channels * n_coef,
+                    "the image coefficients",
+                )?;
+                let coef = if padded {
+                    ws.img_pad.as_ref()
+                } else {
+                    ws.img_f32.as_ref()
+                };
                 let Some(coef) = coef else {
                     return Err(EngineError::Cuda("coefficient buffer missing".into()));
                 };
@@ -784,7 +1004,8 @@ impl DeviceEngine {
                 b.arg(&coef.s).arg(&mut dst.s).arg(&total);
                 // SAFETY: to_store_f32(const float* src, u16* dst, i64 n): both hold >= n =
                 // channels * n_coef elements; bounds-checked per thread.
-                unsafe { b.launch(grid_1d(channels * n_coef)?) }.map_err(|e| driver_error("to_store_f32", e))?;
+                unsafe { b.launch(grid_1d(channels * n_coef)?) }
+                    .map_err(|e| driver_error("to_store_f32", e))?;
             }
         }
         let e_pre1 = self.event(&stream)?;
@@ -805,46 +1026,70 @@ impl DeviceEngine {
             Precision::F16 => "resample_f16",
             Precision::Bf16 => "resample_bf16",
         };
-        let f = self.function(Family::Resample, &sampler_defines(plan.mode, plan.order, ndim, precision), name)?;
+        let f = self.function(
+            Family::Resample,
+            &sampler_defines(plan.mode, plan.order, ndim, precision),
+            name,
+        )?;
         ensure(&self.dev, &mut ws.dummy, 1, "a placeholder")?;
         ensure(&self.dev, &mut ws.dummy_out, 1, "a placeholder")?;
         let lab_channels = job.label.map_or(0, |l| l.channels);
         if job.label.is_some() {
-            ensure(&self.dev, &mut ws.lab_out, lab_channels * n_out, "the label output")?;
+            ensure(
+                &self.dev,
+                &mut ws.lab_out,
+                lab_channels * n_out,
+                "the label output",
+            )?;
         }
         if half {
             ensure(&self.dev, &mut ws.out_u16, channels * n_out, "the output")?;
         } else {
             ensure(&self.dev, &mut ws.out_f32, channels * n_out, "the output")?;
         }
-        let _busy = self.dev.tracker.in_use(ws.device_bytes() + st.field.as_ref().map_or(0, |f| f.buf.bytes()));
+        let _busy = self
+            .dev
+            .tracker
+            .in_use(ws.device_bytes() + st.field.as_ref().map_or(0, |f| f.buf.bytes()));
         let missing = || EngineError::Cuda("workspace buffer missing".into());
         let dummy = ws.dummy.as_ref().ok_or_else(missing)?;
         let field = match &st.field {
             Some(f) if has_field => &f.buf.s,
             _ => &dummy.s,
         };
-        let lab_in = if job.label.is_some() { &ws.lab_in.as_ref().ok_or_else(missing)?.s } else { &dummy.s };
+        let lab_in = if job.label.is_some() {
+            &ws.lab_in.as_ref().ok_or_else(missing)?.s
+        } else {
+            &dummy.s
+        };
         let e_rs0 = self.event(&stream)?;
         if half {
-            let src = if cubic { &ws.img_u16 } else { &ws.img_u16 };
-            let src = &src.as_ref().ok_or_else(missing)?.s;
+            let src = &ws.img_u16.as_ref().ok_or_else(missing)?.s;
             let out_buf = &mut ws.out_u16.as_mut().ok_or_else(missing)?.s;
             let lab_out = match ws.lab_out.as_mut() {
                 Some(b) if job.label.is_some() => &mut b.s,
                 _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
             };
             let mut b = stream.launch_builder(&f);
-            b.arg(src).arg(out_buf).arg(lab_in).arg(lab_out).arg(field).arg(&p);
+            b.arg(src)
+                .arg(out_buf)
+                .arg(lab_in)
+                .arg(lab_out)
+                .arg(field)
+                .arg(&p);
             // SAFETY: resample_{f16,bf16}(const u16* img, u16* out, const float* lab,
             // float* lab_out, const float* field, ResampleParams): img holds channels * n_in
             // coefficients, out channels * n_out, lab/lab_out lab_channels * n_in / n_out (or the
             // 1-element placeholder when has_label = 0, never read), field ndim * n_out (or the
             // placeholder when has_field = 0); all ensured above; one thread per output voxel,
-            // bounds-checked against n_out.
-            unsafe { b.launch(grid_1d(n_out)?) }.map_err(|e| driver_error(name, e))?;
+            // bounds-checked against out_shape (output_voxel).
+            unsafe { b.launch(grid_out(&out_shape)?) }.map_err(|e| driver_error(name, e))?;
         } else {
-            let src = if cubic && plan.mode.needs_prepad() { &ws.img_pad } else { &ws.img_f32 };
+            let src = if cubic && plan.mode.needs_prepad() {
+                &ws.img_pad
+            } else {
+                &ws.img_f32
+            };
             let src = &src.as_ref().ok_or_else(missing)?.s;
             let out_buf = &mut ws.out_f32.as_mut().ok_or_else(missing)?.s;
             let lab_out = match ws.lab_out.as_mut() {
@@ -852,11 +1097,16 @@ impl DeviceEngine {
                 _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
             };
             let mut b = stream.launch_builder(&f);
-            b.arg(src).arg(out_buf).arg(lab_in).arg(lab_out).arg(field).arg(&p);
+            b.arg(src)
+                .arg(out_buf)
+                .arg(lab_in)
+                .arg(lab_out)
+                .arg(field)
+                .arg(&p);
             // SAFETY: resample_f32(const float* img, float* out, const float* lab, float* lab_out,
             // const float* field, ResampleParams): the same lengths as above, in f32; all
-            // ensured above; bounds-checked against n_out.
-            unsafe { b.launch(grid_1d(n_out)?) }.map_err(|e| driver_error(name, e))?;
+            // ensured above; bounds-checked against out_shape (output_voxel).
+            unsafe { b.launch(grid_out(&out_shape)?) }.map_err(|e| driver_error(name, e))?;
         }
         let e_rs1 = self.event(&stream)?;
 
@@ -893,10 +1143,17 @@ impl DeviceEngine {
             })?;
         }
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
-        stream.synchronize().map_err(|e| driver_error("the transform", e))?;
-        timings.prefilter_ms = e_pre0.elapsed_ms(&e_pre1).map_err(|e| driver_error("timing", e))? as f64;
-        timings.resample_ms = e_rs0.elapsed_ms(&e_rs1).map_err(|e| driver_error("timing", e))? as f64;
-        let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes()) + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("the transform", e))?;
+        timings.prefilter_ms = e_pre0
+            .elapsed_ms(&e_pre1)
+            .map_err(|e| driver_error("timing", e))? as f64;
+        timings.resample_ms = e_rs0
+            .elapsed_ms(&e_rs1)
+            .map_err(|e| driver_error("timing", e))? as f64;
+        let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes())
+            + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
         self.dev.set_pinned_bytes(pinned);
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
@@ -917,27 +1174,45 @@ impl DeviceEngine {
         let st = &mut *st;
         let stream = &self.dev.stream;
         ensure(&self.dev, &mut st.ws.dummy, 1, "a placeholder")?;
-        let coords = ensure(&self.dev, &mut st.ws.coords, map.ndim * n, "the coordinates")?;
+        let coords = ensure(
+            &self.dev,
+            &mut st.ws.coords,
+            map.ndim * n,
+            "the coordinates",
+        )?;
         let missing = || EngineError::Cuda("workspace buffer missing".into());
         let field = match &st.field {
             Some(f) if has_field => &f.buf.s,
             _ => &st.ws.dummy.as_ref().ok_or_else(missing)?.s,
         };
         let p = resample_params(&map, has_field, plan.cval);
-        let f = self.function(Family::Resample, &sampler_defines(plan.mode, plan.order, map.ndim, Precision::F32), "coords_f32")?;
+        let f = self.function(
+            Family::Resample,
+            &sampler_defines(plan.mode, plan.order, map.ndim, Precision::F32),
+            "coords_f32",
+        )?;
         let mut b = stream.launch_builder(&f);
         b.arg(&mut coords.s).arg(field).arg(&p);
         // SAFETY: coords_f32(float* out, const float* field, ResampleParams): out holds
         // ndim * n_out elements, field ndim * n_out (or the placeholder when has_field = 0);
-        // bounds-checked against n_out.
-        unsafe { b.launch(grid_1d(n)?) }.map_err(|e| driver_error("coords_f32", e))?;
-        let v = stream.clone_dtoh(&coords.s.slice(0..map.ndim * n)).map_err(|e| driver_error("download", e))?;
-        stream.synchronize().map_err(|e| driver_error("coordinates", e))?;
+        // bounds-checked against out_shape (output_voxel).
+        unsafe { b.launch(grid_out(&map.out_shape)?) }
+            .map_err(|e| driver_error("coords_f32", e))?;
+        let v = stream
+            .clone_dtoh(&coords.s.slice(0..map.ndim * n))
+            .map_err(|e| driver_error("download", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("coordinates", e))?;
         Ok(v)
     }
 
     /// Largest and RMS displacement (voxels) of the plan's field, from the device.
-    fn displacement_stats(&self, plan: &Plan, out_shape: &[usize]) -> Result<Option<(f64, f64)>, EngineError> {
+    fn displacement_stats(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<(f64, f64)>, EngineError> {
         let Some(e) = plan.elastic.filter(|e| e.alpha != 0.0) else {
             return Ok(None);
         };
@@ -947,7 +1222,9 @@ impl DeviceEngine {
         let n: usize = out_shape.iter().product();
         let stream = &self.dev.stream;
         let stats = ensure(&self.dev, &mut st.ws.stats, 2, "statistics")?;
-        stream.memset_zeros(&mut stats.s).map_err(|e| driver_error("statistics", e))?;
+        stream
+            .memset_zeros(&mut stats.s)
+            .map_err(|e| driver_error("statistics", e))?;
         let Some(field) = st.field.as_ref() else {
             return Err(EngineError::Cuda("field missing".into()));
         };
@@ -956,16 +1233,29 @@ impl DeviceEngine {
         let (mut mx, mut sm) = stats.s.split_at_mut(1);
         // SAFETY: the first f64 of `stats` is reinterpreted as u64 (same size and alignment);
         // the kernel writes its bits with atomicMax.
-        let mut mx_bits = unsafe { mx.transmute_mut::<u64>(1) }.ok_or_else(|| EngineError::Cuda("statistics buffer".into()))?;
+        let mut mx_bits = unsafe { mx.transmute_mut::<u64>(1) }
+            .ok_or_else(|| EngineError::Cuda("statistics buffer".into()))?;
         let mut b = stream.launch_builder(&f);
-        b.arg(&field.buf.s).arg(&n_i).arg(&ncomp).arg(&mut mx_bits).arg(&mut sm);
-        let cfg = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        b.arg(&field.buf.s)
+            .arg(&n_i)
+            .arg(&ncomp)
+            .arg(&mut mx_bits)
+            .arg(&mut sm);
+        let cfg = LaunchConfig {
+            grid_dim: (1024, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: field_stats_f32(const float* field, i64 n, int ncomp, u64* max_bits,
         // double* sum): field holds ncomp * n elements (the cached field of this shape), max_bits
         // and sum one element each; grid-stride loop bounds-checked against n.
         unsafe { b.launch(cfg) }.map_err(|e| driver_error("field_stats_f32", e))?;
-        let v = stream.clone_dtoh(&stats.s).map_err(|e| driver_error("download", e))?;
-        stream.synchronize().map_err(|e| driver_error("statistics", e))?;
+        let v = stream
+            .clone_dtoh(&stats.s)
+            .map_err(|e| driver_error("download", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("statistics", e))?;
         let max2 = f64::from_bits(v[0].to_bits());
         let a = e.alpha.abs();
         Ok(Some((a * max2.sqrt(), a * (v[1] / n.max(1) as f64).sqrt())))
@@ -1030,16 +1320,23 @@ pub fn d2d_bandwidth(ordinal: usize, bytes: usize, reps: usize) -> Result<f64, E
     let a = DevBuf::<f32>::new(&eng.dev, n, "the bandwidth probe")?;
     let mut b = DevBuf::<f32>::new(&eng.dev, n, "the bandwidth probe")?;
     let stream = &eng.dev.stream;
-    stream.memset_zeros(&mut b.s).map_err(|e| driver_error("bandwidth probe", e))?;
+    stream
+        .memset_zeros(&mut b.s)
+        .map_err(|e| driver_error("bandwidth probe", e))?;
     for _ in 0..3 {
-        stream.memcpy_dtod(&a.s, &mut b.s).map_err(|e| driver_error("bandwidth probe", e))?;
+        stream
+            .memcpy_dtod(&a.s, &mut b.s)
+            .map_err(|e| driver_error("bandwidth probe", e))?;
     }
     let e0 = eng.event(stream)?;
     for _ in 0..reps.max(1) {
-        stream.memcpy_dtod(&a.s, &mut b.s).map_err(|e| driver_error("bandwidth probe", e))?;
+        stream
+            .memcpy_dtod(&a.s, &mut b.s)
+            .map_err(|e| driver_error("bandwidth probe", e))?;
     }
     let e1 = eng.event(stream)?;
-    e1.synchronize().map_err(|e| driver_error("bandwidth probe", e))?;
+    e1.synchronize()
+        .map_err(|e| driver_error("bandwidth probe", e))?;
     let ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64 / reps.max(1) as f64;
     Ok(2.0 * (n * 4) as f64 / (ms * 1e-3))
 }
@@ -1063,9 +1360,20 @@ impl CudaBackend {
     /// Opens the devices (the first one when `ordinals` is empty). Fails with a clear error when
     /// there is no driver, no such device or no NVRTC; never panics.
     pub fn new(ordinals: &[usize], precision: Precision) -> Result<Self, EngineError> {
-        let ids: Vec<usize> = if ordinals.is_empty() { vec![0] } else { ordinals.to_vec() };
-        let engines = ids.iter().map(|&i| device_engine(i)).collect::<Result<Vec<_>, _>>()?;
-        Ok(CudaBackend { engines, precision, next: AtomicUsize::new(0) })
+        let ids: Vec<usize> = if ordinals.is_empty() {
+            vec![0]
+        } else {
+            ordinals.to_vec()
+        };
+        let engines = ids
+            .iter()
+            .map(|&i| device_engine(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CudaBackend {
+            engines,
+            precision,
+            next: AtomicUsize::new(0),
+        })
     }
 
     pub fn precision(&self) -> Precision {
@@ -1074,6 +1382,13 @@ impl CudaBackend {
 
     pub fn ordinals(&self) -> Vec<usize> {
         self.engines.iter().map(|e| e.dev.ordinal).collect()
+    }
+
+    /// Restarts the peak-memory count of every device at what augscope holds now.
+    pub fn reset_peak(&self) {
+        for e in &self.engines {
+            e.dev.tracker.reset_peak();
+        }
     }
 
     /// The devices' memory statistics.
@@ -1087,7 +1402,11 @@ impl CudaBackend {
     }
 
     /// Largest and RMS elastic displacement in voxels, from the device's cached field.
-    pub fn displacement_stats(&self, plan: &Plan, out_shape: &[usize]) -> Result<Option<(f64, f64)>, EngineError> {
+    pub fn displacement_stats(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<(f64, f64)>, EngineError> {
         self.engines[0].displacement_stats(plan, out_shape)
     }
 
@@ -1100,14 +1419,19 @@ impl CudaBackend {
 
     /// Applies many jobs, split across the backend's devices (job i on device i mod n), each
     /// device working through its share on its own thread.
-    pub fn apply_batch(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
+    pub fn apply_batch(
+        &self,
+        jobs: Vec<(Job<'_>, Outputs<'_>)>,
+    ) -> Vec<Result<Timings, EngineError>> {
         let n_dev = self.engines.len();
-        let mut per_dev: Vec<Vec<(usize, Job<'_>, Outputs<'_>)>> = (0..n_dev).map(|_| vec![]).collect();
+        let mut per_dev: Vec<Vec<(usize, Job<'_>, Outputs<'_>)>> =
+            (0..n_dev).map(|_| vec![]).collect();
         let total = jobs.len();
         for (i, (j, o)) in jobs.into_iter().enumerate() {
             per_dev[i % n_dev].push((i, j, o));
         }
-        let mut results: Vec<Option<Result<Timings, EngineError>>> = (0..total).map(|_| None).collect();
+        let mut results: Vec<Option<Result<Timings, EngineError>>> =
+            (0..total).map(|_| None).collect();
         std::thread::scope(|s| {
             let handles: Vec<_> = per_dev
                 .into_iter()
@@ -1115,18 +1439,18 @@ impl CudaBackend {
                 .map(|(work, eng)| {
                     let precision = self.precision;
                     s.spawn(move || {
-                        work.into_iter().map(|(i, j, o)| (i, eng.apply(j, o, precision))).collect::<Vec<_>>()
+                        work.into_iter()
+                            .map(|(i, j, o)| (i, eng.apply(j, o, precision)))
+                            .collect::<Vec<_>>()
                     })
                 })
                 .collect();
             for h in handles {
-                match h.join() {
-                    Ok(v) => {
-                        for (i, r) in v {
-                            results[i] = Some(r);
-                        }
+                // A worker that panicked leaves its results as None: reported below.
+                if let Ok(v) = h.join() {
+                    for (i, r) in v {
+                        results[i] = Some(r);
                     }
-                    Err(_) => {}
                 }
             }
         });
@@ -1156,9 +1480,15 @@ impl Backend for CudaBackend {
 pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {
     let cpu = || Box::new(super::cpu::CpuBackend::new());
     match spec {
-        BackendSpec::Cpu | BackendSpec::Auto => Selected { backend: cpu(), note: None },
+        BackendSpec::Cpu | BackendSpec::Auto => Selected {
+            backend: cpu(),
+            note: None,
+        },
         BackendSpec::Cuda(ids) => match CudaBackend::new(ids, precision) {
-            Ok(b) => Selected { backend: Box::new(b), note: None },
+            Ok(b) => Selected {
+                backend: Box::new(b),
+                note: None,
+            },
             Err(e) => {
                 let why = match &e {
                     EngineError::CudaUnavailable(m) => m.clone(),
@@ -1166,7 +1496,10 @@ pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {
                 };
                 Selected {
                     backend: cpu(),
-                    note: Some(format!("CUDA engine unavailable ({}); using the CPU engine", one_line(&why))),
+                    note: Some(format!(
+                        "CUDA engine unavailable ({}); using the CPU engine",
+                        one_line(&why)
+                    )),
                 }
             }
         },
@@ -1175,7 +1508,11 @@ pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {
 
 fn one_line(s: &str) -> String {
     let first = s.lines().next().unwrap_or("").trim();
-    if s.lines().count() > 1 { format!("{first} …") } else { first.to_string() }
+    if s.lines().count() > 1 {
+        format!("{first} …")
+    } else {
+        first.to_string()
+    }
 }
 
 /// Applies a plan into fresh volumes on `backend`; when the GPU runs out of memory, the same work
@@ -1185,13 +1522,29 @@ pub fn apply_new_with_fallback(
     plan: &Plan,
     image: &crate::volume::Volume,
     label: Option<&crate::volume::Volume>,
-) -> Result<(crate::volume::Volume, Option<crate::volume::Volume>, Timings, Option<String>), EngineError> {
+) -> Result<
+    (
+        crate::volume::Volume,
+        Option<crate::volume::Volume>,
+        Timings,
+        Option<String>,
+    ),
+    EngineError,
+> {
     match super::apply_new(backend, plan, image, label) {
         Ok((a, b, t)) => Ok((a, b, t, None)),
         Err(EngineError::OutOfMemory(why)) => {
             let cpu = super::cpu::CpuBackend::new();
             let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
-            Ok((a, b, t, Some(format!("{} ran out of memory ({why}); retried on the CPU engine", backend.name()))))
+            Ok((
+                a,
+                b,
+                t,
+                Some(format!(
+                    "{} ran out of memory ({why}); retried on the CPU engine",
+                    backend.name()
+                )),
+            ))
         }
         Err(e) => Err(e),
     }

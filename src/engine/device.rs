@@ -52,7 +52,12 @@ impl DevicesReport {
             return Some(e.clone());
         }
         if self.devices.is_empty() {
-            return Some(self.errors.first().cloned().unwrap_or_else(|| "the driver reports no CUDA device".into()));
+            return Some(
+                self.errors
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "the driver reports no CUDA device".into()),
+            );
         }
         if let Err(e) = &self.nvrtc {
             return Some(e.clone());
@@ -76,7 +81,11 @@ impl fmt::Display for DevicesReport {
             Err(e) => writeln!(f, "nvrtc:   none ({e})")?,
         }
         if let Some(l) = self.mem_limit_bytes {
-            writeln!(f, "limit:   augscope may hold {:.3} GiB per device ({MEM_LIMIT_ENV})", gib(l))?;
+            writeln!(
+                f,
+                "limit:   augscope may hold {:.3} GiB per device ({MEM_LIMIT_ENV})",
+                gib(l)
+            )?;
         }
         for d in &self.devices {
             writeln!(
@@ -95,8 +104,15 @@ impl fmt::Display for DevicesReport {
             writeln!(f, "error:   {e}")?;
         }
         match self.unavailable_reason() {
-            Some(why) => write!(f, "CUDA engine: unavailable ({why}); the CPU engine runs instead"),
-            None => write!(f, "CUDA engine: available ({} device(s))", self.devices.len()),
+            Some(why) => write!(
+                f,
+                "CUDA engine: unavailable ({why}); the CPU engine runs instead"
+            ),
+            None => write!(
+                f,
+                "CUDA engine: available ({} device(s))",
+                self.devices.len()
+            ),
         }
     }
 }
@@ -118,17 +134,28 @@ pub fn discover() -> DevicesReport {
                     }
                 }
             }
-            Err(e) => errors.push(format!("the driver cannot count devices: {}", driver_message(&e))),
+            Err(e) => errors.push(format!(
+                "the driver cannot count devices: {}",
+                driver_message(&e)
+            )),
         }
     }
-    DevicesReport { driver, nvrtc, devices, errors, mem_limit_bytes }
+    DevicesReport {
+        driver,
+        nvrtc,
+        devices,
+        errors,
+        mem_limit_bytes,
+    }
 }
 
 fn device_info(ordinal: usize) -> Result<DeviceInfo, String> {
     let ctx = CudaContext::new(ordinal).map_err(|e| driver_message(&e))?;
     let (free, total) = ctx.mem_get_info().map_err(|e| driver_message(&e))?;
     let sms = ctx
-        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
         .unwrap_or(0);
     Ok(DeviceInfo {
         ordinal,
@@ -195,7 +222,10 @@ pub struct MemTracker {
 
 impl MemTracker {
     pub fn new(limit: Option<usize>) -> Self {
-        MemTracker { limit, ..Default::default() }
+        MemTracker {
+            limit,
+            ..Default::default()
+        }
     }
 
     /// Accounts for `bytes` more device memory, or refuses with `OutOfMemory` past the cap.
@@ -211,13 +241,25 @@ impl MemTracker {
             )));
         }
         self.peak.fetch_max(now, Ordering::SeqCst);
-        Ok(Reservation { tracker: self.clone(), bytes })
+        Ok(Reservation {
+            tracker: self.clone(),
+            bytes,
+        })
     }
 
     /// Marks `bytes` as in use by a running operation until the guard drops.
     pub fn in_use(self: &Arc<Self>, bytes: usize) -> InUse {
         self.allocated.fetch_add(bytes, Ordering::SeqCst);
-        InUse { tracker: self.clone(), bytes }
+        InUse {
+            tracker: self.clone(),
+            bytes,
+        }
+    }
+
+    /// Restarts the peak count at the bytes held now.
+    pub fn reset_peak(&self) {
+        self.peak
+            .store(self.reserved.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 
     pub fn reserved_bytes(&self) -> usize {
@@ -249,7 +291,9 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.tracker.reserved.fetch_sub(self.bytes, Ordering::SeqCst);
+        self.tracker
+            .reserved
+            .fetch_sub(self.bytes, Ordering::SeqCst);
     }
 }
 
@@ -262,7 +306,9 @@ pub struct InUse {
 
 impl Drop for InUse {
     fn drop(&mut self) {
-        self.tracker.allocated.fetch_sub(self.bytes, Ordering::SeqCst);
+        self.tracker
+            .allocated
+            .fetch_sub(self.bytes, Ordering::SeqCst);
     }
 }
 
@@ -303,7 +349,8 @@ impl DeviceContext {
     /// Opens device `ordinal`, checking for the driver first (cudarc panics without one).
     pub fn open(ordinal: usize) -> Result<Self, EngineError> {
         cuda::driver_version().map_err(EngineError::CudaUnavailable)?;
-        let n = CudaContext::device_count().map_err(|e| driver_error("cannot count CUDA devices", e))?;
+        let n = CudaContext::device_count()
+            .map_err(|e| driver_error("cannot count CUDA devices", e))?;
         if ordinal >= n.max(0) as usize {
             return Err(EngineError::CudaUnavailable(if n <= 0 {
                 "the driver reports no CUDA device".into()
@@ -311,9 +358,14 @@ impl DeviceContext {
                 format!("cuda:{ordinal} does not exist (this machine has {n} device(s))")
             }));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver_error(&format!("cannot open cuda:{ordinal}"), e))?;
-        let stream = ctx.new_stream().map_err(|e| driver_error("cannot create a stream", e))?;
-        let cc = ctx.compute_capability().map_err(|e| driver_error("cannot read the compute capability", e))?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| driver_error(&format!("cannot open cuda:{ordinal}"), e))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| driver_error("cannot create a stream", e))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(|e| driver_error("cannot read the compute capability", e))?;
         let limit = mem_limit_from_env().map_err(EngineError::CudaUnavailable)?;
         Ok(DeviceContext {
             ordinal,
@@ -389,7 +441,10 @@ mod tests {
     fn tracker_enforces_the_limit_and_releases() {
         let t = Arc::new(MemTracker::new(Some(1000)));
         let a = t.reserve(600, "a").unwrap();
-        assert!(matches!(t.reserve(500, "b"), Err(EngineError::OutOfMemory(_))));
+        assert!(matches!(
+            t.reserve(500, "b"),
+            Err(EngineError::OutOfMemory(_))
+        ));
         assert_eq!(t.reserved_bytes(), 600);
         {
             let _u = t.in_use(600);
