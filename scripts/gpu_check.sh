@@ -80,6 +80,10 @@ fi
 if [[ $STEPS == *bench* ]]; then
   log "augscope bench"
   timeout 220 "$BIN/augscope" bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  log "augscope bench, f16 and bf16 storage, 256x512x512, GPU only"
+  for p in f16 bf16; do
+    timeout 60 "$BIN/augscope" bench --precision $p --shape 256,512,512 --cpu-reps 0 2>&1 | grep "cuda:0" | head -3 | tee -a "$OUT/bench.txt"
+  done
 fi
 
 if [[ $STEPS == *peers* ]]; then
