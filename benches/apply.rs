@@ -1,1 +1,142 @@
-fn main() {}
+//! CPU engine benchmarks on the workload (48x240x240 float32): the full elastic + rotate +
+//! scale pipeline at order 1, its parts, and rotation alone. `cargo bench --bench apply`.
+//! The scipy comparison on the same workload is `benches/scipy_compare.py`.
+
+#![allow(clippy::unwrap_used)] // a benchmark on fixed, valid inputs
+
+use criterion::{Criterion, criterion_group, criterion_main};
+
+use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::engine::cpu::CpuBackend;
+use augscope::engine::field::ElasticField;
+use augscope::engine::{Backend, Job, Outputs};
+use augscope::volume::Volume;
+
+const SHAPE: [usize; 3] = [48, 240, 240];
+
+fn volume() -> Volume {
+    let n: usize = SHAPE.iter().product();
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let data = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect();
+    Volume::new(data, SHAPE.to_vec(), 1)
+}
+
+fn full_plan(seed: u64) -> Plan {
+    Plan {
+        rotate_rad: vec![0.2, -0.1, 0.3],
+        scale: vec![1.1],
+        elastic: Some(Elastic {
+            alpha: 800.0,
+            sigma: 12.0,
+            seed,
+        }),
+        order: Order::Linear,
+        mode: Mode::Constant,
+        ..Plan::default()
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let vol = volume();
+    let mut out = vec![0f32; vol.data.len()];
+    let mut g = c.benchmark_group("cpu_48x240x240");
+    g.sample_size(10);
+    g.bench_function("full_elastic_rotate_scale_order1", |b| {
+        let mut seed = 0;
+        b.iter(|| {
+            // A fresh engine and seed each time: the elastic field is computed, not cached.
+            seed += 1;
+            let plan = full_plan(seed);
+            let job = Job {
+                plan: &plan,
+                image: &vol,
+                label: None,
+            };
+            CpuBackend::new()
+                .apply(
+                    job,
+                    Outputs {
+                        image: &mut out,
+                        label: None,
+                    },
+                )
+                .unwrap();
+        })
+    });
+    g.bench_function("elastic_field_sigma12", |b| {
+        b.iter(|| ElasticField::compute(&SHAPE, 12.0, 3))
+    });
+    let cpu = CpuBackend::new();
+    g.bench_function("resample_cached_field_order1", |b| {
+        let plan = full_plan(1);
+        b.iter(|| {
+            let job = Job {
+                plan: &plan,
+                image: &vol,
+                label: None,
+            };
+            cpu.apply(
+                job,
+                Outputs {
+                    image: &mut out,
+                    label: None,
+                },
+            )
+            .unwrap();
+        })
+    });
+    g.bench_function("rotate_only_order1", |b| {
+        let plan = Plan {
+            rotate_rad: vec![0.2, -0.1, 0.3],
+            ..Plan::default()
+        };
+        b.iter(|| {
+            let job = Job {
+                plan: &plan,
+                image: &vol,
+                label: None,
+            };
+            cpu.apply(
+                job,
+                Outputs {
+                    image: &mut out,
+                    label: None,
+                },
+            )
+            .unwrap();
+        })
+    });
+    g.bench_function("rotate_only_order3", |b| {
+        let plan = Plan {
+            rotate_rad: vec![0.2, -0.1, 0.3],
+            order: Order::Cubic,
+            ..Plan::default()
+        };
+        b.iter(|| {
+            let job = Job {
+                plan: &plan,
+                image: &vol,
+                label: None,
+            };
+            cpu.apply(
+                job,
+                Outputs {
+                    image: &mut out,
+                    label: None,
+                },
+            )
+            .unwrap();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

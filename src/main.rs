@@ -24,6 +24,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once at start-up; boxing buys nothing
 enum Cmd {
     /// Open the GUI (the bundled sample when no file is given).
     View(ViewArgs),
@@ -214,12 +215,15 @@ fn main() -> ExitCode {
             if code == 0 {
                 let _ = e.print();
             } else {
-                // clap's message, reduced to its first line.
+                // clap's message up to its usage block, joined into one line.
                 let text = e.render().to_string();
-                let line = text
+                let parts: Vec<&str> = text
                     .lines()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("bad usage");
+                    .take_while(|l| !l.starts_with("Usage:"))
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                let line = parts.join(" ");
                 eprintln!("augscope: {}", line.trim_start_matches("error: "));
             }
             return ExitCode::from(code);

@@ -319,6 +319,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)] // index arithmetic is the point of this reference
     fn every_axis_matches_a_direct_sum() {
         let shape = [5usize, 7, 9];
         let n: usize = shape.iter().product();
