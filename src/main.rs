@@ -47,14 +47,22 @@ enum Cmd {
     Bench(BenchArgs),
 }
 
+/// One `--shape D,H,W`.
+#[derive(Clone, Debug)]
+struct ShapeArg(Vec<usize>);
+
+fn parse_shape(s: &str) -> Result<ShapeArg, String> {
+    parse_axes(s).map(|a| ShapeArg(a.0))
+}
+
 #[derive(Args)]
 struct BenchArgs {
     /// Engine: auto (CPU and the first GPU), cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<BackendSpec>())]
     backend: BackendSpec,
     /// Volume shape D,H,W; repeat for several (default: 48,240,240 128,256,256 256,512,512).
-    #[arg(long, value_parser = parse_axes)]
-    shape: Vec<Vec<usize>>,
+    #[arg(long, value_parser = parse_shape)]
+    shape: Vec<ShapeArg>,
     /// GPU storage precision: f32, f16 or bf16.
     #[arg(long, default_value = "f32", value_parser = |s: &str| s.parse::<Precision>())]
     precision: Precision,
@@ -529,7 +537,8 @@ fn devices(json: bool) -> anyhow::Result<()> {
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
-    if let Some(s) = a.shape.iter().find(|s| s.len() != 3 || s.contains(&0)) {
+    let shapes: Vec<Vec<usize>> = a.shape.into_iter().map(|s| s.0).collect();
+    if let Some(s) = shapes.iter().find(|s| s.len() != 3 || s.contains(&0)) {
         return Err(usage(format!(
             "--shape takes three positive sizes D,H,W, got {s:?}"
         )));
@@ -541,8 +550,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         cpu_reps: a.cpu_reps,
         ..Default::default()
     };
-    if !a.shape.is_empty() {
-        opts.shapes = a.shape;
+    if !shapes.is_empty() {
+        opts.shapes = shapes;
     }
     let report =
         augscope::bench::run(&opts, |line| eprintln!("{line}")).context("the benchmark failed")?;
