@@ -138,5 +138,45 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// The GUI's interactive path on the bundled 197x233x189 sample: the three slices on screen
+/// (axial, coronal, sagittal) after a parameter change, each computed on its own.
+fn slices(c: &mut Criterion) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/mni152_t1.nii.gz");
+    let vol = augscope::io::load(std::path::Path::new(path), &Default::default()).unwrap();
+    let mut g = c.benchmark_group("cpu_slices_mni152");
+    g.sample_size(10);
+    let three = |cpu: &CpuBackend, plan: &Plan| {
+        for axis in 0..3 {
+            let len = vol.data.len() / vol.shape[axis];
+            let mut out = vec![0f32; len];
+            let job = Job {
+                plan,
+                image: &vol,
+                label: None,
+            };
+            cpu.apply_slice(job, axis, vol.shape[axis] / 2, &mut out, None)
+                .unwrap();
+        }
+    };
+    g.bench_function("three_slices_new_elastic_seed", |b| {
+        let mut seed = 0;
+        b.iter(|| {
+            seed += 1;
+            three(&CpuBackend::new(), &full_plan(seed));
+        })
+    });
+    let cpu = CpuBackend::new();
+    g.bench_function("three_slices_alpha_or_angle_change", |b| {
+        let mut k = 0.0;
+        b.iter(|| {
+            k += 0.01;
+            let mut plan = full_plan(1);
+            plan.rotate_rad[0] += k;
+            three(&cpu, &plan);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, slices);
 criterion_main!(benches);

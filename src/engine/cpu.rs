@@ -19,7 +19,18 @@ use crate::augment::{CoordMap, Order, Plan};
 #[derive(Default)]
 pub struct CpuBackend {
     field_cache: Mutex<Option<Arc<ElasticField>>>,
+    /// Field planes of the slice path: ((shape, sigma, seed, axis, index), per-component plane).
+    plane_cache: Mutex<Vec<(PlaneKey, Arc<FieldPlane>)>>,
 }
+
+/// One plane of the unit field, per component.
+type FieldPlane = Vec<Vec<f32>>;
+
+/// What a cached field plane depends on: (shape, sigma bits, seed, axis, index).
+type PlaneKey = (Vec<usize>, u64, u64, usize, usize);
+
+/// Planes kept by the slice path: the three views of the GUI and one spare.
+const PLANE_CACHE: usize = 4;
 
 impl CpuBackend {
     pub fn new() -> Self {
@@ -43,6 +54,155 @@ impl CpuBackend {
         let f = Arc::new(ElasticField::compute(out_shape, e.sigma, e.seed));
         *cache = Some(f.clone());
         Some((f, t.elapsed().as_secs_f64() * 1e3))
+    }
+}
+
+impl CpuBackend {
+    /// The unit field on the output plane `index` normal to `axis` (the flipped index: field
+    /// values live at `q`), from the volume cache, the plane cache, or computed on its own.
+    fn field_plane(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+        axis: usize,
+        q_index: usize,
+    ) -> Option<Arc<FieldPlane>> {
+        let e = plan.elastic.filter(|e| e.alpha != 0.0)?;
+        {
+            let cache = self.field_cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = cache.as_ref()
+                && f.matches(out_shape, e.sigma, e.seed)
+            {
+                return Some(Arc::new(f.plane(axis, q_index)));
+            }
+        }
+        let key: PlaneKey = (out_shape.to_vec(), e.sigma.to_bits(), e.seed, axis, q_index);
+        let mut planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, p)) = planes.iter().find(|(k, _)| *k == key) {
+            return Some(p.clone());
+        }
+        let p = Arc::new(ElasticField::compute_plane(
+            out_shape, e.sigma, e.seed, axis, q_index,
+        ));
+        if planes.len() >= PLANE_CACHE {
+            planes.remove(0);
+        }
+        planes.push((key, p.clone()));
+        Some(p)
+    }
+
+    /// One output slice of a 3D transform, computed on its own (the interactive path: a slider
+    /// moves, only the slices on screen are computed): the plane `index` normal to `axis` of the
+    /// output grid, `channels * plane` values (C order of the other two axes) into `out_image`,
+    /// and the label plane into `out_label`. Same values as the same plane of [`Backend::apply`]
+    /// to f32 rounding of the elastic field.
+    pub fn apply_slice(
+        &self,
+        job: Job<'_>,
+        axis: usize,
+        index: usize,
+        out_image: &mut [f32],
+        out_label: Option<&mut [f32]>,
+    ) -> Result<Timings, EngineError> {
+        let t0 = Instant::now();
+        let img = job.image;
+        job.plan.validate(img.ndim())?;
+        let map = job.plan.compose(&img.shape)?;
+        if map.ndim != 3 || axis >= 3 || index >= map.out_shape[axis] {
+            return Err(EngineError::Shape(format!(
+                "slice {index} along axis {axis} does not exist in a grid of shape {:?}",
+                map.out_shape
+            )));
+        }
+        let plane_len: usize = (0..3)
+            .filter(|&a| a != axis)
+            .map(|a| map.out_shape[a])
+            .product();
+        if out_image.len() != img.channels * plane_len
+            || out_label.as_ref().is_some_and(|l| {
+                job.label
+                    .is_none_or(|lv| l.len() != lv.channels * plane_len)
+            })
+        {
+            return Err(EngineError::Shape(
+                "slice output buffers have the wrong size".into(),
+            ));
+        }
+        let mut timings = Timings::default();
+        let q_index = map.flip_index(axis, index);
+        let field = self.field_plane(job.plan, &map.out_shape, axis, q_index);
+        timings.field_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        let coef = Coefficients::new(&img.data, &img.shape, img.channels, job.plan);
+        timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let t2 = Instant::now();
+        let image = coef.sampler(job.plan.order, job.plan.mode, job.plan.cval);
+        // Rows of the plane run along its last axis.
+        let (ra, ca) = match axis {
+            0 => (1, 2),
+            1 => (0, 2),
+            _ => (0, 1),
+        };
+        let (rows, cols) = (map.out_shape[ra], map.out_shape[ca]);
+        let coords_of_row = |r: usize, buf: &mut Vec<[f64; 3]>| {
+            buf.clear();
+            let m = &map.in_from_centered;
+            for col in 0..cols {
+                let mut p = [0usize; 3];
+                p[axis] = index;
+                p[ra] = r;
+                p[ca] = col;
+                let mut c = [0f64; 3];
+                for a in 0..3 {
+                    c[a] = map.flip_index(a, p[a]) as f64 - map.ctr_out[a];
+                }
+                if let Some(f) = &field {
+                    // The plane holds the field at q; its index is (q[ra], q[ca]).
+                    let u = map.flip_index(ra, r) * cols + map.flip_index(ca, col);
+                    for a in 0..3 {
+                        c[a] += map.alpha * f[a][u] as f64;
+                    }
+                }
+                let mut x = [0f64; 3];
+                for i in 0..3 {
+                    x[i] = map.offset[i] + (0..3).map(|j| m[i][j] * c[j]).sum::<f64>();
+                }
+                buf.push(x);
+            }
+        };
+        let img_rows = split_rows(out_image, plane_len, cols);
+        let lab_sampler = job.label.map(|l| Sampler {
+            data: &l.data,
+            shape: l.shape.clone(),
+            channels: l.channels,
+            order: Order::Nearest,
+            mode: job.plan.mode,
+            cval: 0.0,
+            pad: 0.0,
+        });
+        let lab_rows = match out_label {
+            Some(buf) if lab_sampler.is_some() => split_rows(buf, plane_len, cols),
+            _ => (0..rows).map(|_| Vec::new()).collect(),
+        };
+        img_rows
+            .into_par_iter()
+            .zip(lab_rows.into_par_iter())
+            .enumerate()
+            .for_each_init(
+                || Vec::with_capacity(cols),
+                |coords, (r, (mut irow, mut lrow))| {
+                    coords_of_row(r, coords);
+                    image.sample_row::<3>(coords, &mut irow);
+                    if let Some(ls) = &lab_sampler
+                        && !lrow.is_empty()
+                    {
+                        ls.sample_row::<3>(coords, &mut lrow);
+                    }
+                },
+            );
+        timings.resample_ms = t2.elapsed().as_secs_f64() * 1e3;
+        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(timings)
     }
 }
 

@@ -2,8 +2,10 @@
 //! output grid. It depends only on (seed, sigma, grid shape); alpha merely scales it, so engines
 //! cache it and moving any other parameter never recomputes it.
 
-use super::noise::fill_noise;
-use crate::filter::gaussian::gaussian_zero;
+use rayon::prelude::*;
+
+use super::noise::{fill_noise, fill_noise_run};
+use crate::filter::gaussian::{gaussian_kernel, gaussian_zero};
 
 /// Smoothed unit noise, `components[k][i]` for axis `k` and C-order output index `i`.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +36,95 @@ impl ElasticField {
             seed,
             components,
         }
+    }
+
+    /// The unit field on one plane of a 3D grid, the plane `index` normal to `axis`, without
+    /// computing the volume: the separable passes commute, so the plane is first smoothed across
+    /// `axis` from a slab of noise generated on the fly from its Philox counters, then within
+    /// the plane. Equal to `compute(shape, ..)` restricted to the plane, to f32 rounding.
+    /// Returns one C-order plane per component.
+    pub fn compute_plane(
+        shape: &[usize],
+        sigma: f64,
+        seed: u64,
+        axis: usize,
+        index: usize,
+    ) -> Vec<Vec<f32>> {
+        let nd = shape.len();
+        let plane_shape: Vec<usize> = (0..nd).filter(|&a| a != axis).map(|a| shape[a]).collect();
+        let plane_len: usize = plane_shape.iter().product();
+        let w: Vec<f32> = gaussian_kernel(sigma, 4.0)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let r = w.len() / 2;
+        let n = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        // Slab rows index..index ± r that exist, with their weights.
+        let lo = index.saturating_sub(r);
+        let hi = (index + r).min(n - 1);
+        let mut scratch = Vec::new();
+        (0..nd)
+            .map(|k| {
+                let k32 = k as u32;
+                let mut plane = vec![0f32; plane_len];
+                if inner == 1 {
+                    // The slab runs along the contiguous axis: one run of noise per plane voxel.
+                    plane.par_chunks_mut(256).enumerate().for_each_init(
+                        || vec![0f32; hi - lo + 1],
+                        |buf, (ci, chunk)| {
+                            for (j, out) in chunk.iter_mut().enumerate() {
+                                let row = (ci * 256 + j) as u64;
+                                fill_noise_run(seed, k32, row * n as u64 + lo as u64, buf);
+                                *out = buf
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(t, &v)| w[lo + t + r - index] * v)
+                                    .sum();
+                            }
+                        },
+                    );
+                } else {
+                    // For each slab row z and each outer index, the plane's inner run is
+                    // contiguous in the volume: generate it at once and accumulate.
+                    const RUN: usize = 4096;
+                    plane
+                        .par_chunks_mut(inner)
+                        .enumerate()
+                        .for_each(|(o, orow)| {
+                            for (ci, out) in orow.chunks_mut(RUN).enumerate() {
+                                let mut buf = vec![0f32; out.len()];
+                                for z in lo..=hi {
+                                    let start = (o * n + z) * inner + ci * RUN;
+                                    fill_noise_run(seed, k32, start as u64, &mut buf);
+                                    let wz = w[z + r - index];
+                                    for (a, &v) in out.iter_mut().zip(&buf) {
+                                        *a += wz * v;
+                                    }
+                                }
+                            }
+                        });
+                }
+                gaussian_zero(&mut plane, &mut scratch, &plane_shape, &vec![sigma; nd - 1]);
+                plane
+            })
+            .collect()
+    }
+
+    /// One plane of this field (the plane `index` normal to `axis`), per component, C order.
+    pub fn plane(&self, axis: usize, index: usize) -> Vec<Vec<f32>> {
+        let nd = self.shape.len();
+        let inner: usize = self.shape[axis + 1..].iter().product();
+        let n = self.shape[axis];
+        self.components
+            .iter()
+            .map(|c| {
+                c.chunks(n * inner)
+                    .flat_map(|slab| slab[index * inner..(index + 1) * inner].iter().copied())
+                    .collect()
+            })
+            .take(nd)
+            .collect()
     }
 
     /// Whether this field is the one for (shape, sigma, seed).

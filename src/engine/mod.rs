@@ -75,7 +75,11 @@ pub trait Backend: Send + Sync {
 pub fn check_job(job: &Job<'_>, out: &Outputs<'_>) -> Result<Vec<usize>, EngineError> {
     let img = job.image;
     job.plan.validate(img.ndim())?;
-    let out_shape = job.plan.out_shape.clone().unwrap_or_else(|| img.shape.clone());
+    let out_shape = job
+        .plan
+        .out_shape
+        .clone()
+        .unwrap_or_else(|| img.shape.clone());
     let n_out: usize = out_shape.iter().product();
     if out.image.len() != img.channels * n_out {
         return Err(EngineError::Shape(format!(
@@ -110,13 +114,19 @@ pub fn apply_new(
     image: &Volume,
     label: Option<&Volume>,
 ) -> Result<(Volume, Option<Volume>, Timings), EngineError> {
-    let out_shape = plan.out_shape.clone().unwrap_or_else(|| image.shape.clone());
+    let out_shape = plan
+        .out_shape
+        .clone()
+        .unwrap_or_else(|| image.shape.clone());
     let n_out: usize = out_shape.iter().product();
     let mut img_out = vec![0f32; image.channels * n_out];
     let mut lab_out = label.map(|l| vec![0f32; l.channels * n_out]);
     let t = backend.apply(
         Job { plan, image, label },
-        Outputs { image: &mut img_out, label: lab_out.as_deref_mut() },
+        Outputs {
+            image: &mut img_out,
+            label: lab_out.as_deref_mut(),
+        },
     )?;
     let mk = |src: &Volume, data: Vec<f32>| {
         let mut v = src.clone_meta();
@@ -149,7 +159,9 @@ impl std::str::FromStr for Precision {
             "f32" | "full" => Ok(Precision::F32),
             "f16" | "half" => Ok(Precision::F16),
             "bf16" | "bfloat16" => Ok(Precision::Bf16),
-            _ => Err(format!("unknown precision '{s}' (expected f32, f16 or bf16)")),
+            _ => Err(format!(
+                "unknown precision '{s}' (expected f32, f16 or bf16)"
+            )),
         }
     }
 }

@@ -53,6 +53,12 @@ pub fn fill_noise(seed: u64, k: u32, start: u64, out: &mut [f32]) {
         });
 }
 
+/// Fills `out` with the noise of component `k` for linear indices `start..start + out.len()`, on
+/// the calling thread (for callers that are already parallel).
+pub fn fill_noise_run(seed: u64, k: u32, start: u64, out: &mut [f32]) {
+    noise_chunk(seed, k, start, out);
+}
+
 /// Lanes of independent Philox streams computed in lockstep, so the 32x32->64 multiplies
 /// vectorise.
 const LANES: usize = 8;
