@@ -461,29 +461,35 @@ impl Sampler<'_> {
 
     /// Samples a whole row of coordinates, dispatching once on the order.
     fn sample_row<const D: usize>(&self, coords: &[[f64; D]], outs: &mut [&mut [f32]]) {
-        let mut shape = [0usize; D];
-        let mut strides = [0usize; D];
-        let mut st = 1;
-        for a in (0..D).rev() {
-            shape[a] = self.shape[a];
-            strides[a] = st;
-            st *= self.shape[a];
+        sample_row_mv::<D>(self, coords, outs);
+    }
+}
+
+/// [`Sampler::sample_row`], also compiled for AVX2+FMA (hardware floor and fused multiply-adds), picked at run time.
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+fn sample_row_mv<const D: usize>(s: &Sampler<'_>, coords: &[[f64; D]], outs: &mut [&mut [f32]]) {
+    let mut shape = [0usize; D];
+    let mut strides = [0usize; D];
+    let mut st = 1;
+    for a in (0..D).rev() {
+        shape[a] = s.shape[a];
+        strides[a] = st;
+        st *= s.shape[a];
+    }
+    match s.order {
+        Order::Nearest => {
+            for (i, x) in coords.iter().enumerate() {
+                s.sample_into::<D, 1>(&shape, &strides, x, outs, i);
+            }
         }
-        match self.order {
-            Order::Nearest => {
-                for (i, x) in coords.iter().enumerate() {
-                    self.sample_into::<D, 1>(&shape, &strides, x, outs, i);
-                }
+        Order::Linear => {
+            for (i, x) in coords.iter().enumerate() {
+                s.sample_into::<D, 2>(&shape, &strides, x, outs, i);
             }
-            Order::Linear => {
-                for (i, x) in coords.iter().enumerate() {
-                    self.sample_into::<D, 2>(&shape, &strides, x, outs, i);
-                }
-            }
-            Order::Cubic => {
-                for (i, x) in coords.iter().enumerate() {
-                    self.sample_into::<D, 4>(&shape, &strides, x, outs, i);
-                }
+        }
+        Order::Cubic => {
+            for (i, x) in coords.iter().enumerate() {
+                s.sample_into::<D, 4>(&shape, &strides, x, outs, i);
             }
         }
     }
