@@ -6,6 +6,7 @@
 pub mod augment;
 pub mod bench;
 pub mod engine;
+pub mod export;
 pub mod filter;
 pub mod io;
 pub mod volume;

@@ -45,6 +45,11 @@ enum Cmd {
     },
     /// Time CPU and CUDA on the rotate-only, elastic-only and full pipelines.
     Bench(BenchArgs),
+    /// Write N augmented samples of each input, drawn from a preset, with a JSONL manifest.
+    Batch(BatchArgs),
+    /// Export a preset to a training pipeline, or import one from a parameter dict.
+    #[command(subcommand)]
+    Preset(PresetCmd),
 }
 
 /// One `--shape D,H,W`.
@@ -261,6 +266,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Cmd::Apply(a)) => apply(a),
         Some(Cmd::Devices { json }) => devices(json),
         Some(Cmd::Bench(a)) => bench(a),
+        Some(Cmd::Batch(a)) => batch(a),
+        Some(Cmd::Preset(c)) => preset_cmd(c),
     }
 }
 
@@ -561,6 +568,198 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         io::atomic_write(p, "JSON table", |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?;
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+struct BatchArgs {
+    /// Preset file (TOML), or a bundled preset: nnunet-v2, nnunet-v1-3d, batchgenerators.
+    #[arg(long)]
+    preset: PathBuf,
+    /// Samples per input.
+    #[arg(long)]
+    count: usize,
+    /// Seed of the first sample; sample j uses seed + j.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output folder (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    /// A label map per input, in the order of the inputs (repeat the flag).
+    #[arg(long)]
+    label: Vec<PathBuf>,
+    /// Engine: auto, cpu, cuda or cuda:N[,M…] (several GPUs split the batch).
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<BackendSpec>())]
+    backend: BackendSpec,
+    /// GPU storage precision: f32, f16 or bf16.
+    #[arg(long, default_value = "f32", value_parser = |s: &str| s.parse::<Precision>())]
+    precision: Precision,
+    /// Do only shard k of n (0-based), e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
+    #[arg(long, default_value = "0/1", value_parser = augscope::export::batch::parse_shard)]
+    shard: (usize, usize),
+    /// Skip samples an earlier run finished (listed in the manifest, files present).
+    #[arg(long)]
+    resume: bool,
+    /// Output extension: nii.gz, nii, npy or png (default: the input's kind).
+    #[arg(long)]
+    ext: Option<String>,
+    /// Output type: float32 (default) or keep (the input's type).
+    #[arg(long, default_value = "float32", value_parser = ["float32", "keep"])]
+    dtype: String,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Inputs (.nii, .nii.gz, .npy, .png, .jpg, .tif, .dcm or a DICOM folder).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum PresetCmd {
+    /// Print a preset as Python for a training pipeline.
+    Export {
+        /// monai, torchio, batchgenerators, batchgenerators-json or nnunet.
+        #[arg(long, value_parser = |s: &str| s.parse::<augscope::export::Target>())]
+        to: augscope::export::Target,
+        /// Spatial dimensions of the pipeline: 2 or 3.
+        #[arg(long, default_value_t = 3)]
+        ndim: usize,
+        /// Write to a file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Preset file, or a bundled preset name.
+        preset: PathBuf,
+    },
+    /// Read a batchgenerators / nnU-Net parameter dict (JSON, or an exported snippet) into a preset.
+    Import {
+        /// Write to a file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// The parameter file.
+        params: PathBuf,
+    },
+    /// Draw one sample of a preset and print the plan and done list as JSON.
+    Sample {
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Spatial dimensions: 2 or 3.
+        #[arg(long, default_value_t = 3)]
+        ndim: usize,
+        preset: PathBuf,
+    },
+}
+
+fn preset_error(e: augscope::augment::preset::PresetError) -> anyhow::Error {
+    usage(e.to_string())
+}
+
+fn write_text(output: Option<&Path>, text: &str, what: &'static str) -> anyhow::Result<()> {
+    match output {
+        Some(p) => Ok(io::atomic_write(p, what, |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })?),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn preset_cmd(c: PresetCmd) -> anyhow::Result<()> {
+    use augscope::augment::preset;
+    match c {
+        PresetCmd::Export {
+            to,
+            ndim,
+            output,
+            preset: p,
+        } => {
+            let pr = preset::load_or_bundled(&p).map_err(preset_error)?;
+            let text = augscope::export::export(&pr, to, ndim).map_err(preset_error)?;
+            write_text(output.as_deref(), &text, "snippet")
+        }
+        PresetCmd::Import { output, params } => {
+            let text = std::fs::read_to_string(&params)
+                .map_err(|e| usage(format!("cannot read parameters: {e}: {}", params.display())))?;
+            let name = format!("imported from {}", params.display());
+            let pr = augscope::export::import::import(&text, &name)
+                .map_err(|e| usage(format!("{e}: {}", params.display())))?;
+            write_text(output.as_deref(), &pr.to_toml(), "preset")
+        }
+        PresetCmd::Sample {
+            seed,
+            ndim,
+            preset: p,
+        } => {
+            let pr = preset::load_or_bundled(&p).map_err(preset_error)?;
+            let s = pr
+                .sample(seed, ndim, &vec![1.0; ndim])
+                .map_err(preset_error)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s).context("cannot encode the sample")?
+            );
+            Ok(())
+        }
+    }
+}
+
+fn batch(a: BatchArgs) -> anyhow::Result<()> {
+    use augscope::export::batch;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let preset = augscope::augment::preset::load_or_bundled(&a.preset).map_err(preset_error)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        // First Ctrl-C: finish the files being written, then stop. Second: stop at once (only
+        // temporary files can be left, and --resume removes them).
+        let stop = stop.clone();
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!(
+                "\naugscope: stopping after the files being written (Ctrl-C again to quit now)"
+            );
+        });
+    }
+    let opts = batch::BatchOptions {
+        preset,
+        inputs: a.inputs,
+        labels: a.label,
+        count: a.count,
+        seed: a.seed,
+        out_dir: a.out,
+        backend: a.backend,
+        precision: a.precision,
+        shard: a.shard,
+        resume: a.resume,
+        ext: a.ext,
+        keep_dtype: a.dtype == "keep",
+        progress: !a.quiet,
+        stop: stop.clone(),
+        writers: 0,
+    };
+    let summary = match batch::run(&opts) {
+        Ok(s) => s,
+        Err(e) if e.is_user() => return Err(usage(e.to_string())),
+        Err(e) => return Err(anyhow::Error::new(e).context("the batch failed")),
+    };
+    eprintln!(
+        "augscope: {} samples written, {} already done, {} of {} in this shard; {:.2} samples/s on {}; manifest {}",
+        summary.written,
+        summary.skipped,
+        summary.written + summary.skipped,
+        summary.total,
+        summary.samples_per_s,
+        summary.backend,
+        summary.manifest.display()
+    );
+    if summary.interrupted {
+        return Err(usage(
+            "interrupted; rerun the same command with --resume to finish",
+        ));
     }
     Ok(())
 }

@@ -4,6 +4,8 @@
 //! Every vector is in array-axis order `[z, y, x]` (2D: `[y, x]`): `rotate_rad[0]` rotates about
 //! axis 0.
 
+pub mod preset;
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};

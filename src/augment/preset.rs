@@ -1,0 +1,625 @@
+//! Presets: probabilities and ranges per transform (DESIGN §5), in a versioned TOML file, and
+//! sampling them with a seed into a [`Plan`] of fixed values plus the done list.
+//!
+//! Every vector is in array-axis order `[z, y, x]` (2D: `[y, x]`), as in [`Plan`]. Angles are
+//! degrees in the file and radians in the plan. A range is `[lo, hi]`; a list of ranges holds one
+//! range for every axis, or a single range that applies to all of them.
+//!
+//! Sampling is reproducible: each transform draws from its own SplitMix64 stream keyed by
+//! `(seed, transform)`, so changing the probability of one transform never changes the values
+//! another one draws. The elastic noise seed of a sample is the sample seed itself, so
+//! `augscope apply --elastic ALPHA,SIGMA --seed S` reproduces a batch output.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Done, Elastic, Mode, Order, Plan};
+
+/// The only preset format version this build reads.
+pub const PRESET_VERSION: u32 = 1;
+
+/// A `[lo, hi]` range.
+pub type Range = [f64; 2];
+
+/// A preset: what may happen to a sample, and how likely.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// Format version; must be 1.
+    pub version: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Where the values come from (file and function), for bundled presets.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flip: Option<FlipSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate: Option<RotateSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<ScaleSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub translate: Option<TranslateSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticSpec>,
+    #[serde(default)]
+    pub sampling: SamplingSpec,
+}
+
+/// Mirroring: each axis flips independently with its own probability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlipSpec {
+    /// Per-axis probability; one value applies to every axis.
+    pub p: Vec<f64>,
+}
+
+/// Rotation: fires with `p`; then each axis rotates with `p_axis` by an angle from its range.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSpec {
+    #[serde(default = "one")]
+    pub p: f64,
+    /// Probability that an axis rotates once the transform fires (batchgenerators
+    /// `p_rot_per_axis`); one value or one per axis.
+    #[serde(default = "ones")]
+    pub p_axis: Vec<f64>,
+    /// Angle ranges in degrees, one per axis or one for all.
+    pub range_deg: Vec<Range>,
+    /// The range of a 2D image's single angle; `range_deg[0]` when absent (nnU-Net rotates 2D
+    /// images by ±180° and volumes by ±30°).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_deg_2d: Option<Range>,
+}
+
+/// How a scale factor is drawn from `[lo, hi]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScaleDistribution {
+    /// Uniform on `[lo, hi]`.
+    #[default]
+    Uniform,
+    /// batchgenerators `augment_spatial`: with probability 0.5 uniform on `[lo, 1]` (when
+    /// `lo < 1`), else uniform on `[max(lo, 1), hi]`, so shrinking and enlarging are equally likely.
+    Split,
+}
+
+/// Scaling (`s > 1` samples a larger region: content looks smaller, as in batchgenerators).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleSpec {
+    #[serde(default = "one")]
+    pub p: f64,
+    /// One range for all axes, or one per axis (per-axis ranges need `per_axis = true`).
+    pub range: Vec<Range>,
+    /// Draw a factor per axis instead of one isotropic factor.
+    #[serde(default)]
+    pub per_axis: bool,
+    #[serde(default)]
+    pub distribution: ScaleDistribution,
+}
+
+/// Units of a translation range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    #[default]
+    Voxel,
+    Mm,
+}
+
+/// Translation in voxels or millimetres (content moves by `-t`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranslateSpec {
+    #[serde(default = "one")]
+    pub p: f64,
+    /// One range per axis, or one for all.
+    pub range: Vec<Range>,
+    #[serde(default)]
+    pub unit: Unit,
+}
+
+/// Elastic deformation `alpha * G_sigma(noise)` in voxels (DESIGN §4; batchgenerators' alpha and
+/// sigma).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElasticSpec {
+    #[serde(default = "one")]
+    pub p: f64,
+    pub alpha: Range,
+    pub sigma: Range,
+}
+
+/// Interpolation and boundary handling.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplingSpec {
+    pub order: u32,
+    pub mode: String,
+    pub cval: f64,
+    /// The order the training pipeline uses for labels. augscope itself always resamples label
+    /// maps with order 0; the value is carried into exports.
+    pub label_order: u32,
+}
+
+impl Default for SamplingSpec {
+    fn default() -> Self {
+        SamplingSpec {
+            order: 1,
+            mode: "constant".into(),
+            cval: 0.0,
+            label_order: 0,
+        }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn ones() -> Vec<f64> {
+    vec![1.0]
+}
+
+/// A preset that cannot be read or used.
+#[derive(Debug, thiserror::Error)]
+pub enum PresetError {
+    #[error("cannot read preset: {why}: {}", path.display())]
+    Read {
+        why: String,
+        path: std::path::PathBuf,
+    },
+    #[error("invalid preset: {why}")]
+    Invalid { why: String },
+}
+
+fn invalid(why: impl Into<String>) -> PresetError {
+    PresetError::Invalid { why: why.into() }
+}
+
+/// One sample of a preset: the plan, the transforms that fired with their values, and every
+/// random decision that was drawn.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    pub seed: u64,
+    pub plan: Plan,
+    pub done: Vec<Done>,
+    pub drawn: serde_json::Value,
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast and fully specified, so draws are the same
+/// on every machine.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn new(seed: u64, stream: u64) -> Self {
+        let mut s = SplitMix64(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        s.next_u64();
+        s
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform on [0, 1) with 53 bits.
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+    fn range(&mut self, r: Range) -> f64 {
+        r[0] + (r[1] - r[0]) * self.uniform()
+    }
+    /// Whether an event of probability `p` happens. Always draws, so the stream does not depend
+    /// on `p`.
+    fn chance(&mut self, p: f64) -> bool {
+        self.uniform() < p
+    }
+}
+
+const STREAM_FLIP: u64 = 1;
+const STREAM_ROTATE: u64 = 2;
+const STREAM_SCALE: u64 = 3;
+const STREAM_TRANSLATE: u64 = 4;
+const STREAM_ELASTIC: u64 = 5;
+
+/// The value for `axis` from a list holding one value for every axis or one for all.
+fn per_axis<T: Copy>(v: &[T], axis: usize) -> Option<T> {
+    match v.len() {
+        1 => v.first().copied(),
+        _ => v.get(axis).copied(),
+    }
+}
+
+impl Preset {
+    /// Reads and validates a preset file.
+    pub fn load(path: &Path) -> Result<Preset, PresetError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PresetError::Read {
+            why: e.to_string(),
+            path: path.to_path_buf(),
+        })?;
+        Preset::parse(&text).map_err(|e| match e {
+            PresetError::Invalid { why } => PresetError::Read {
+                why,
+                path: path.to_path_buf(),
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates preset TOML text.
+    pub fn parse(text: &str) -> Result<Preset, PresetError> {
+        // The version first, so that a newer file gets a version message, not a field error.
+        if let Ok(table) = text.parse::<toml::Table>() {
+            match table.get("version") {
+                None => return Err(invalid("missing `version = 1` at the top of the file")),
+                Some(toml::Value::Integer(v)) if *v == PRESET_VERSION as i64 => {}
+                Some(v) => {
+                    return Err(invalid(format!(
+                        "version {v} is not supported (this augscope reads version {PRESET_VERSION})"
+                    )));
+                }
+            }
+        }
+        let preset: Preset = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let msg = e.message().trim().replace('\n', " ");
+            match line {
+                Some(l) => invalid(format!("line {l}: {msg}")),
+                None => invalid(msg),
+            }
+        })?;
+        preset.validate()?;
+        Ok(preset)
+    }
+
+    /// The preset as TOML text (what `preset import` writes).
+    pub fn to_toml(&self) -> String {
+        // Serialising plain structs of numbers, strings and arrays cannot fail.
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Checks ranges, probabilities and names; the message names the field.
+    pub fn validate(&self) -> Result<(), PresetError> {
+        if self.version != PRESET_VERSION {
+            return Err(invalid(format!(
+                "version {} is not supported (this augscope reads version {PRESET_VERSION})",
+                self.version
+            )));
+        }
+        let prob = |field: &str, p: f64| {
+            if (0.0..=1.0).contains(&p) {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "{field} = {p} is not a probability in [0, 1]"
+                )))
+            }
+        };
+        let range = |field: &str, r: Range| {
+            if !r[0].is_finite() || !r[1].is_finite() {
+                Err(invalid(format!("{field} = {r:?} must be finite")))
+            } else if r[0] > r[1] {
+                Err(invalid(format!(
+                    "{field} = {r:?}: lower bound {} is above upper bound {}",
+                    r[0], r[1]
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let axes_len = |field: &str, n: usize| {
+            if n == 1 || n == 2 || n == 3 {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "{field} holds {n} entries (expected 1 for all axes, or one per axis: 2 or 3)"
+                )))
+            }
+        };
+        if let Some(f) = &self.flip {
+            axes_len("flip.p", f.p.len())?;
+            for (i, &p) in f.p.iter().enumerate() {
+                prob(&format!("flip.p[{i}]"), p)?;
+            }
+        }
+        if let Some(r) = &self.rotate {
+            prob("rotate.p", r.p)?;
+            axes_len("rotate.p_axis", r.p_axis.len())?;
+            for (i, &p) in r.p_axis.iter().enumerate() {
+                prob(&format!("rotate.p_axis[{i}]"), p)?;
+            }
+            axes_len("rotate.range_deg", r.range_deg.len())?;
+            for (i, &g) in r.range_deg.iter().enumerate() {
+                range(&format!("rotate.range_deg[{i}]"), g)?;
+            }
+            if let Some(g) = r.range_deg_2d {
+                range("rotate.range_deg_2d", g)?;
+            }
+        }
+        if let Some(s) = &self.scale {
+            prob("scale.p", s.p)?;
+            axes_len("scale.range", s.range.len())?;
+            if s.range.len() > 1 && !s.per_axis {
+                return Err(invalid(
+                    "scale.range holds one range per axis but scale.per_axis is false \
+                     (an isotropic scale takes one range)",
+                ));
+            }
+            for (i, &g) in s.range.iter().enumerate() {
+                range(&format!("scale.range[{i}]"), g)?;
+                if g[0] <= 0.0 {
+                    return Err(invalid(format!(
+                        "scale.range[{i}] = {g:?}: scale factors must be > 0"
+                    )));
+                }
+            }
+        }
+        if let Some(t) = &self.translate {
+            prob("translate.p", t.p)?;
+            axes_len("translate.range", t.range.len())?;
+            for (i, &g) in t.range.iter().enumerate() {
+                range(&format!("translate.range[{i}]"), g)?;
+            }
+        }
+        if let Some(e) = &self.elastic {
+            prob("elastic.p", e.p)?;
+            range("elastic.alpha", e.alpha)?;
+            range("elastic.sigma", e.sigma)?;
+            if e.sigma[0] <= 0.0 {
+                return Err(invalid(format!(
+                    "elastic.sigma = {:?}: sigma must be > 0",
+                    e.sigma
+                )));
+            }
+        }
+        let s = &self.sampling;
+        Order::try_from(s.order).map_err(|e| invalid(format!("sampling.order: {e}")))?;
+        if s.label_order > 5 {
+            return Err(invalid(format!(
+                "sampling.label_order = {} is not a spline order 0..5",
+                s.label_order
+            )));
+        }
+        s.mode
+            .parse::<Mode>()
+            .map_err(|e| invalid(format!("sampling.mode: {e}")))?;
+        if !s.cval.is_finite() {
+            return Err(invalid("sampling.cval must be finite"));
+        }
+        Ok(())
+    }
+
+    /// Checks that the preset fits a grid of `ndim` dimensions.
+    pub fn check_ndim(&self, ndim: usize) -> Result<(), PresetError> {
+        if !(2..=3).contains(&ndim) {
+            return Err(invalid(format!(
+                "presets apply to 2D and 3D grids, not {ndim}D"
+            )));
+        }
+        let fits = |field: &str, n: usize| {
+            if n == 1 || n == ndim {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "{field} holds {n} entries but the image has {ndim} axes"
+                )))
+            }
+        };
+        if let Some(f) = &self.flip {
+            fits("flip.p", f.p.len())?;
+        }
+        if let Some(r) = &self.rotate
+            && ndim == 3
+        {
+            fits("rotate.range_deg", r.range_deg.len())?;
+            fits("rotate.p_axis", r.p_axis.len())?;
+        }
+        if let Some(s) = &self.scale {
+            fits("scale.range", s.range.len())?;
+        }
+        if let Some(t) = &self.translate {
+            fits("translate.range", t.range.len())?;
+        }
+        Ok(())
+    }
+
+    /// Draws one sample for a grid of `ndim` axes with voxel size `spacing_mm` (used by
+    /// translations in millimetres).
+    pub fn sample(
+        &self,
+        seed: u64,
+        ndim: usize,
+        spacing_mm: &[f64],
+    ) -> Result<Sample, PresetError> {
+        self.check_ndim(ndim)?;
+        let s = &self.sampling;
+        let mut plan = Plan {
+            order: Order::try_from(s.order).map_err(invalid)?,
+            mode: s.mode.parse::<Mode>().map_err(invalid)?,
+            cval: s.cval as f32,
+            ..Plan::default()
+        };
+        let mut drawn = serde_json::Map::new();
+
+        if let Some(f) = &self.flip {
+            let mut rng = SplitMix64::new(seed, STREAM_FLIP);
+            let mut fired = vec![];
+            for axis in 0..ndim {
+                let p = per_axis(&f.p, axis).unwrap_or(0.0);
+                let hit = rng.chance(p);
+                fired.push(hit);
+                if hit {
+                    plan.flip.push(axis);
+                }
+            }
+            drawn.insert("flip".into(), serde_json::json!({ "axes_fired": fired }));
+        }
+
+        if let Some(r) = &self.rotate {
+            let mut rng = SplitMix64::new(seed, STREAM_ROTATE);
+            let fire = rng.chance(r.p);
+            let n_angles = if ndim == 3 { 3 } else { 1 };
+            let mut deg = vec![0.0; n_angles];
+            let mut axis_fired = vec![false; n_angles];
+            for axis in 0..n_angles {
+                let p_axis = per_axis(&r.p_axis, axis).unwrap_or(1.0);
+                let hit = rng.chance(p_axis);
+                let g = match (ndim, r.range_deg_2d) {
+                    (2, Some(g)) => g,
+                    _ => per_axis(&r.range_deg, axis).unwrap_or([0.0, 0.0]),
+                };
+                let a = rng.range(g);
+                if fire && hit {
+                    deg[axis] = a;
+                    axis_fired[axis] = true;
+                }
+            }
+            if fire && deg.iter().any(|&a| a != 0.0) {
+                plan.rotate_rad = deg.iter().map(|d| d.to_radians()).collect();
+            }
+            drawn.insert(
+                "rotate".into(),
+                serde_json::json!({ "fired": fire, "axes_fired": axis_fired, "angles_deg": deg }),
+            );
+        }
+
+        if let Some(sc) = &self.scale {
+            let mut rng = SplitMix64::new(seed, STREAM_SCALE);
+            let fire = rng.chance(sc.p);
+            let n = if sc.per_axis { ndim } else { 1 };
+            let mut factors = Vec::with_capacity(n);
+            for axis in 0..n {
+                let g = per_axis(&sc.range, axis).unwrap_or([1.0, 1.0]);
+                let below = rng.chance(0.5);
+                let v = match sc.distribution {
+                    ScaleDistribution::Uniform => rng.range(g),
+                    ScaleDistribution::Split if below && g[0] < 1.0 => {
+                        rng.range([g[0], 1.0_f64.min(g[1])])
+                    }
+                    ScaleDistribution::Split => rng.range([g[0].max(1.0).min(g[1]), g[1]]),
+                };
+                factors.push(v);
+            }
+            if fire {
+                plan.scale = factors.clone();
+            }
+            drawn.insert(
+                "scale".into(),
+                serde_json::json!({ "fired": fire, "factors": if fire { factors } else { vec![] } }),
+            );
+        }
+
+        if let Some(t) = &self.translate {
+            let mut rng = SplitMix64::new(seed, STREAM_TRANSLATE);
+            let fire = rng.chance(t.p);
+            let mut vals = Vec::with_capacity(ndim);
+            for axis in 0..ndim {
+                vals.push(rng.range(per_axis(&t.range, axis).unwrap_or([0.0, 0.0])));
+            }
+            let vox: Vec<f64> = match t.unit {
+                Unit::Voxel => vals.clone(),
+                Unit::Mm => vals
+                    .iter()
+                    .enumerate()
+                    .map(|(a, v)| {
+                        let sp = spacing_mm
+                            .get(a)
+                            .copied()
+                            .filter(|s| *s > 0.0)
+                            .unwrap_or(1.0);
+                        v / sp
+                    })
+                    .collect(),
+            };
+            if fire {
+                plan.translate = vox.clone();
+            }
+            drawn.insert(
+                "translate".into(),
+                serde_json::json!({ "fired": fire, "values": if fire { vals } else { vec![] },
+                                    "unit": t.unit, "voxels": if fire { vox } else { vec![] } }),
+            );
+        }
+
+        if let Some(e) = &self.elastic {
+            let mut rng = SplitMix64::new(seed, STREAM_ELASTIC);
+            let fire = rng.chance(e.p);
+            let alpha = rng.range(e.alpha);
+            let sigma = rng.range(e.sigma);
+            if fire {
+                plan.elastic = Some(Elastic { alpha, sigma, seed });
+            }
+            drawn.insert(
+                "elastic".into(),
+                serde_json::json!({ "fired": fire, "alpha": if fire { Some(alpha) } else { None },
+                                    "sigma": if fire { Some(sigma) } else { None }, "noise_seed": seed }),
+            );
+        }
+
+        plan.validate(ndim)
+            .map_err(|e| invalid(format!("the drawn plan is not valid: {e}")))?;
+        Ok(Sample {
+            seed,
+            done: plan.done_list(),
+            plan,
+            drawn: serde_json::Value::Object(drawn),
+        })
+    }
+}
+
+/// The presets shipped in `assets/presets/`, by name.
+pub const BUNDLED: &[(&str, &str)] = &[
+    (
+        "nnunet-v2",
+        include_str!("../../assets/presets/nnunet_v2_default.toml"),
+    ),
+    (
+        "nnunet-v1-3d",
+        include_str!("../../assets/presets/nnunet_v1_3d_default.toml"),
+    ),
+    (
+        "batchgenerators",
+        include_str!("../../assets/presets/batchgenerators_spatial_default.toml"),
+    ),
+];
+
+/// Loads a preset from a file, or a bundled one by name (`nnunet-v2`, `nnunet-v1-3d`,
+/// `batchgenerators`) when no such file exists.
+pub fn load_or_bundled(path_or_name: &Path) -> Result<Preset, PresetError> {
+    if !path_or_name.exists()
+        && let Some(name) = path_or_name.to_str()
+        && let Some((_, text)) = BUNDLED.iter().find(|(n, _)| *n == name)
+    {
+        return Preset::parse(text);
+    }
+    Preset::load(path_or_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundled_presets_parse() {
+        for (name, text) in BUNDLED {
+            let p = Preset::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(p.version, 1);
+            assert!(!p.source.is_empty(), "{name} cites its source");
+        }
+    }
+
+    #[test]
+    fn splitmix_is_stable() {
+        // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
+        let mut r = SplitMix64(0);
+        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+    }
+}

@@ -1,0 +1,625 @@
+//! `augscope batch`: N augmented samples of each input, drawn from a preset with seeds S, S+1, …,
+//! image and label map together, with a JSON Lines manifest (DESIGN §5, §7).
+//!
+//! Reading, computing and writing overlap: a reader thread loads each input once and queues its
+//! samples, compute workers (one for the CPU engine, which is parallel inside; one per GPU) apply
+//! the plans, and writer threads compress and write in parallel, all through bounded queues so
+//! that memory stays at a few volumes. Outputs are written atomically (temp file, rename) and a
+//! manifest line is appended only after a sample's files are in place, so after Ctrl-C or a kill
+//! the folder holds whole files only and `--resume` continues where the run stopped.
+//!
+//! Work items are numbered `input_index * count + sample_index`; `--shard k/n` takes the items
+//! with `number % n == k`, so shards split every input's samples evenly and never overlap.
+
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::augment::preset::{Preset, PresetError};
+use crate::engine::{self, BackendSpec, EngineError, Precision};
+use crate::io::{self, Format, IoError, LoadOptions, SaveOptions};
+use crate::volume::Volume;
+
+/// What a batch run needs.
+#[derive(Clone, Debug)]
+pub struct BatchOptions {
+    pub preset: Preset,
+    pub inputs: Vec<PathBuf>,
+    /// One label map per input, in the same order, or none.
+    pub labels: Vec<PathBuf>,
+    /// Samples per input.
+    pub count: usize,
+    /// Seed of the first sample; sample j of every input uses `seed + j`.
+    pub seed: u64,
+    pub out_dir: PathBuf,
+    pub backend: BackendSpec,
+    pub precision: Precision,
+    /// `(k, n)`: this run does the items with `number % n == k`.
+    pub shard: (usize, usize),
+    /// Skip samples that the manifest lists and whose files exist.
+    pub resume: bool,
+    /// Output extension (`nii.gz`, `nii`, `npy`, `png`); the input's kind when `None`.
+    pub ext: Option<String>,
+    /// Write images in the input's storage type instead of float32.
+    pub keep_dtype: bool,
+    /// Show a progress bar on stderr (drawn only on a terminal).
+    pub progress: bool,
+    /// Set (by a Ctrl-C handler) to stop after the files being written.
+    pub stop: Arc<AtomicBool>,
+    /// Parallel writers (compression runs in them); 0 picks one per two cores, at least 2.
+    pub writers: usize,
+}
+
+/// What a batch run did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BatchSummary {
+    /// Samples written by this run.
+    pub written: usize,
+    /// Samples skipped because an earlier run finished them (`--resume`).
+    pub skipped: usize,
+    /// Samples of this shard in all.
+    pub total: usize,
+    pub interrupted: bool,
+    pub elapsed_s: f64,
+    pub samples_per_s: f64,
+    pub backend: String,
+    pub manifest: PathBuf,
+}
+
+/// Why a batch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(transparent)]
+    Preset(#[from] PresetError),
+    #[error("the transform failed: {0}")]
+    Engine(#[from] EngineError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl BatchError {
+    /// Whether the user can fix it (exit code 2) rather than a bug (1).
+    pub fn is_user(&self) -> bool {
+        matches!(
+            self,
+            BatchError::Usage(_) | BatchError::Io(_) | BatchError::Preset(_)
+        ) || matches!(self, BatchError::Engine(EngineError::Plan(_)))
+    }
+}
+
+fn usage(msg: impl Into<String>) -> BatchError {
+    BatchError::Usage(msg.into())
+}
+
+/// Parses `k/n` with `0 <= k < n`.
+pub fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--shard '{s}' is not k/n with 0 <= k < n (e.g. 0/4)");
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let k: usize = k.trim().parse().map_err(|_| bad())?;
+    let n: usize = n.trim().parse().map_err(|_| bad())?;
+    if n == 0 || k >= n {
+        return Err(bad());
+    }
+    Ok((k, n))
+}
+
+/// The file name of an input without its extension (`ct.nii.gz` → `ct`); a folder's own name.
+pub fn stem(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "input".into());
+    if path.is_dir() {
+        return name;
+    }
+    let lower = name.to_ascii_lowercase();
+    for ext in [
+        ".nii.gz", ".nii", ".npy", ".png", ".jpeg", ".jpg", ".tiff", ".tif", ".dcm",
+    ] {
+        if lower.ends_with(ext) {
+            return name[..name.len() - ext.len()].to_string();
+        }
+    }
+    name
+}
+
+/// The output extension for an input: its own kind where augscope writes it, else `nii.gz`.
+fn default_ext(input: &Path) -> &'static str {
+    let lower = input.to_string_lossy().to_ascii_lowercase();
+    if lower.ends_with(".nii.gz") {
+        "nii.gz"
+    } else if lower.ends_with(".nii") {
+        "nii"
+    } else if lower.ends_with(".npy") {
+        "npy"
+    } else if lower.ends_with(".png") || lower.ends_with(".jpg") || lower.ends_with(".jpeg") {
+        "png"
+    } else {
+        "nii.gz"
+    }
+}
+
+/// The manifest of a shard: `manifest.jsonl`, or `manifest-shard{k}of{n}.jsonl`.
+pub fn manifest_path(out_dir: &Path, shard: (usize, usize)) -> PathBuf {
+    if shard.1 == 1 {
+        out_dir.join("manifest.jsonl")
+    } else {
+        out_dir.join(format!("manifest-shard{}of{}.jsonl", shard.0, shard.1))
+    }
+}
+
+/// One sample to make.
+#[derive(Clone, Debug)]
+struct Item {
+    input: usize,
+    index: usize,
+    seed: u64,
+    output: PathBuf,
+    label_output: Option<PathBuf>,
+}
+
+/// A sample computed and waiting to be written.
+struct Computed {
+    item: Item,
+    image: Volume,
+    label: Option<Volume>,
+    record: serde_json::Value,
+    compute_ms: f64,
+    read_ms: f64,
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+fn recv_shared<T>(rx: &Shared<Receiver<T>>) -> Option<T> {
+    let guard = rx.lock().ok()?;
+    guard.recv().ok()
+}
+
+/// Runs a batch. Returns when every item of the shard is written, an error occurs, or `stop` is
+/// set (then `interrupted` is true and only whole files are left).
+pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
+    let t0 = Instant::now();
+    opts.preset.validate()?;
+    if opts.inputs.is_empty() {
+        return Err(usage("batch needs at least one input"));
+    }
+    if opts.count == 0 {
+        return Err(usage("--count must be at least 1"));
+    }
+    if !opts.labels.is_empty() && opts.labels.len() != opts.inputs.len() {
+        return Err(usage(format!(
+            "{} label maps given for {} inputs (give one --label per input, in the same order)",
+            opts.labels.len(),
+            opts.inputs.len()
+        )));
+    }
+    let (k, n) = opts.shard;
+    if n == 0 || k >= n {
+        return Err(usage(format!("--shard {k}/{n} needs 0 <= k < n")));
+    }
+    if opts.seed.checked_add(opts.count as u64).is_none() {
+        return Err(usage("--seed plus --count overflows a 64-bit seed"));
+    }
+    for p in opts.inputs.iter().chain(&opts.labels) {
+        if !p.exists() {
+            return Err(IoError::read("input", "no such file or folder", p).into());
+        }
+    }
+    if let Some(e) = &opts.ext {
+        let probe = PathBuf::from(format!("x.{e}"));
+        match Format::from_path(&probe) {
+            Ok(Format::Nifti | Format::Npy | Format::Png) => {}
+            _ => {
+                return Err(usage(format!(
+                    "--ext {e} is not an output format (expected nii.gz, nii, npy or png)"
+                )));
+            }
+        }
+    }
+    std::fs::create_dir_all(&opts.out_dir)
+        .map_err(|e| IoError::write("output folder", e.to_string(), &opts.out_dir))?;
+
+    // Predictable names: <stem>_s<seed>.<ext> and <stem>_s<seed>_label.<ext>.
+    let stems: Vec<String> = opts.inputs.iter().map(|p| stem(p)).collect();
+    for (i, s) in stems.iter().enumerate() {
+        if let Some(j) = stems[..i].iter().position(|t| t == s) {
+            return Err(usage(format!(
+                "two inputs share the name '{s}' ({} and {}), so their outputs would collide",
+                opts.inputs[j].display(),
+                opts.inputs[i].display()
+            )));
+        }
+    }
+    let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let input_set: HashSet<PathBuf> = opts
+        .inputs
+        .iter()
+        .chain(&opts.labels)
+        .map(|p| canon(p))
+        .collect();
+    let mut items = vec![];
+    for (i, input) in opts.inputs.iter().enumerate() {
+        let ext = opts
+            .ext
+            .clone()
+            .unwrap_or_else(|| default_ext(input).into());
+        for j in 0..opts.count {
+            if (i * opts.count + j) % n != k {
+                continue;
+            }
+            let seed = opts.seed + j as u64;
+            let output = opts.out_dir.join(format!("{}_s{seed}.{ext}", stems[i]));
+            let label_output = (!opts.labels.is_empty()).then(|| {
+                opts.out_dir
+                    .join(format!("{}_s{seed}_label.{ext}", stems[i]))
+            });
+            for o in std::iter::once(&output).chain(label_output.as_ref()) {
+                if input_set.contains(&canon(o)) {
+                    return Err(usage(format!(
+                        "output would overwrite an input: {}",
+                        o.display()
+                    )));
+                }
+            }
+            items.push(Item {
+                input: i,
+                index: j,
+                seed,
+                output,
+                label_output,
+            });
+        }
+    }
+    let total = items.len();
+
+    // The manifest: refuse to mix runs unless resuming; when resuming keep the whole lines whose
+    // files exist, and forget the rest.
+    let manifest = manifest_path(&opts.out_dir, opts.shard);
+    let mut finished: HashSet<PathBuf> = HashSet::new();
+    if manifest.exists() {
+        if !opts.resume {
+            return Err(usage(format!(
+                "the output folder already holds a batch manifest; pass --resume to continue \
+                 that batch or choose another --out: {}",
+                manifest.display()
+            )));
+        }
+        let text = std::fs::read_to_string(&manifest)
+            .map_err(|e| IoError::read("manifest", e.to_string(), &manifest))?;
+        let mut kept = String::new();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue; // a line torn by a kill
+            };
+            let Some(out) = v.get("output").and_then(|o| o.as_str()).map(PathBuf::from) else {
+                continue;
+            };
+            let label_ok = match v.get("label_output").and_then(|o| o.as_str()) {
+                Some(l) => Path::new(l).is_file(),
+                None => true,
+            };
+            if out.is_file() && label_ok && finished.insert(out) {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        io::atomic_write(&manifest, "manifest", |w| w.write_all(kept.as_bytes()))?;
+    } else if !opts.resume
+        && let Some(it) = items
+            .iter()
+            .find(|it| it.output.exists() || it.label_output.as_ref().is_some_and(|l| l.exists()))
+    {
+        return Err(usage(format!(
+            "output exists and no manifest lists it; pass --resume to redo unlisted samples or \
+             choose another --out: {}",
+            it.output.display()
+        )));
+    }
+    // Temporary files of a killed run, for this shard's outputs only (other shards may be
+    // writing theirs into the same folder right now).
+    let ours: HashSet<String> = items
+        .iter()
+        .flat_map(|it| std::iter::once(&it.output).chain(it.label_output.as_ref()))
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(&opts.out_dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = name.strip_prefix('.')
+                && let Some((target, _)) = rest.rsplit_once(".tmp-")
+                && ours.contains(target)
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let todo: Vec<Item> = items
+        .into_iter()
+        .filter(|it| !finished.contains(&it.output))
+        .collect();
+    let skipped = total - todo.len();
+
+    let selected = engine::cuda::select(&opts.backend, opts.precision);
+    let backend_name = selected.backend.name();
+    let backend_note = selected.note.clone();
+    let n_compute = match &opts.backend {
+        BackendSpec::Cuda(ids) if backend_name.starts_with("cuda") => ids.len().max(1),
+        _ => 1,
+    };
+    let n_writers = if opts.writers > 0 {
+        opts.writers
+    } else {
+        std::thread::available_parallelism()
+            .map(|c| (c.get() / 2).max(2))
+            .unwrap_or(2)
+    };
+
+    let bar = if opts.progress {
+        indicatif::ProgressBar::new(todo.len() as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} samples  {per_sec}  ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    if skipped > 0 {
+        bar.println(format!(
+            "augscope: resuming: {skipped} of {total} samples are already done"
+        ));
+    }
+
+    let failure: Shared<Option<BatchError>> = Arc::new(Mutex::new(None));
+    let halt = Arc::new(AtomicBool::new(false));
+    let fail = |e: BatchError| {
+        if let Ok(mut f) = failure.lock()
+            && f.is_none()
+        {
+            *f = Some(e);
+        }
+        halt.store(true, Ordering::SeqCst);
+    };
+    let stopped = || halt.load(Ordering::SeqCst) || opts.stop.load(Ordering::SeqCst);
+
+    let mut manifest_file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&manifest)
+        .map_err(|e| IoError::write("manifest", e.to_string(), &manifest))?;
+
+    let mut written = 0usize;
+    let backend = selected.backend;
+    type Loaded = (Item, Arc<Volume>, Option<Arc<Volume>>, f64);
+    std::thread::scope(|s| {
+        let (job_tx, job_rx) = sync_channel::<Loaded>(2);
+        let (out_tx, out_rx) = sync_channel::<Computed>(n_writers + 1);
+        let (rec_tx, rec_rx) = std::sync::mpsc::channel::<String>();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let out_rx = Arc::new(Mutex::new(out_rx));
+
+        // Reader: each input once, then its samples.
+        let todo_ref = &todo;
+        s.spawn(move || {
+            let mut i = 0;
+            while i < todo_ref.len() {
+                if stopped() {
+                    return;
+                }
+                let input = todo_ref[i].input;
+                let t = Instant::now();
+                let loaded = (|| -> Result<(Volume, Option<Volume>), BatchError> {
+                    let img = io::load(&opts.inputs[input], &LoadOptions::default())?;
+                    opts.preset
+                        .check_ndim(img.ndim())
+                        .map_err(|e| usage(format!("{e}: {}", opts.inputs[input].display())))?;
+                    let lab = match opts.labels.get(input) {
+                        Some(p) => {
+                            let l = io::load(p, &LoadOptions::default())?;
+                            if l.shape != img.shape {
+                                return Err(usage(format!(
+                                    "label map shape {:?} differs from the image shape {:?}: {}",
+                                    l.shape,
+                                    img.shape,
+                                    p.display()
+                                )));
+                            }
+                            Some(l)
+                        }
+                        None => None,
+                    };
+                    Ok((img, lab))
+                })();
+                let read_ms = t.elapsed().as_secs_f64() * 1e3;
+                let (img, lab) = match loaded {
+                    Ok(v) => v,
+                    Err(e) => {
+                        fail(e);
+                        return;
+                    }
+                };
+                let img = Arc::new(img);
+                let lab = lab.map(Arc::new);
+                while i < todo_ref.len() && todo_ref[i].input == input {
+                    if stopped()
+                        || job_tx
+                            .send((todo_ref[i].clone(), img.clone(), lab.clone(), read_ms))
+                            .is_err()
+                    {
+                        return;
+                    }
+                    i += 1;
+                }
+            }
+        });
+
+        // Compute workers.
+        for _ in 0..n_compute {
+            let job_rx = job_rx.clone();
+            let out_tx = out_tx.clone();
+            let backend = backend.as_ref();
+            let backend_note = backend_note.clone();
+            let fail = &fail;
+            s.spawn(move || {
+                while let Some((item, img, lab, read_ms)) = recv_shared(&job_rx) {
+                    if stopped() {
+                        return;
+                    }
+                    let t = Instant::now();
+                    let sample = match opts.preset.sample(item.seed, img.ndim(), &img.spacing_mm) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            fail(e.into());
+                            return;
+                        }
+                    };
+                    let r = engine::cuda::apply_new_with_fallback(
+                        backend,
+                        &sample.plan,
+                        &img,
+                        lab.as_deref(),
+                    );
+                    let (out, out_label, timings, oom) = match r {
+                        Ok(v) => v,
+                        Err(e) => {
+                            fail(e.into());
+                            return;
+                        }
+                    };
+                    let compute_ms = t.elapsed().as_secs_f64() * 1e3;
+                    let used = if oom.is_some() {
+                        "cpu".to_string()
+                    } else {
+                        backend.name()
+                    };
+                    let record = json!({
+                        "input": opts.inputs[item.input],
+                        "label": opts.labels.get(item.input),
+                        "output": item.output,
+                        "label_output": item.label_output,
+                        "index": item.index,
+                        "seed": item.seed,
+                        "shard": format!("{}/{}", opts.shard.0, opts.shard.1),
+                        "preset": opts.preset.name,
+                        "done": sample.done,
+                        "drawn": sample.drawn,
+                        "plan": sample.plan,
+                        "backend": used,
+                        "backend_note": oom.or_else(|| backend_note.clone()),
+                        "timings_ms": { "engine": timings },
+                    });
+                    let c = Computed {
+                        item,
+                        image: out,
+                        label: out_label,
+                        record,
+                        compute_ms,
+                        read_ms,
+                    };
+                    if out_tx.send(c).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(out_tx);
+        drop(job_rx);
+
+        // Writers.
+        for _ in 0..n_writers {
+            let out_rx = out_rx.clone();
+            let rec_tx = rec_tx.clone();
+            let fail = &fail;
+            s.spawn(move || {
+                while let Some(mut c) = recv_shared(&out_rx) {
+                    if stopped() {
+                        return;
+                    }
+                    let t = Instant::now();
+                    let save = SaveOptions {
+                        keep_dtype: opts.keep_dtype,
+                    };
+                    if let Err(e) = io::save(&c.item.output, &c.image, &save) {
+                        fail(e.into());
+                        return;
+                    }
+                    if let (Some(p), Some(l)) = (&c.item.label_output, &c.label)
+                        && let Err(e) = io::save(p, l, &SaveOptions { keep_dtype: true })
+                    {
+                        fail(e.into());
+                        return;
+                    }
+                    let write_ms = t.elapsed().as_secs_f64() * 1e3;
+                    if let Some(tm) = c.record.get_mut("timings_ms") {
+                        tm["read"] = json!(c.read_ms);
+                        tm["compute"] = json!(c.compute_ms);
+                        tm["write"] = json!(write_ms);
+                    }
+                    let line = match serde_json::to_string(&c.record) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            fail(BatchError::Internal(format!(
+                                "cannot encode the manifest: {e}"
+                            )));
+                            return;
+                        }
+                    };
+                    if rec_tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(rec_tx);
+
+        // This thread appends the manifest, one whole line per finished sample.
+        for line in rec_rx {
+            let mut buf = line.into_bytes();
+            buf.push(b'\n');
+            if let Err(e) = manifest_file
+                .write_all(&buf)
+                .and_then(|_| manifest_file.flush())
+            {
+                fail(IoError::write("manifest", e.to_string(), &manifest).into());
+                break;
+            }
+            written += 1;
+            bar.inc(1);
+        }
+    });
+    bar.finish_and_clear();
+    let _ = manifest_file.sync_all();
+
+    if let Ok(mut f) = failure.lock()
+        && let Some(e) = f.take()
+    {
+        return Err(e);
+    }
+    let elapsed_s = t0.elapsed().as_secs_f64();
+    Ok(BatchSummary {
+        written,
+        skipped,
+        total,
+        interrupted: written + skipped < total,
+        elapsed_s,
+        samples_per_s: if elapsed_s > 0.0 {
+            written as f64 / elapsed_s
+        } else {
+            0.0
+        },
+        backend: backend_name,
+        manifest,
+    })
+}

@@ -1,0 +1,270 @@
+//! Reading a batchgenerators `SpatialTransform` keyword dict or an nnU-Net v1
+//! `data_aug_params` dict (JSON) into a preset: the inverse of
+//! [`super::interop::batchgenerators_params`].
+//!
+//! Both vocabularies index array axes `[z, y, x]` (angle_x / rotation_x is about axis 0) with
+//! angles in radians, as augscope does internally; the preset file holds degrees.
+
+use serde_json::{Map, Value};
+
+use crate::augment::preset::{
+    ElasticSpec, FlipSpec, Preset, PresetError, Range, RotateSpec, SamplingSpec, ScaleDistribution,
+    ScaleSpec,
+};
+
+fn bad(why: impl Into<String>) -> PresetError {
+    PresetError::Invalid { why: why.into() }
+}
+
+fn get<'a>(m: &'a Map<String, Value>, keys: &[&str]) -> Option<(&'a str, &'a Value)> {
+    keys.iter()
+        .find_map(|k| m.get_key_value(*k).map(|(k, v)| (k.as_str(), v)))
+}
+
+fn num(m: &Map<String, Value>, keys: &[&str]) -> Result<Option<f64>, PresetError> {
+    match get(m, keys) {
+        None | Some((_, Value::Null)) => Ok(None),
+        Some((_, Value::Number(n))) => Ok(n.as_f64()),
+        Some((_, Value::Bool(b))) => Ok(Some(if *b { 1.0 } else { 0.0 })),
+        Some((k, v)) => Err(bad(format!("{k} = {v} is not a number"))),
+    }
+}
+
+fn flag(m: &Map<String, Value>, keys: &[&str]) -> Result<Option<bool>, PresetError> {
+    match get(m, keys) {
+        None | Some((_, Value::Null)) => Ok(None),
+        Some((_, Value::Bool(b))) => Ok(Some(*b)),
+        Some((_, Value::Number(n))) => Ok(Some(n.as_f64().unwrap_or(0.0) != 0.0)),
+        Some((k, v)) => Err(bad(format!("{k} = {v} is not true or false"))),
+    }
+}
+
+/// A `[lo, hi]` pair, or a single number `v` meaning `[v, v]` (batchgenerators accepts both).
+fn range(m: &Map<String, Value>, keys: &[&str]) -> Result<Option<Range>, PresetError> {
+    match get(m, keys) {
+        None | Some((_, Value::Null)) => Ok(None),
+        Some((_, Value::Number(n))) => {
+            let v = n.as_f64().unwrap_or(0.0);
+            Ok(Some([v, v]))
+        }
+        Some((k, Value::Array(a))) => match a.as_slice() {
+            [Value::Number(lo), Value::Number(hi)] => Ok(Some([
+                lo.as_f64().unwrap_or(0.0),
+                hi.as_f64().unwrap_or(0.0),
+            ])),
+            _ => Err(bad(format!("{k} must be a pair [lo, hi] of numbers"))),
+        },
+        Some((k, v)) => Err(bad(format!("{k} = {v} is not a range [lo, hi]"))),
+    }
+}
+
+fn round_deg(rad: f64) -> f64 {
+    // Radians written by Python from degrees (15 / 360 * 2 pi) come back as 15.000000000000002;
+    // 1e-9 degrees is far below anything a training pipeline can tell apart.
+    let d = rad.to_degrees();
+    let r = (d * 1e9).round() / 1e9;
+    if r == 0.0 { 0.0 } else { r }
+}
+
+/// Reads a parameter dict. `text` is JSON, or a batchgenerators snippet written by
+/// `augscope preset export`, whose dict sits between the `augscope-params` markers.
+pub fn import(text: &str, name: &str) -> Result<Preset, PresetError> {
+    let json = match (
+        text.find("# augscope-params-begin"),
+        text.find("# augscope-params-end"),
+    ) {
+        (Some(a), Some(b)) if a < b => {
+            let inner = &text[a..b];
+            let (Some(s), Some(e)) = (inner.find("r\"\"\""), inner.rfind("\"\"\"")) else {
+                return Err(bad("the snippet's parameter block is damaged"));
+            };
+            inner[s + 4..e].to_string()
+        }
+        _ => text.to_string(),
+    };
+    let value: Value = serde_json::from_str(&json).map_err(|e| {
+        bad(format!(
+            "not a JSON parameter dict (line {}, column {}: {e})",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let Value::Object(m) = value else {
+        return Err(bad("the parameter file must hold one JSON object"));
+    };
+    from_params(&m, name)
+}
+
+/// Builds a preset from batchgenerators `SpatialTransform` keywords and/or nnU-Net v1
+/// `data_aug_params` keys.
+pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetError> {
+    const KNOWN: &[&str] = &[
+        "do_elastic_deform",
+        "do_elastic",
+        "alpha",
+        "elastic_deform_alpha",
+        "sigma",
+        "elastic_deform_sigma",
+        "p_el_per_sample",
+        "p_eldef",
+        "do_rotation",
+        "angle_x",
+        "angle_y",
+        "angle_z",
+        "rotation_x",
+        "rotation_y",
+        "rotation_z",
+        "p_rot_per_sample",
+        "p_rot",
+        "p_rot_per_axis",
+        "rotation_p_per_axis",
+        "do_scale",
+        "do_scaling",
+        "scale",
+        "scale_range",
+        "independent_scale_for_each_axis",
+        "independent_scale_factor_for_each_axis",
+        "p_scale_per_sample",
+        "p_scale",
+        "p_independent_scale_per_axis",
+        "border_mode_data",
+        "border_cval_data",
+        "order_data",
+        "border_mode_seg",
+        "border_cval_seg",
+        "order_seg",
+        "do_mirror",
+        "mirror_axes",
+        "patch_size",
+        "patch_center_dist_from_border",
+        "random_crop",
+        "data_key",
+        "label_key",
+        "random_crop_dist_to_border",
+        "dummy_2D",
+    ];
+    let mut ignored: Vec<&str> = m
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KNOWN.contains(k))
+        .collect();
+    ignored.sort_unstable();
+
+    let elastic = if flag(m, &["do_elastic_deform", "do_elastic"])?.unwrap_or(false) {
+        let alpha = range(m, &["alpha", "elastic_deform_alpha"])?.unwrap_or([0.0, 1000.0]);
+        let sigma = range(m, &["sigma", "elastic_deform_sigma"])?.unwrap_or([10.0, 13.0]);
+        let p = num(m, &["p_el_per_sample", "p_eldef"])?.unwrap_or(1.0);
+        Some(ElasticSpec { p, alpha, sigma })
+    } else {
+        None
+    };
+
+    let rotate = if flag(m, &["do_rotation"])?.unwrap_or(false) {
+        let mut ranges = vec![];
+        for keys in [
+            ["angle_x", "rotation_x"],
+            ["angle_y", "rotation_y"],
+            ["angle_z", "rotation_z"],
+        ] {
+            if let Some(r) = range(m, &keys)? {
+                ranges.push([round_deg(r[0]), round_deg(r[1])]);
+            }
+        }
+        if ranges.is_empty() {
+            ranges.push([0.0, 360.0]);
+        }
+        if ranges.windows(2).all(|w| w[0] == w[1]) {
+            ranges.truncate(1);
+        }
+        let p = num(m, &["p_rot_per_sample", "p_rot"])?.unwrap_or(1.0);
+        let p_axis = num(m, &["p_rot_per_axis", "rotation_p_per_axis"])?.unwrap_or(1.0);
+        Some(RotateSpec {
+            p,
+            p_axis: vec![p_axis],
+            range_deg: ranges,
+            range_deg_2d: None,
+        })
+    } else {
+        None
+    };
+
+    let scale = if flag(m, &["do_scale", "do_scaling"])?.unwrap_or(false) {
+        let r = range(m, &["scale", "scale_range"])?.unwrap_or([0.75, 1.25]);
+        let per_axis = flag(
+            m,
+            &[
+                "independent_scale_for_each_axis",
+                "independent_scale_factor_for_each_axis",
+            ],
+        )?
+        .unwrap_or(false);
+        let p = num(m, &["p_scale_per_sample", "p_scale"])?.unwrap_or(1.0);
+        // batchgenerators' augment_spatial always draws below and above 1 with equal chance.
+        Some(ScaleSpec {
+            p,
+            range: vec![r],
+            per_axis,
+            distribution: ScaleDistribution::Split,
+        })
+    } else {
+        None
+    };
+
+    let mirror = flag(m, &["do_mirror"])?.unwrap_or(true);
+    let flip = match (mirror, get(m, &["mirror_axes"])) {
+        (true, Some((_, Value::Array(axes)))) if !axes.is_empty() => {
+            let mut p = vec![0.0; 3];
+            for a in axes {
+                let Some(i) = a.as_u64().filter(|&i| i < 3) else {
+                    return Err(bad(format!("mirror_axes holds {a}, not an axis 0, 1 or 2")));
+                };
+                p[i as usize] = 0.5;
+            }
+            // Trailing axes that never mirror are dropped so that a 2D dict stays 2D-sized.
+            while p.len() > 1 && p.last() == Some(&0.0) {
+                p.pop();
+            }
+            if p.iter().all(|&q| q == 0.5) {
+                p.truncate(1);
+            }
+            Some(FlipSpec { p })
+        }
+        (_, Some((_, Value::Array(_)))) | (_, None) | (false, _) => None,
+        (_, Some((_, v))) => return Err(bad(format!("mirror_axes = {v} is not a list of axes"))),
+    };
+
+    let mut sampling = SamplingSpec::default();
+    if let Some((_, v)) = get(m, &["border_mode_data"]) {
+        sampling.mode = v
+            .as_str()
+            .ok_or_else(|| bad(format!("border_mode_data = {v} is not a mode name")))?
+            .to_string();
+    }
+    if let Some(v) = num(m, &["border_cval_data"])? {
+        sampling.cval = v;
+    }
+    sampling.order = num(m, &["order_data"])?.map_or(3, |v| v as u32);
+    sampling.label_order = num(m, &["order_seg"])?.map_or(0, |v| v as u32);
+
+    let mut description = String::new();
+    if !ignored.is_empty() {
+        description = format!(
+            "Imported; keys without a spatial meaning for augscope were ignored: {}",
+            ignored.join(", ")
+        );
+    }
+    let preset = Preset {
+        version: 1,
+        name: name.to_string(),
+        source: String::new(),
+        description,
+        flip,
+        rotate,
+        scale,
+        translate: None,
+        elastic,
+        sampling,
+    };
+    preset.validate()?;
+    Ok(preset)
+}
