@@ -1,140 +1,590 @@
-//! The desktop explorer (egui/eframe). For now a small viewer: the three middle slices of the
-//! scan with slice sliders; the full augmentation explorer is the GUI issue's work.
+//! The desktop explorer (egui/eframe with the wgpu renderer): axial, coronal and sagittal planes
+//! of the original and the augmented scan, controls for every [`Plan`] parameter, a worker
+//! thread that recomputes on the chosen engine while the UI keeps drawing, and a CPU vs GPU
+//! comparison. Arrays are `[z, y, x]` (2D `[y, x]`).
+//!
+//! Structure (STYLE.md): a persisted serde [`State`] apart from the [`Runtime`] (worker, loaded
+//! volumes, slices on screen); panels return [`Command`]s that the app applies once per frame.
 
-use std::path::PathBuf;
+pub mod render;
+pub mod slices;
+pub mod state;
+pub mod views;
+pub mod worker;
 
-use anyhow::Context;
+mod panels;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Instant;
+
+use anyhow::Context as _;
 use eframe::egui;
 
-use crate::io::{self, LoadOptions};
-use crate::volume::Volume;
+use crate::augment::Plan;
+use crate::engine::device::{DevicesReport, MemStats};
 
-/// The bundled sample scan, relative to the crate root.
+use slices::{DisplaySlice, ViewGeom};
+pub use state::{BackendChoice, Colormap, Display, History, Params, State};
+use worker::{Comparison, Compute, FullResult, Loaded, Reply, SliceSet, Worker};
+
+/// The bundled sample scan (MNI152 T1), relative to the crate root.
 pub const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/mni152_t1.nii.gz");
+/// The sample's label map (1 grey matter, 2 white matter).
+pub const SAMPLE_LABEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/assets/mni152_tissue_labels.nii.gz"
+);
 
 /// Opens the window on the given file (or the bundled sample) and runs until it is closed.
-pub fn run(files: Vec<PathBuf>, _label: Option<PathBuf>) -> anyhow::Result<()> {
-    let path = files
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| PathBuf::from(SAMPLE));
-    let vol = io::load(&path, &LoadOptions::default())?;
-    let title = format!("augscope — {}", path.display());
-    let opts = eframe::NativeOptions::default();
+pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
+    let (image, label) = initial_files(files, label);
+    let opts = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_inner_size([1500.0, 940.0])
+            .with_min_inner_size([900.0, 600.0])
+            .with_drag_and_drop(true)
+            .with_title("augscope"),
+        renderer: eframe::Renderer::Wgpu,
+        ..Default::default()
+    };
     eframe::run_native(
-        &title,
+        "augscope",
         opts,
-        Box::new(move |_cc| Ok(Box::new(Viewer::new(vol)))),
+        Box::new(move |cc| Ok(Box::new(App::new(cc, Some((image, label)))))),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
     .context("cannot open the window")
 }
 
-struct Viewer {
-    vol: Volume,
-    slice: Vec<usize>,
-    range: (f32, f32),
-    /// Textures of the planes and the slice indices they show; rebuilt only when a slider moves.
-    textures: Option<(Vec<usize>, Vec<egui::TextureHandle>)>,
+/// What to open at start: the first file given, else the sample with its label map.
+pub fn initial_files(files: Vec<PathBuf>, label: Option<PathBuf>) -> (PathBuf, Option<PathBuf>) {
+    match files.into_iter().next() {
+        Some(f) => (f, label),
+        None => (
+            PathBuf::from(SAMPLE),
+            label.or_else(|| Some(PathBuf::from(SAMPLE_LABEL))),
+        ),
+    }
 }
 
-impl Viewer {
-    fn new(vol: Volume) -> Self {
-        let slice = vol.shape.iter().map(|n| n / 2).collect();
-        let range = vol.finite_range().unwrap_or((0.0, 1.0));
-        Viewer {
-            vol,
-            slice,
-            range,
-            textures: None,
+/// What panels ask the app to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    Open(PathBuf, Option<PathBuf>),
+    OpenDialog,
+    OpenLabelDialog,
+    Undo,
+    Redo,
+    ResetParams,
+    NewSeed,
+    AutoWindow,
+    SetWindow {
+        level: f32,
+        width: f32,
+    },
+    Compare(bool),
+    /// Move the slice of view `view` by `delta`.
+    Step {
+        view: usize,
+        delta: i64,
+    },
+    SetCursor(Vec<usize>),
+}
+
+/// A loaded scan and where the views are.
+pub struct Scan {
+    pub loaded: Loaded,
+    pub views: Vec<ViewGeom>,
+    pub cursor: Vec<usize>,
+}
+
+/// Zoom and pan of one plane (shared by its original and augmented views).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Nav {
+    pub zoom: f32,
+    /// Offset of the image centre from the view centre, in fractions of the view size.
+    pub pan: egui::Vec2,
+}
+
+impl Default for Nav {
+    fn default() -> Self {
+        Nav {
+            zoom: 1.0,
+            pan: egui::Vec2::ZERO,
         }
     }
+}
 
-    /// A gray image of the plane normal to `axis` at the current slice (channel 0).
-    fn plane(&self, axis: usize) -> egui::ColorImage {
-        let v = &self.vol;
-        let (lo, hi) = self.range;
-        let scale = if hi > lo { 255.0 / (hi - lo) } else { 0.0 };
-        let to_u8 = |x: f32| ((x - lo) * scale).clamp(0.0, 255.0) as u8;
-        let ch = v.channel(0);
-        if v.ndim() == 2 {
-            let (h, w) = (v.shape[0], v.shape[1]);
-            let px: Vec<u8> = (0..h)
-                .rev()
-                .flat_map(|y| (0..w).map(move |x| (y, x)))
-                .map(|(y, x)| to_u8(ch[y * w + x]))
-                .collect();
-            return egui::ColorImage::from_gray([w, h], &px);
-        }
-        let [d, h, w] = [v.shape[0], v.shape[1], v.shape[2]];
-        let at = |z: usize, y: usize, x: usize| to_u8(ch[(z * h + y) * w + x]);
-        let s = self.slice[axis];
-        // Rows go up the screen with increasing index, as radiological viewers draw RAS data.
-        let (cols, rows, px): (usize, usize, Vec<u8>) = match axis {
-            0 => (
-                w,
-                h,
-                (0..h)
-                    .rev()
-                    .flat_map(|y| (0..w).map(move |x| at(s, y, x)))
-                    .collect(),
-            ),
-            1 => (
-                w,
-                d,
-                (0..d)
-                    .rev()
-                    .flat_map(|z| (0..w).map(move |x| at(z, s, x)))
-                    .collect(),
-            ),
-            _ => (
-                h,
-                d,
-                (0..d)
-                    .rev()
-                    .flat_map(|z| (0..h).map(move |y| at(z, y, s)))
-                    .collect(),
-            ),
+/// Latency of the last parameter change: request sent to slices received.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Latency {
+    pub last_ms: Option<f64>,
+    pub slice_compute_ms: Option<f64>,
+}
+
+/// Everything that is not persisted: the worker, volumes and slices on screen.
+pub struct Runtime {
+    pub worker: Option<Worker>,
+    pub history: History,
+    pub scan: Option<Scan>,
+    pub loading: Option<PathBuf>,
+    /// A message shown in the window until dismissed (load errors among them).
+    pub error: Option<String>,
+    pub note: Option<String>,
+    pub generation: u64,
+    pub sent: Option<(u64, Vec<usize>, Instant)>,
+    pub full: Option<FullResult>,
+    pub shown: Option<SliceSet>,
+    pub original: Vec<Arc<DisplaySlice>>,
+    pub original_label: Vec<Option<Arc<DisplaySlice>>>,
+    pub original_cursor: Vec<usize>,
+    pub devices: Option<DevicesReport>,
+    pub memory: Vec<MemStats>,
+    pub comparison: Option<Comparison>,
+    pub compare_sent: Option<u64>,
+    pub applied: Option<Params>,
+    pub nav: Vec<Nav>,
+    pub active_view: usize,
+    pub latency: Latency,
+    pub has_wgpu: bool,
+    pub dialogs: (Sender<Command>, Receiver<Command>),
+}
+
+pub struct App {
+    pub state: State,
+    pub rt: Runtime,
+}
+
+impl App {
+    /// Builds the app; `open` is loaded at once (the CLI's files, or the sample).
+    pub fn new(cc: &eframe::CreationContext<'_>, open: Option<(PathBuf, Option<PathBuf>)>) -> Self {
+        let state: State = cc
+            .storage
+            .and_then(|s| eframe::get_value(s, eframe::APP_KEY))
+            .unwrap_or_default();
+        let has_wgpu = match &cc.wgpu_render_state {
+            Some(rs) => {
+                render::SliceRenderer::install(rs);
+                true
+            }
+            None => false,
         };
-        egui::ColorImage::from_gray([cols, rows], &px)
+        let ctx = cc.egui_ctx.clone();
+        let (worker, error) = match Worker::spawn(move || ctx.request_repaint()) {
+            Ok(w) => (Some(w), None),
+            Err(e) => (None, Some(format!("cannot start the worker thread: {e}"))),
+        };
+        let mut app = App {
+            state,
+            rt: Runtime {
+                worker,
+                history: History::default(),
+                scan: None,
+                loading: None,
+                error,
+                note: None,
+                generation: 0,
+                sent: None,
+                full: None,
+                shown: None,
+                original: vec![],
+                original_label: vec![],
+                original_cursor: vec![],
+                devices: None,
+                memory: vec![],
+                comparison: None,
+                compare_sent: None,
+                applied: None,
+                nav: vec![],
+                active_view: 0,
+                latency: Latency::default(),
+                has_wgpu,
+                dialogs: channel(),
+            },
+        };
+        if let Some((image, label)) = open {
+            app.apply(Command::Open(image, label));
+        }
+        app
     }
-}
 
-impl eframe::App for Viewer {
-    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
-        egui::CentralPanel::default().show(ui, |ui| {
-            let nd = self.vol.ndim();
-            ui.horizontal(|ui| {
-                for axis in 0..nd.min(3) {
-                    if nd == 3 {
-                        let max = self.vol.shape[axis] - 1;
-                        ui.add(
-                            egui::Slider::new(&mut self.slice[axis], 0..=max)
-                                .text(format!("axis {axis}")),
-                        );
+    /// Whether nothing is being loaded or computed and the views show the current parameters.
+    pub fn is_idle(&self) -> bool {
+        let rt = &self.rt;
+        let busy_worker = rt.worker.as_ref().is_some_and(Worker::pending);
+        let computing = rt.scan.is_some()
+            && !rt
+                .full
+                .as_ref()
+                .is_some_and(|f| f.generation == rt.generation);
+        let comparing = self.state.show_compare
+            && !rt
+                .comparison
+                .as_ref()
+                .is_some_and(|c| c.generation == rt.generation);
+        rt.loading.is_none() && !busy_worker && !computing && !comparing
+    }
+
+    pub fn plan(&self) -> Plan {
+        let nd = self.rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+        self.state.params.to_plan(nd)
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        let App { state, rt } = self;
+        match cmd {
+            Command::Open(image, label) => {
+                let label = label
+                    .or_else(|| (image == Path::new(SAMPLE)).then(|| PathBuf::from(SAMPLE_LABEL)));
+                match &rt.worker {
+                    Some(w) => {
+                        w.load(image.clone(), label);
+                        rt.loading = Some(image);
+                    }
+                    None => rt.error = Some("the worker thread is not running".into()),
+                }
+            }
+            Command::OpenDialog | Command::OpenLabelDialog => {
+                let tx = rt.dialogs.0.clone();
+                let for_label = cmd == Command::OpenLabelDialog;
+                let current = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("augscope-file-dialog".into())
+                    .spawn(move || {
+                        let picked = rfd::FileDialog::new()
+                            .add_filter(
+                                "scans",
+                                &["nii", "gz", "npy", "png", "jpg", "jpeg", "tif", "tiff"],
+                            )
+                            .pick_file();
+                        if let Some(p) = picked {
+                            let cmd = match (for_label, current) {
+                                (true, Some(img)) => Command::Open(img, Some(p)),
+                                _ => Command::Open(p, None),
+                            };
+                            let _ = tx.send(cmd);
+                        }
+                    });
+                if let Err(e) = spawned {
+                    rt.error = Some(format!("cannot open the file dialog: {e}"));
+                }
+            }
+            Command::Undo => {
+                if let Some(p) = rt.history.undo(&state.params) {
+                    state.params = p;
+                }
+            }
+            Command::Redo => {
+                if let Some(p) = rt.history.redo(&state.params) {
+                    state.params = p;
+                }
+            }
+            Command::ResetParams => {
+                state.params = Params {
+                    backend: state.params.backend,
+                    precision: state.params.precision,
+                    ..Params::default()
+                };
+            }
+            Command::NewSeed => {
+                // A fresh seed from the clock: reproducible once chosen, since it is shown.
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                state.params.seed = splitmix(t ^ state.params.seed) % 1_000_000;
+            }
+            Command::AutoWindow => {
+                if let Some(s) = &rt.scan {
+                    let (lo, hi) = s.loaded.auto_window;
+                    state.display.level = Some(0.5 * (lo + hi));
+                    state.display.width = Some((hi - lo).max(1e-6));
+                }
+            }
+            Command::SetWindow { level, width } => {
+                state.display.level = Some(level);
+                state.display.width = Some(width.max(1e-6));
+            }
+            Command::Compare(on) => {
+                state.show_compare = on;
+            }
+            Command::Step { view, delta } => {
+                if let Some(s) = &mut rt.scan
+                    && let Some(axis) = s.views.get(view).and_then(|v| v.normal)
+                {
+                    let n = s.loaded.image.shape[axis] as i64;
+                    let v = (s.cursor[axis] as i64 + delta).clamp(0, n - 1);
+                    s.cursor[axis] = v as usize;
+                }
+            }
+            Command::SetCursor(c) => {
+                if let Some(s) = &mut rt.scan
+                    && c.len() == s.cursor.len()
+                {
+                    s.cursor = c
+                        .iter()
+                        .zip(&s.loaded.image.shape)
+                        .map(|(&i, &n)| i.min(n.saturating_sub(1)))
+                        .collect();
+                }
+            }
+        }
+    }
+
+    fn receive(&mut self) {
+        let mut replies = vec![];
+        if let Some(w) = &self.rt.worker {
+            while let Some(r) = w.try_recv() {
+                replies.push(r);
+            }
+        }
+        while let Ok(cmd) = self.rt.dialogs.1.try_recv() {
+            self.apply(cmd);
+        }
+        let App { state, rt } = self;
+        for r in replies {
+            match r {
+                Reply::Loaded(Ok(l)) => {
+                    rt.loading = None;
+                    rt.error = None;
+                    rt.note = l.note.clone();
+                    state.push_recent(l.path.clone(), l.label_path.clone());
+                    let views = slices::views(&l.image);
+                    let cursor = l.image.shape.iter().map(|n| n / 2).collect();
+                    if state.display.wl_path.as_deref() != Some(l.path.as_path())
+                        || state.display.level.is_none()
+                    {
+                        let (lo, hi) = l.auto_window;
+                        state.display.level = Some(0.5 * (lo + hi));
+                        state.display.width = Some((hi - lo).max(1e-6));
+                        state.display.wl_path = Some(l.path.clone());
+                    }
+                    rt.nav = vec![Nav::default(); views.len()];
+                    rt.active_view = 0;
+                    rt.scan = Some(Scan {
+                        loaded: l,
+                        views,
+                        cursor,
+                    });
+                    rt.full = None;
+                    rt.shown = None;
+                    rt.original_cursor.clear();
+                    rt.comparison = None;
+                    rt.compare_sent = None;
+                    rt.sent = None;
+                    rt.generation += 1;
+                }
+                Reply::Loaded(Err(e)) => {
+                    rt.loading = None;
+                    rt.error = Some(e);
+                }
+                Reply::Slices(s) => {
+                    if s.generation == rt.generation {
+                        if let Some((g, _, t)) = &rt.sent
+                            && *g == s.generation
+                        {
+                            rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        rt.latency.slice_compute_ms = Some(s.elapsed_ms);
+                        rt.shown = Some(s);
                     }
                 }
-            });
-            let planes = if nd == 3 { 3 } else { 1 };
-            if self.textures.as_ref().is_none_or(|(s, _)| *s != self.slice) {
-                let tex = (0..planes)
-                    .map(|axis| {
-                        ui.ctx().load_texture(
-                            format!("plane{axis}"),
-                            self.plane(axis),
-                            egui::TextureOptions::LINEAR,
-                        )
-                    })
-                    .collect();
-                self.textures = Some((self.slice.clone(), tex));
-            }
-            ui.horizontal(|ui| {
-                for tex in self.textures.iter().flat_map(|(_, t)| t) {
-                    let size = tex.size_vec2();
-                    let s = (300.0 / size.x.max(size.y)).max(0.1);
-                    ui.image((tex.id(), size * s));
+                Reply::Full(f) => {
+                    if f.generation == rt.generation {
+                        if let Some((g, _, t)) = &rt.sent
+                            && *g == f.generation
+                            && !rt
+                                .shown
+                                .as_ref()
+                                .is_some_and(|s| s.generation == g.to_owned())
+                        {
+                            rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        rt.note = f.note.clone();
+                        rt.full = Some(f);
+                        rt.shown = None;
+                    }
                 }
+                Reply::Compared(c) => rt.comparison = Some(c),
+                Reply::Failed {
+                    generation,
+                    message,
+                } => {
+                    if generation == rt.generation {
+                        rt.error = Some(message);
+                    }
+                }
+                Reply::Devices(d) => rt.devices = Some(d),
+                Reply::Memory(m) => rt.memory = m,
+            }
+        }
+    }
+
+    /// Sends what the views need and extracts planes that are at hand.
+    fn sync(&mut self) {
+        let App { state, rt } = self;
+        let Some(scan) = &rt.scan else {
+            return;
+        };
+        if rt.applied.as_ref() != Some(&state.params) {
+            if rt.applied.is_some() {
+                rt.generation += 1;
+            }
+            rt.applied = Some(state.params.clone());
+        }
+        let img = &scan.loaded.image;
+        if rt.original_cursor != scan.cursor || rt.original.len() != scan.views.len() {
+            rt.original = scan
+                .views
+                .iter()
+                .map(|v| {
+                    let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                    slices::extract(&img.data, &img.shape, img.channels, &img.spacing_mm, v, idx)
+                })
+                .collect();
+            rt.original_label = scan
+                .views
+                .iter()
+                .map(|v| {
+                    let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                    scan.loaded
+                        .label
+                        .as_ref()
+                        .map(|l| slices::extract(&l.data, &l.shape, 1, &img.spacing_mm, v, idx))
+                })
+                .collect();
+            rt.original_cursor = scan.cursor.clone();
+        }
+        let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
+        let spec = state.params.backend.spec(have_cuda);
+        let nd = img.ndim();
+        let plan = state.params.to_plan(nd);
+        match &rt.full {
+            Some(f) if f.generation == rt.generation => {
+                let fresh = rt
+                    .shown
+                    .as_ref()
+                    .is_some_and(|s| s.generation == f.generation && s.cursor == scan.cursor);
+                if !fresh {
+                    let image = scan
+                        .views
+                        .iter()
+                        .map(|v| {
+                            let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                            slices::extract(
+                                &f.image.data,
+                                &f.image.shape,
+                                f.image.channels,
+                                &img.spacing_mm,
+                                v,
+                                idx,
+                            )
+                        })
+                        .collect();
+                    let label = scan
+                        .views
+                        .iter()
+                        .map(|v| {
+                            let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                            f.label.as_ref().map(|l| {
+                                slices::extract(&l.data, &l.shape, 1, &img.spacing_mm, v, idx)
+                            })
+                        })
+                        .collect();
+                    rt.shown = Some(SliceSet {
+                        generation: f.generation,
+                        cursor: scan.cursor.clone(),
+                        image,
+                        label,
+                        elapsed_ms: 0.0,
+                    });
+                }
+            }
+            _ => {
+                let sent = rt
+                    .sent
+                    .as_ref()
+                    .is_some_and(|(g, c, _)| *g == rt.generation && *c == scan.cursor);
+                if !sent && let Some(w) = &rt.worker {
+                    w.compute(Compute {
+                        generation: rt.generation,
+                        plan: plan.clone(),
+                        backend: spec.clone(),
+                        precision: state.params.precision,
+                        cursor: scan.cursor.clone(),
+                        views: scan.views.clone(),
+                        slices_first: nd == 3 && spec == crate::engine::BackendSpec::Cpu,
+                    });
+                    rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
+                }
+            }
+        }
+        if state.show_compare
+            && rt.compare_sent != Some(rt.generation)
+            && let Some(w) = &rt.worker
+        {
+            w.compare(Compute {
+                generation: rt.generation,
+                plan,
+                backend: spec,
+                precision: state.params.precision,
+                cursor: scan.cursor.clone(),
+                views: scan.views.clone(),
+                slices_first: false,
             });
+            rt.compare_sent = Some(rt.generation);
+        }
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl eframe::App for App {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.receive();
+        let mut cmds: Vec<Command> = vec![];
+        // Files dropped on the window: the first is the scan, a second its label map.
+        let dropped: Vec<PathBuf> = ui.input(|i| {
+            i.raw
+                .dropped_files
+                .iter()
+                .map(|f| f.path().to_path_buf())
+                .collect()
         });
+        if let Some(first) = dropped.first() {
+            cmds.push(Command::Open(first.clone(), dropped.get(1).cloned()));
+        }
+        cmds.extend(panels::shortcuts(ui, self.rt.active_view));
+        cmds.extend(panels::menu_bar(ui, &mut self.state, &self.rt));
+        panels::status_bar(ui, &self.state, &mut self.rt);
+        cmds.extend(panels::controls(ui, &mut self.state, &self.rt));
+        panels::info_panel(ui, &mut self.state, &self.rt);
+        cmds.extend(views::central(ui, &mut self.state, &mut self.rt));
+        if self.state.show_compare {
+            cmds.extend(views::compare_window(ui, &mut self.state, &mut self.rt));
+        }
+        for c in cmds {
+            self.apply(c);
+        }
+        // A drag of a slider is one undo step: record once the pointer is released.
+        if !ui.input(|i| i.pointer.any_down()) {
+            self.rt.history.settle(&self.state.params);
+        }
+        self.sync();
+        if self.rt.loading.is_some() || !self.is_idle() {
+            // Replies wake the UI; this keeps the "working" spinner turning meanwhile.
+            ui.ctx()
+                .request_repaint_after(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, eframe::APP_KEY, &self.state);
     }
 }

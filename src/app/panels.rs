@@ -1,0 +1,627 @@
+//! Menu, controls, information and status panels. Each returns the commands it wants applied;
+//! parameters are edited in place (the app notices the change and recomputes).
+
+use eframe::egui::{self, RichText};
+
+use crate::augment::{Mode, Order};
+use crate::engine::Precision;
+
+use super::state::{BackendChoice, Colormap, Params, State};
+use super::{Command, Runtime};
+
+/// Window presets (name, width, level) in HU.
+pub const WINDOW_PRESETS: [(&str, f32, f32); 4] = [
+    ("CT-Brain", 100.0, 50.0),
+    ("Abdomen", 350.0, 40.0),
+    ("Lung", 1400.0, -500.0),
+    ("Bone", 1000.0, 400.0),
+];
+
+/// Keyboard: undo/redo, and slices of the active view with PgUp/PgDn and the arrow keys.
+pub fn shortcuts(ui: &egui::Ui, active_view: usize) -> Vec<Command> {
+    let mut out = vec![];
+    if ui.ctx().egui_wants_keyboard_input() {
+        return out;
+    }
+    ui.input_mut(|i| {
+        let redo_y = egui::KeyboardShortcut::new(egui::Modifiers::COMMAND, egui::Key::Y);
+        let redo_z = egui::KeyboardShortcut::new(
+            egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,
+            egui::Key::Z,
+        );
+        let undo = egui::KeyboardShortcut::new(egui::Modifiers::COMMAND, egui::Key::Z);
+        if i.consume_shortcut(&redo_z) || i.consume_shortcut(&redo_y) {
+            out.push(Command::Redo);
+        } else if i.consume_shortcut(&undo) {
+            out.push(Command::Undo);
+        }
+        for (key, delta) in [
+            (egui::Key::PageUp, 10),
+            (egui::Key::PageDown, -10),
+            (egui::Key::ArrowUp, 1),
+            (egui::Key::ArrowDown, -1),
+        ] {
+            if i.consume_key(egui::Modifiers::NONE, key) {
+                out.push(Command::Step {
+                    view: active_view,
+                    delta,
+                });
+            }
+        }
+    });
+    out
+}
+
+pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Command> {
+    let mut out = vec![];
+    egui::Panel::top("menu").show(ui, |ui| {
+        egui::MenuBar::new().ui(ui, |ui| {
+            ui.menu_button("File", |ui| {
+                if ui.button("Open scan…").clicked() {
+                    out.push(Command::OpenDialog);
+                }
+                let has_scan = rt.scan.is_some();
+                if ui
+                    .add_enabled(has_scan, egui::Button::new("Open label map…"))
+                    .clicked()
+                {
+                    out.push(Command::OpenLabelDialog);
+                }
+                if ui.button("Open the bundled sample").clicked() {
+                    out.push(Command::Open(super::SAMPLE.into(), None));
+                }
+                ui.menu_button("Recent", |ui| {
+                    if state.recent.is_empty() {
+                        ui.label("(none)");
+                    }
+                    for (img, label) in state.recent.clone() {
+                        let name = img.file_name().map_or_else(
+                            || img.display().to_string(),
+                            |n| n.to_string_lossy().into(),
+                        );
+                        if ui
+                            .button(name)
+                            .on_hover_text(img.display().to_string())
+                            .clicked()
+                        {
+                            out.push(Command::Open(img, label));
+                        }
+                    }
+                });
+            });
+            ui.menu_button("Edit", |ui| {
+                if ui
+                    .add_enabled(rt.history.can_undo(), egui::Button::new("Undo  (Ctrl+Z)"))
+                    .clicked()
+                {
+                    out.push(Command::Undo);
+                }
+                if ui
+                    .add_enabled(rt.history.can_redo(), egui::Button::new("Redo  (Ctrl+Y)"))
+                    .clicked()
+                {
+                    out.push(Command::Redo);
+                }
+                if ui.button("Reset parameters").clicked() {
+                    out.push(Command::ResetParams);
+                }
+            });
+            ui.menu_button("View", |ui| {
+                ui.checkbox(&mut state.display.side_by_side, "Original beside augmented");
+                ui.checkbox(
+                    &mut state.display.difference,
+                    "Difference |augmented − original|",
+                );
+                ui.checkbox(&mut state.display.crosshair, "Crosshair");
+                ui.checkbox(&mut state.hide_info_panel, "Hide information panel");
+                let mut cmp = state.show_compare;
+                if ui.checkbox(&mut cmp, "CPU vs GPU comparison").changed() {
+                    out.push(Command::Compare(cmp));
+                }
+            });
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                if ui
+                    .selectable_label(state.show_compare, "Compare CPU vs GPU")
+                    .clicked()
+                {
+                    out.push(Command::Compare(!state.show_compare));
+                }
+            });
+        });
+    });
+    out
+}
+
+pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
+    egui::Panel::bottom("status").show(ui, |ui| {
+        ui.horizontal(|ui| {
+            if let Some(p) = &rt.loading {
+                ui.spinner();
+                ui.label(format!("loading {}", p.display()));
+            } else if let Some(s) = &rt.scan {
+                let v = &s.loaded.image;
+                let name = s
+                    .loaded
+                    .path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                ui.label(RichText::new(name).strong());
+                ui.label(format!("{:?} × {} ch", v.shape, v.channels));
+                let busy = !rt
+                    .full
+                    .as_ref()
+                    .is_some_and(|f| f.generation == rt.generation);
+                if busy {
+                    ui.spinner();
+                    ui.label("computing…");
+                } else if let Some(f) = &rt.full {
+                    ui.label(format!(
+                        "{} in {:.0} ms on {}",
+                        "transform", f.timings.total_ms, f.backend
+                    ));
+                }
+                let c = &s.cursor;
+                if let Some((z, rest)) = c.split_first() {
+                    let idx: Vec<String> = std::iter::once(z)
+                        .chain(rest)
+                        .map(|i| i.to_string())
+                        .collect();
+                    ui.label(format!("cursor [{}]", idx.join(", ")));
+                }
+            } else {
+                ui.label("no scan");
+            }
+            if let Some(n) = &rt.note {
+                ui.label(RichText::new(n).color(ui.visuals().warn_fg_color));
+            }
+            let _ = state;
+        });
+    });
+}
+
+fn axis_name(rt: &Runtime, axis: usize) -> String {
+    let Some(s) = &rt.scan else {
+        return format!("axis {axis}");
+    };
+    let v = &s.loaded.image;
+    if v.ndim() != 3 {
+        return ["y (rows)", "x (columns)"]
+            .get(axis)
+            .map_or("", |s| s)
+            .to_string();
+    }
+    let codes = v.axis_codes();
+    let c = codes.get(2 - axis).copied().unwrap_or('?');
+    let pair = match c {
+        'R' | 'L' => "L–R",
+        'A' | 'P' => "P–A",
+        _ => "I–S",
+    };
+    format!("axis {axis} ({pair})")
+}
+
+/// The controls of every plan parameter, and the display settings.
+pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Command> {
+    let mut out = vec![];
+    let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+    let shape = rt
+        .scan
+        .as_ref()
+        .map_or(vec![64; 3], |s| s.loaded.image.shape.clone());
+    let spacing = rt
+        .scan
+        .as_ref()
+        .map_or(vec![1.0; 3], |s| s.loaded.image.spacing_mm.clone());
+    egui::Panel::left("controls")
+        .resizable(true)
+        .default_size(330.0)
+        .min_size(280.0)
+        .show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                ui.spacing_mut().slider_width = 170.0;
+                let State {
+                    params, display, ..
+                } = state;
+                ui.horizontal(|ui| {
+                    if ui
+                        .add_enabled(rt.history.can_undo(), egui::Button::new("⟲ Undo"))
+                        .clicked()
+                    {
+                        out.push(Command::Undo);
+                    }
+                    if ui
+                        .add_enabled(rt.history.can_redo(), egui::Button::new("⟳ Redo"))
+                        .clicked()
+                    {
+                        out.push(Command::Redo);
+                    }
+                    if ui.button("Reset").clicked() {
+                        out.push(Command::ResetParams);
+                    }
+                });
+                egui::CollapsingHeader::new("Spatial transform")
+                    .default_open(true)
+                    .show(ui, |ui| transform_ui(ui, params, rt, nd, &shape));
+                egui::CollapsingHeader::new("Elastic deformation")
+                    .default_open(true)
+                    .show(ui, |ui| out.extend(elastic_ui(ui, params, rt, &spacing)));
+                egui::CollapsingHeader::new("Sampling")
+                    .default_open(true)
+                    .show(ui, |ui| sampling_ui(ui, params));
+                egui::CollapsingHeader::new("Engine")
+                    .default_open(true)
+                    .show(ui, |ui| engine_ui(ui, params, rt));
+                egui::CollapsingHeader::new("Display")
+                    .default_open(true)
+                    .show(ui, |ui| out.extend(display_ui(ui, display, rt)));
+            });
+        });
+    out
+}
+
+fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shape: &[usize]) {
+    let axes: Vec<usize> = (0..nd).collect();
+    ui.label("Flip");
+    ui.horizontal(|ui| {
+        for &a in &axes {
+            ui.checkbox(&mut p.flip[a], axis_name(rt, a))
+                .on_hover_text(format!("mirror array axis {a}"));
+        }
+    });
+    ui.label("Rotation (degrees)");
+    if nd == 3 {
+        for a in 0..3 {
+            ui.add(
+                egui::Slider::new(&mut p.rotate_deg[a], -180.0..=180.0)
+                    .step_by(0.5)
+                    .suffix("°")
+                    .text(format!("about {}", axis_name(rt, a))),
+            );
+        }
+    } else {
+        ui.add(
+            egui::Slider::new(&mut p.rotate_deg[2], -180.0..=180.0)
+                .step_by(0.5)
+                .suffix("°")
+                .text("in plane"),
+        );
+    }
+    ui.horizontal(|ui| {
+        ui.label("Scale");
+        ui.checkbox(&mut p.scale_isotropic, "isotropic")
+            .on_hover_text(
+                "s > 1 samples a larger region: content looks smaller (batchgenerators)",
+            );
+    });
+    if p.scale_isotropic {
+        ui.add(
+            egui::Slider::new(&mut p.scale[0], 0.5..=2.0)
+                .logarithmic(true)
+                .text("all axes"),
+        );
+    } else {
+        for a in 3 - nd..3 {
+            let arr = a - (3 - nd);
+            ui.add(
+                egui::Slider::new(&mut p.scale[a], 0.5..=2.0)
+                    .logarithmic(true)
+                    .text(axis_name(rt, arr)),
+            );
+        }
+    }
+    ui.label("Translation (voxels; content moves by −t)");
+    for a in 3 - nd..3 {
+        let arr = a - (3 - nd);
+        let half = (shape.get(arr).copied().unwrap_or(64) / 2) as f64;
+        ui.add(
+            egui::Slider::new(&mut p.translate_vox[a], -half..=half)
+                .step_by(0.5)
+                .text(axis_name(rt, arr)),
+        );
+    }
+}
+
+fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) -> Vec<Command> {
+    let mut out = vec![];
+    ui.checkbox(&mut p.elastic, "enabled");
+    ui.add_enabled_ui(p.elastic, |ui| {
+        ui.add(egui::Slider::new(&mut p.alpha, 0.0..=2000.0).text("alpha"));
+        ui.add(
+            egui::Slider::new(&mut p.sigma_vox, 1.0..=30.0)
+                .step_by(0.5)
+                .text("sigma (voxels)"),
+        );
+        ui.horizontal(|ui| {
+            ui.label("seed");
+            ui.add(egui::DragValue::new(&mut p.seed));
+            if ui.button("🎲 New seed").clicked() {
+                out.push(Command::NewSeed);
+            }
+        });
+        let readout = rt
+            .full
+            .as_ref()
+            .filter(|f| f.generation == rt.generation)
+            .and_then(|f| f.displacement_vox);
+        let mean_mm = if spacing.is_empty() {
+            1.0
+        } else {
+            spacing.iter().map(|s| s.abs()).sum::<f64>() / spacing.len() as f64
+        };
+        match readout {
+            Some((max, rms)) => {
+                ui.label(format!(
+                    "realised displacement: max {max:.2} vox ({:.2} mm), RMS {rms:.2} vox ({:.2} mm)",
+                    max * mean_mm,
+                    rms * mean_mm
+                ))
+                .on_hover_text("length of alpha·G_sigma(noise) over the grid; mm with the mean voxel spacing");
+            }
+            None if p.elastic => {
+                ui.weak("realised displacement: computing…");
+            }
+            None => {}
+        }
+    });
+    out
+}
+
+fn sampling_ui(ui: &mut egui::Ui, p: &mut Params) {
+    ui.horizontal(|ui| {
+        ui.label("order");
+        for (o, name) in [
+            (Order::Nearest, "0 nearest"),
+            (Order::Linear, "1 linear"),
+            (Order::Cubic, "3 cubic"),
+        ] {
+            ui.selectable_value(&mut p.order, o, name);
+        }
+    });
+    ui.horizontal(|ui| {
+        ui.label("mode");
+        egui::ComboBox::from_id_salt("mode")
+            .selected_text(p.mode.name())
+            .show_ui(ui, |ui| {
+                for m in Mode::ALL {
+                    ui.selectable_value(&mut p.mode, m, m.name());
+                }
+            });
+        ui.label("cval");
+        ui.add(egui::DragValue::new(&mut p.cval).speed(1.0));
+    });
+}
+
+fn engine_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime) {
+    let n_dev = rt.devices.as_ref().map_or(0, |d| d.devices.len());
+    ui.horizontal(|ui| {
+        ui.label("backend");
+        egui::ComboBox::from_id_salt("backend")
+            .selected_text(p.backend.label())
+            .show_ui(ui, |ui| {
+                ui.selectable_value(&mut p.backend, BackendChoice::Auto, "auto");
+                ui.selectable_value(&mut p.backend, BackendChoice::Cpu, "CPU");
+                for i in 0..n_dev.max(1) {
+                    ui.selectable_value(
+                        &mut p.backend,
+                        BackendChoice::Cuda(i),
+                        format!("CUDA {i}"),
+                    );
+                }
+            });
+        ui.label("precision");
+        egui::ComboBox::from_id_salt("precision")
+            .selected_text(format!("{:?}", p.precision).to_lowercase())
+            .show_ui(ui, |ui| {
+                for pr in [Precision::F32, Precision::F16, Precision::Bf16] {
+                    ui.selectable_value(&mut p.precision, pr, format!("{pr:?}").to_lowercase());
+                }
+            });
+    });
+    if n_dev == 0
+        && let Some(why) = rt.devices.as_ref().and_then(|d| d.unavailable_reason())
+    {
+        ui.weak(format!("no CUDA: {why}"));
+    }
+}
+
+fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Command> {
+    let mut out = vec![];
+    let (mut level, mut width) = (d.level.unwrap_or(0.5), d.width.unwrap_or(1.0));
+    let span = rt.scan.as_ref().map_or(1.0, |s| {
+        (s.loaded.auto_window.1 - s.loaded.auto_window.0)
+            .abs()
+            .max(1.0)
+    });
+    ui.horizontal(|ui| {
+        ui.label("window");
+        let a = ui.add(
+            egui::DragValue::new(&mut width)
+                .speed(span * 0.005)
+                .range(1e-6..=f32::MAX)
+                .prefix("W "),
+        );
+        let b = ui.add(
+            egui::DragValue::new(&mut level)
+                .speed(span * 0.005)
+                .prefix("L "),
+        );
+        if a.changed() || b.changed() {
+            out.push(Command::SetWindow { level, width });
+        }
+        if ui
+            .button("Auto")
+            .on_hover_text("0.5–99.5 percentile")
+            .clicked()
+        {
+            out.push(Command::AutoWindow);
+        }
+    });
+    ui.horizontal_wrapped(|ui| {
+        for (name, w, l) in WINDOW_PRESETS {
+            if ui
+                .button(name)
+                .on_hover_text(format!("W {w} / L {l}"))
+                .clicked()
+            {
+                out.push(Command::SetWindow { level: l, width: w });
+            }
+        }
+    });
+    ui.weak("right-drag on a view: window/level");
+    ui.horizontal(|ui| {
+        ui.label("colormap");
+        ui.selectable_value(&mut d.colormap, Colormap::Gray, "gray");
+        ui.selectable_value(&mut d.colormap, Colormap::Viridis, "viridis");
+    });
+    let has_label = rt.scan.as_ref().is_some_and(|s| s.loaded.label.is_some());
+    ui.add_enabled_ui(has_label, |ui| {
+        ui.horizontal(|ui| {
+            ui.checkbox(&mut d.show_label, "labels");
+            ui.add(egui::Slider::new(&mut d.label_opacity, 0.0..=1.0).text("opacity"));
+        });
+    });
+    ui.checkbox(&mut d.side_by_side, "original beside augmented");
+    ui.checkbox(&mut d.difference, "difference map |aug − orig|");
+    ui.checkbox(&mut d.crosshair, "crosshair");
+    out
+}
+
+/// Scan facts, the last run's timings, the done list and GPU memory.
+pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
+    if state.hide_info_panel {
+        return;
+    }
+    egui::Panel::right("info")
+        .resizable(true)
+        .default_size(270.0)
+        .show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                egui::CollapsingHeader::new("Scan")
+                    .default_open(true)
+                    .show(ui, |ui| {
+                        let Some(s) = &rt.scan else {
+                            ui.label("no scan loaded");
+                            return;
+                        };
+                        let v = &s.loaded.image;
+                        egui::Grid::new("scan").num_columns(2).show(ui, |ui| {
+                            ui.label("shape");
+                            ui.label(format!("{:?}", v.shape));
+                            ui.end_row();
+                            ui.label("spacing");
+                            let sp: Vec<String> =
+                                v.spacing_mm.iter().map(|s| format!("{s:.3}")).collect();
+                            ui.label(format!("{} mm", sp.join(" × ")));
+                            ui.end_row();
+                            ui.label("orientation");
+                            ui.label(v.axis_codes().iter().collect::<String>());
+                            ui.end_row();
+                            ui.label("dtype");
+                            ui.label(v.dtype.name());
+                            ui.end_row();
+                            ui.label("label map");
+                            ui.label(s.loaded.label_path.as_ref().map_or("none".into(), |p| {
+                                p.file_name()
+                                    .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+                            }));
+                            ui.end_row();
+                        });
+                    });
+                egui::CollapsingHeader::new("Last run")
+                    .default_open(true)
+                    .show(ui, |ui| {
+                        let Some(f) = &rt.full else {
+                            ui.label("—");
+                            return;
+                        };
+                        let t = &f.timings;
+                        egui::Grid::new("timings").num_columns(2).show(ui, |ui| {
+                            for (k, v) in [
+                                ("engine", f.backend.clone()),
+                                ("field", format!("{:.1} ms", t.field_ms)),
+                                ("prefilter", format!("{:.1} ms", t.prefilter_ms)),
+                                ("resample", format!("{:.1} ms", t.resample_ms)),
+                                ("upload", format!("{:.1} ms", t.upload_ms)),
+                                ("download", format!("{:.1} ms", t.download_ms)),
+                                ("total", format!("{:.1} ms", t.total_ms)),
+                            ] {
+                                ui.label(k);
+                                ui.label(v);
+                                ui.end_row();
+                            }
+                            if let Some(ms) = rt.latency.slice_compute_ms {
+                                ui.label("slices only");
+                                ui.label(format!("{ms:.1} ms"));
+                                ui.end_row();
+                            }
+                            if let Some(ms) = rt.latency.last_ms {
+                                ui.label("change → view");
+                                ui.label(format!("{ms:.1} ms"));
+                                ui.end_row();
+                            }
+                        });
+                    });
+                egui::CollapsingHeader::new("Done list")
+                    .default_open(true)
+                    .show(ui, |ui| {
+                        let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+                        let done = state.params.to_plan(nd).done_list();
+                        if done.is_empty() {
+                            ui.label("identity (nothing fires)");
+                        }
+                        for d in done {
+                            ui.label(RichText::new(&d.transform).strong());
+                            ui.label(RichText::new(d.values.to_string()).monospace().small());
+                        }
+                    });
+                egui::CollapsingHeader::new("GPU memory")
+                    .default_open(true)
+                    .show(ui, |ui| {
+                        gpu_memory_ui(ui, rt);
+                    });
+            });
+        });
+}
+
+fn mib(b: usize) -> String {
+    format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+fn gpu_memory_ui(ui: &mut egui::Ui, rt: &Runtime) {
+    let Some(d) = &rt.devices else {
+        ui.spinner();
+        return;
+    };
+    if d.devices.is_empty() {
+        ui.label(
+            d.unavailable_reason()
+                .unwrap_or_else(|| "no CUDA device".into()),
+        );
+        ui.weak("the CPU engine computes everything");
+        return;
+    }
+    for dev in &d.devices {
+        let live = rt.memory.iter().find(|m| m.ordinal == dev.ordinal);
+        let (free, total) = live.map_or((dev.free_bytes, dev.total_bytes), |m| {
+            (m.driver_free_bytes, m.driver_total_bytes)
+        });
+        ui.label(RichText::new(format!("cuda:{} {}", dev.ordinal, dev.name)).strong());
+        let used = total.saturating_sub(free);
+        ui.add(
+            egui::ProgressBar::new(if total > 0 {
+                used as f32 / total as f32
+            } else {
+                0.0
+            })
+            .text(format!("driver: {} free of {}", mib(free), mib(total))),
+        );
+        if let Some(m) = live {
+            ui.label(format!(
+                "augscope: {} reserved, {} in use, peak {}",
+                mib(m.reserved_bytes),
+                mib(m.allocated_bytes),
+                mib(m.peak_bytes)
+            ));
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! What the explorer saves across restarts (serde, `#[serde(default)]`): the parameters in UI
+//! units, display settings, recent files and layout. Runtime resources live in `Runtime`.
+//!
+//! Vectors are in array-axis order `[z, y, x]` (2D `[y, x]`), as everywhere in augscope.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::augment::{Elastic, Mode, Order, Plan};
+use crate::engine::{BackendSpec, Precision};
+
+/// Every parameter of a [`Plan`], in the units a user thinks in (degrees, voxels).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Params {
+    pub flip: [bool; 3],
+    pub rotate_deg: [f64; 3],
+    pub scale_isotropic: bool,
+    pub scale: [f64; 3],
+    pub translate_vox: [f64; 3],
+    pub elastic: bool,
+    pub alpha: f64,
+    pub sigma_vox: f64,
+    pub seed: u64,
+    pub order: Order,
+    pub mode: Mode,
+    pub cval: f32,
+    pub backend: BackendChoice,
+    pub precision: Precision,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            flip: [false; 3],
+            rotate_deg: [0.0; 3],
+            scale_isotropic: true,
+            scale: [1.0; 3],
+            translate_vox: [0.0; 3],
+            elastic: false,
+            alpha: 800.0,
+            sigma_vox: 12.0,
+            seed: 42,
+            order: Order::Linear,
+            mode: Mode::Constant,
+            cval: 0.0,
+            backend: BackendChoice::Auto,
+            precision: Precision::F32,
+        }
+    }
+}
+
+/// The engine a user picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackendChoice {
+    /// The first CUDA device when there is one, else the CPU.
+    Auto,
+    Cpu,
+    Cuda(usize),
+}
+
+impl BackendChoice {
+    pub fn label(self) -> String {
+        match self {
+            BackendChoice::Auto => "auto".into(),
+            BackendChoice::Cpu => "CPU".into(),
+            BackendChoice::Cuda(i) => format!("CUDA {i}"),
+        }
+    }
+
+    pub fn spec(self, have_cuda: bool) -> BackendSpec {
+        match self {
+            BackendChoice::Auto if have_cuda => BackendSpec::Cuda(vec![0]),
+            BackendChoice::Auto | BackendChoice::Cpu => BackendSpec::Cpu,
+            BackendChoice::Cuda(i) => BackendSpec::Cuda(vec![i]),
+        }
+    }
+}
+
+impl Params {
+    /// The plan for a grid of `ndim` spatial axes (2 or 3): only what differs from the identity.
+    pub fn to_plan(&self, ndim: usize) -> Plan {
+        let nd = ndim.clamp(2, 3);
+        // A 2D image rotates in its own plane: the one angle is the third slider's (about the
+        // axis normal to the screen).
+        let flip = (0..nd).filter(|&a| self.flip[a]).collect();
+        let rotate_rad = if nd == 3 {
+            self.rotate_deg.map(f64::to_radians).to_vec()
+        } else {
+            vec![self.rotate_deg[2].to_radians()]
+        };
+        let rotate_rad = if rotate_rad.iter().all(|&a| a == 0.0) {
+            vec![]
+        } else {
+            rotate_rad
+        };
+        let scale: Vec<f64> = if self.scale_isotropic {
+            vec![self.scale[0]; nd]
+        } else {
+            self.scale[3 - nd..].to_vec()
+        };
+        let scale = if scale.iter().all(|&s| s == 1.0) {
+            vec![]
+        } else {
+            scale
+        };
+        let translate: Vec<f64> = self.translate_vox[3 - nd..].to_vec();
+        let translate = if translate.iter().all(|&t| t == 0.0) {
+            vec![]
+        } else {
+            translate
+        };
+        Plan {
+            flip,
+            rotate_rad,
+            scale,
+            translate,
+            elastic: (self.elastic && self.alpha != 0.0).then_some(Elastic {
+                alpha: self.alpha,
+                sigma: self.sigma_vox,
+                seed: self.seed,
+            }),
+            order: self.order,
+            mode: self.mode,
+            cval: self.cval,
+            out_shape: None,
+        }
+    }
+
+    /// Whether the parameters that change the result (not the engine) are equal.
+    pub fn same_result(&self, other: &Params) -> bool {
+        let strip = |p: &Params| Params {
+            backend: BackendChoice::Auto,
+            precision: Precision::F32,
+            ..p.clone()
+        };
+        strip(self) == strip(other)
+    }
+}
+
+/// Colour map of the image views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Colormap {
+    Gray,
+    Viridis,
+}
+
+/// How the slices are displayed; changing any of it never recomputes the transform.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Display {
+    /// Window centre and width; `None` until the first scan sets them from its percentiles.
+    pub level: Option<f32>,
+    pub width: Option<f32>,
+    pub colormap: Colormap,
+    pub label_opacity: f32,
+    pub show_label: bool,
+    /// Show the original above the augmented planes.
+    pub side_by_side: bool,
+    /// Show |augmented − original| instead of the augmented image.
+    pub difference: bool,
+    pub crosshair: bool,
+    /// The scan the window was last set for: reopening it keeps the window.
+    pub wl_path: Option<PathBuf>,
+}
+
+impl Default for Display {
+    fn default() -> Self {
+        Display {
+            level: None,
+            width: None,
+            colormap: Colormap::Gray,
+            label_opacity: 0.35,
+            show_label: true,
+            side_by_side: true,
+            difference: false,
+            crosshair: true,
+            wl_path: None,
+        }
+    }
+}
+
+/// Everything persisted across restarts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    pub params: Params,
+    pub display: Display,
+    /// Most recent first: (image, label).
+    pub recent: Vec<(PathBuf, Option<PathBuf>)>,
+    pub hide_info_panel: bool,
+    pub show_compare: bool,
+}
+
+impl State {
+    pub const MAX_RECENT: usize = 8;
+
+    pub fn push_recent(&mut self, image: PathBuf, label: Option<PathBuf>) {
+        self.recent.retain(|(p, _)| *p != image);
+        self.recent.insert(0, (image, label));
+        self.recent.truncate(Self::MAX_RECENT);
+    }
+}
+
+/// Undo/redo of parameter changes. A change is recorded when it settles (a drag ends), so one
+/// drag of a slider is one step.
+#[derive(Default)]
+pub struct History {
+    undo: Vec<Params>,
+    redo: Vec<Params>,
+    /// The parameters as of the last recorded step.
+    settled: Option<Params>,
+}
+
+impl History {
+    const MAX: usize = 200;
+
+    /// Records `now` as a step if it differs from the last settled parameters.
+    pub fn settle(&mut self, now: &Params) {
+        match &self.settled {
+            Some(prev) if prev == now => {}
+            Some(prev) => {
+                self.undo.push(prev.clone());
+                if self.undo.len() > Self::MAX {
+                    self.undo.remove(0);
+                }
+                self.redo.clear();
+                self.settled = Some(now.clone());
+            }
+            None => self.settled = Some(now.clone()),
+        }
+    }
+
+    pub fn undo(&mut self, now: &Params) -> Option<Params> {
+        let prev = self.undo.pop()?;
+        self.redo.push(now.clone());
+        self.settled = Some(prev.clone());
+        Some(prev)
+    }
+
+    pub fn redo(&mut self, now: &Params) -> Option<Params> {
+        let next = self.redo.pop()?;
+        self.undo.push(now.clone());
+        self.settled = Some(next.clone());
+        Some(next)
+    }
+
+    pub fn can_undo(&self) -> bool {
+        !self.undo.is_empty()
+    }
+
+    pub fn can_redo(&self) -> bool {
+        !self.redo.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_params_are_the_identity() {
+        assert!(Params::default().to_plan(3).is_identity());
+        assert!(Params::default().to_plan(2).is_identity());
+    }
+
+    #[test]
+    fn plan_units_and_axes() {
+        let p = Params {
+            rotate_deg: [90.0, 0.0, 0.0],
+            flip: [false, true, false],
+            scale_isotropic: false,
+            scale: [1.0, 1.2, 0.8],
+            translate_vox: [0.0, 2.0, 3.0],
+            ..Params::default()
+        };
+        let plan = p.to_plan(3);
+        assert_eq!(plan.flip, vec![1]);
+        assert!((plan.rotate_rad[0] - std::f64::consts::FRAC_PI_2).abs() < 1e-12);
+        assert_eq!(plan.scale, vec![1.0, 1.2, 0.8]);
+        let plan2 = p.to_plan(2);
+        assert_eq!(plan2.scale, vec![1.2, 0.8]);
+        assert_eq!(plan2.translate, vec![2.0, 3.0]);
+        assert!(plan2.validate(2).is_ok());
+        assert!(plan.validate(3).is_ok());
+    }
+
+    #[test]
+    fn history_undo_redo() {
+        let mut h = History::default();
+        let a = Params::default();
+        let b = Params {
+            alpha: 1.0,
+            ..a.clone()
+        };
+        h.settle(&a);
+        h.settle(&b);
+        assert_eq!(h.undo(&b), Some(a.clone()));
+        assert_eq!(h.redo(&a), Some(b.clone()));
+        assert!(!h.can_redo());
+    }
+}

@@ -1,0 +1,486 @@
+//! The slice views: the planes of the original and augmented scan with the physical aspect of
+//! the voxel spacing, orientation letters, a crosshair linking the views, zoom (Ctrl+wheel), pan
+//! (middle drag), slice stepping (wheel, slider, keys) and window/level (right drag).
+
+use std::sync::Arc;
+
+use eframe::egui::{self, Color32, Pos2, Rect, Sense, Stroke, Vec2};
+use eframe::egui_wgpu;
+
+use super::render::{Look, SliceCallback};
+use super::slices::{DisplaySlice, ViewGeom};
+use super::state::{Colormap, State};
+use super::{Command, Nav, Runtime};
+
+const BACKGROUND: [f32; 4] = [0.0, 0.0, 0.0, 1.0];
+const CROSSHAIR: Color32 = Color32::from_rgba_premultiplied(230, 200, 40, 160);
+
+/// Where an image of `size_mm` lies in `rect` at zoom/pan `nav`.
+pub fn image_rect(rect: Rect, size_mm: Vec2, nav: Nav) -> Rect {
+    let fit = (rect.width() / size_mm.x.max(1e-6)).min(rect.height() / size_mm.y.max(1e-6));
+    let size = size_mm * fit * nav.zoom;
+    let centre = rect.center() + nav.pan * rect.size();
+    Rect::from_center_size(centre, size)
+}
+
+/// A stable key per view: group (0 original, 1 augmented, 2 comparison) and index.
+fn view_key(group: u64, index: usize) -> u64 {
+    group * 1000 + index as u64
+}
+
+/// What one view draws.
+struct ViewInput<'a> {
+    key: u64,
+    title: String,
+    geom: &'a ViewGeom,
+    image: Arc<DisplaySlice>,
+    other: Option<Arc<DisplaySlice>>,
+    label: Option<Arc<DisplaySlice>>,
+    look: Look,
+    cursor: &'a [usize],
+    crosshair: bool,
+}
+
+/// Draws one view into `rect`; returns the commands its interactions ask for.
+fn view_ui(
+    ui: &mut egui::Ui,
+    rect: Rect,
+    v: ViewInput<'_>,
+    nav: &mut Nav,
+    view_index: usize,
+    active: &mut usize,
+    has_wgpu: bool,
+) -> Vec<Command> {
+    let mut out = vec![];
+    let resp = ui.interact(
+        rect,
+        ui.scope_id().with(("view", v.key)),
+        Sense::click_and_drag(),
+    );
+    let img = &v.image;
+    let size_mm = Vec2::new(
+        img.width as f32 * img.pixel_mm[0],
+        img.height as f32 * img.pixel_mm[1],
+    );
+    let ir = image_rect(rect, size_mm, *nav);
+    let to_texel = |p: Pos2| {
+        Vec2::new(
+            (p.x - ir.min.x) / ir.width() * img.width as f32,
+            (p.y - ir.min.y) / ir.height() * img.height as f32,
+        )
+    };
+    // Interactions.
+    if resp.hovered() {
+        *active = view_index;
+        let (scroll, zoom) = ui.input(|i| {
+            let wheel: f32 = i
+                .raw
+                .events
+                .iter()
+                .filter_map(|e| match e {
+                    egui::Event::MouseWheel {
+                        delta, modifiers, ..
+                    } if !modifiers.command => Some(delta.y),
+                    _ => None,
+                })
+                .sum();
+            (wheel, i.zoom_delta())
+        });
+        if zoom != 1.0 {
+            nav.zoom = (nav.zoom * zoom).clamp(0.25, 20.0);
+        } else if scroll != 0.0 {
+            out.push(Command::Step {
+                view: view_index,
+                delta: if scroll > 0.0 { 1 } else { -1 },
+            });
+        }
+    }
+    if resp.double_clicked() {
+        *nav = Nav::default();
+    }
+    if resp.dragged_by(egui::PointerButton::Middle) {
+        nav.pan += resp.drag_delta() / rect.size();
+    }
+    if resp.dragged_by(egui::PointerButton::Secondary) {
+        let d = resp.drag_delta();
+        let w = v.look.width * (1.0 + d.x * 0.005).max(0.05);
+        let l = v.look.level - d.y * v.look.width * 0.003;
+        out.push(Command::SetWindow { level: l, width: w });
+    }
+    if (resp.clicked_by(egui::PointerButton::Primary)
+        || resp.dragged_by(egui::PointerButton::Primary))
+        && let Some(p) = resp.interact_pointer_pos()
+    {
+        let t = to_texel(p);
+        let col = (t.x.floor() as i64).clamp(0, img.width as i64 - 1) as usize;
+        let row = (t.y.floor() as i64).clamp(0, img.height as i64 - 1) as usize;
+        let g = v.geom;
+        let mut c = v.cursor.to_vec();
+        if g.across < c.len() && g.down < c.len() {
+            c[g.across] = if g.across_flip {
+                img.width - 1 - col
+            } else {
+                col
+            };
+            c[g.down] = if g.down_flip {
+                img.height - 1 - row
+            } else {
+                row
+            };
+            out.push(Command::SetCursor(c));
+        }
+    }
+    // The image, through the shader.
+    if has_wgpu {
+        let s = Vec2::new(img.width as f32, img.height as f32);
+        let origin = (rect.min - ir.min) / ir.size() * s;
+        let cb = SliceCallback {
+            key: v.key,
+            image: v.image.clone(),
+            other: v.other,
+            label: v.label,
+            look: v.look,
+            origin: [origin.x, origin.y],
+            axis_u: [rect.width() / ir.width() * s.x, 0.0],
+            axis_v: [0.0, rect.height() / ir.height() * s.y],
+            background: BACKGROUND,
+        };
+        ui.painter()
+            .add(egui_wgpu::Callback::new_paint_callback(rect, cb));
+    } else {
+        ui.painter().rect_filled(rect, 0.0, Color32::BLACK);
+        ui.painter().text(
+            rect.center(),
+            egui::Align2::CENTER_CENTER,
+            "needs the wgpu renderer",
+            egui::FontId::proportional(14.0),
+            Color32::GRAY,
+        );
+    }
+    let painter = ui.painter_at(rect);
+    // Crosshair through the cursor.
+    if v.crosshair {
+        let g = v.geom;
+        if g.across < v.cursor.len() && g.down < v.cursor.len() {
+            let ca = v.cursor[g.across];
+            let cd = v.cursor[g.down];
+            let col = if g.across_flip {
+                img.width - 1 - ca.min(img.width - 1)
+            } else {
+                ca
+            };
+            let row = if g.down_flip {
+                img.height - 1 - cd.min(img.height - 1)
+            } else {
+                cd
+            };
+            let x = ir.min.x + (col as f32 + 0.5) / img.width as f32 * ir.width();
+            let y = ir.min.y + (row as f32 + 0.5) / img.height as f32 * ir.height();
+            let stroke = Stroke::new(1.0, CROSSHAIR);
+            painter.line_segment(
+                [Pos2::new(x, rect.top()), Pos2::new(x, rect.bottom())],
+                stroke,
+            );
+            painter.line_segment(
+                [Pos2::new(rect.left(), y), Pos2::new(rect.right(), y)],
+                stroke,
+            );
+        }
+    }
+    // Orientation letters at the edges, and the title.
+    let font = egui::FontId::proportional(15.0);
+    let col = Color32::from_rgb(255, 170, 60);
+    let [l, r, t, b] = &v.geom.letters;
+    let m = 6.0;
+    for (text, pos, align) in [
+        (
+            l,
+            Pos2::new(rect.left() + m, rect.center().y),
+            egui::Align2::LEFT_CENTER,
+        ),
+        (
+            r,
+            Pos2::new(rect.right() - m, rect.center().y),
+            egui::Align2::RIGHT_CENTER,
+        ),
+        (
+            t,
+            Pos2::new(rect.center().x, rect.top() + m),
+            egui::Align2::CENTER_TOP,
+        ),
+        (
+            b,
+            Pos2::new(rect.center().x, rect.bottom() - m),
+            egui::Align2::CENTER_BOTTOM,
+        ),
+    ] {
+        if !text.is_empty() {
+            painter.text(pos, align, text, font.clone(), col);
+        }
+    }
+    painter.text(
+        rect.left_top() + Vec2::new(m, m),
+        egui::Align2::LEFT_TOP,
+        &v.title,
+        egui::FontId::proportional(13.0),
+        Color32::from_gray(220),
+    );
+    out
+}
+
+fn look(state: &State, difference: bool) -> Look {
+    let d = &state.display;
+    Look {
+        level: d.level.unwrap_or(0.5),
+        width: d.width.unwrap_or(1.0),
+        colormap: match d.colormap {
+            Colormap::Gray => 0,
+            Colormap::Viridis => 1,
+        },
+        difference,
+        label_opacity: if d.show_label { d.label_opacity } else { 0.0 },
+    }
+}
+
+/// The central area: a row of planes (augmented), with the original above when side by side.
+pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
+    let mut out = vec![];
+    egui::CentralPanel::default()
+        .frame(egui::Frame::NONE.fill(Color32::from_gray(18)))
+        .show(ui, |ui| {
+            if let Some(e) = rt.error.clone() {
+                egui::Frame::NONE
+                    .fill(Color32::from_rgb(90, 20, 20))
+                    .inner_margin(8.0)
+                    .show(ui, |ui| {
+                        ui.horizontal(|ui| {
+                            ui.label(egui::RichText::new(format!("⚠ {e}")).color(Color32::WHITE));
+                            if ui.button("Dismiss").clicked() {
+                                rt.error = None;
+                            }
+                        });
+                    });
+            }
+            let Some(scan) = &rt.scan else {
+                ui.centered_and_justified(|ui| {
+                    if rt.loading.is_some() {
+                        ui.spinner();
+                    } else {
+                        ui.label("Open a scan (File → Open, or drop a file here)");
+                    }
+                });
+                return;
+            };
+            let views = scan.views.clone();
+            let cursor = scan.cursor.clone();
+            let shape = scan.loaded.image.shape.clone();
+            let rows = if state.display.side_by_side { 2 } else { 1 };
+            // 2D: original and augmented side by side in one row.
+            let (n_rows, n_cols) = if views.len() == 1 {
+                (1, rows)
+            } else {
+                (rows, views.len())
+            };
+            let full = ui.available_rect_before_wrap();
+            let slider_h = 26.0;
+            let cell = Vec2::new(
+                full.width() / n_cols as f32,
+                (full.height() - slider_h) / n_rows as f32,
+            );
+            let aug = rt.shown.as_ref();
+            let active = &mut rt.active_view;
+            for (vi, geom) in views.iter().enumerate() {
+                let mut nav = rt.nav.get(vi).copied().unwrap_or_default();
+                for r in 0..rows {
+                    let original = state.display.side_by_side && r == 0;
+                    let (row, colm) = if views.len() == 1 { (0, r) } else { (r, vi) };
+                    let rect = Rect::from_min_size(
+                        full.min + Vec2::new(colm as f32 * cell.x, row as f32 * cell.y),
+                        cell,
+                    )
+                    .shrink(2.0);
+                    let idx = geom.normal.map(|a| (cursor[a], shape[a]));
+                    let pos = idx.map_or(String::new(), |(i, n)| format!("  {}/{}", i + 1, n));
+                    let input = if original {
+                        rt.original.get(vi).cloned().map(|image| ViewInput {
+                            key: view_key(0, vi),
+                            title: format!("{} · original{pos}", geom.name),
+                            geom,
+                            image,
+                            other: None,
+                            label: rt.original_label.get(vi).cloned().flatten(),
+                            look: look(state, false),
+                            cursor: &cursor,
+                            crosshair: state.display.crosshair,
+                        })
+                    } else {
+                        aug.and_then(|s| s.image.get(vi).cloned()).map(|image| {
+                            let diff = state.display.difference;
+                            ViewInput {
+                                key: view_key(1, vi),
+                                title: format!(
+                                    "{} · {}{pos}",
+                                    geom.name,
+                                    if diff {
+                                        "|augmented − original|"
+                                    } else {
+                                        "augmented"
+                                    }
+                                ),
+                                geom,
+                                image,
+                                other: if diff {
+                                    rt.original.get(vi).cloned()
+                                } else {
+                                    None
+                                },
+                                label: aug.and_then(|s| s.label.get(vi).cloned().flatten()),
+                                look: look(state, diff),
+                                cursor: &cursor,
+                                crosshair: state.display.crosshair,
+                            }
+                        })
+                    };
+                    match input {
+                        Some(input) => {
+                            out.extend(view_ui(ui, rect, input, &mut nav, vi, active, rt.has_wgpu))
+                        }
+                        None => {
+                            ui.painter().rect_filled(rect, 0.0, Color32::BLACK);
+                            ui.put(rect, egui::Spinner::new());
+                        }
+                    }
+                }
+                if let Some(n) = rt.nav.get_mut(vi) {
+                    *n = nav;
+                }
+                // The slice slider under each column.
+                if let Some(axis) = geom.normal {
+                    let srect = Rect::from_min_size(
+                        Pos2::new(
+                            full.min.x + vi as f32 * cell.x + 8.0,
+                            full.max.y - slider_h + 3.0,
+                        ),
+                        Vec2::new(cell.x - 16.0, slider_h - 6.0),
+                    );
+                    let mut i = cursor[axis];
+                    let max = shape[axis].saturating_sub(1);
+                    let mut child = ui.new_child(egui::UiBuilder::new().max_rect(srect));
+                    child.spacing_mut().slider_width = (srect.width() - 90.0).max(40.0);
+                    let r = child
+                        .add(egui::Slider::new(&mut i, 0..=max).text(geom.name.to_lowercase()));
+                    if r.changed() {
+                        let mut c = cursor.clone();
+                        c[axis] = i;
+                        out.push(Command::SetCursor(c));
+                    }
+                }
+            }
+            ui.allocate_rect(full, Sense::hover());
+        });
+    out
+}
+
+/// The CPU vs GPU comparison of the active plane: both results, |Δ| and both timings.
+pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
+    let mut out = vec![];
+    let mut open = state.show_compare;
+    egui::Window::new("CPU vs GPU")
+        .open(&mut open)
+        .default_size([900.0, 420.0])
+        .show(ui.ctx(), |ui| {
+            let Some(scan) = &rt.scan else {
+                ui.label("no scan");
+                return;
+            };
+            let Some(c) = rt.comparison.as_ref().filter(|c| c.generation == rt.generation) else {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("computing on both engines…");
+                });
+                return;
+            };
+            let vi = rt.active_view.min(scan.views.len().saturating_sub(1));
+            let geom = &scan.views[vi];
+            let idx = geom.normal.map_or(0, |a| scan.cursor[a]);
+            let sp = &scan.loaded.image.spacing_mm;
+            let cut = |v: &crate::volume::Volume| {
+                super::slices::extract(&v.data, &v.shape, v.channels, sp, geom, idx)
+            };
+            let cpu = cut(&c.cpu);
+            match &c.gpu {
+                Ok((_, ms, name)) => {
+                    ui.label(format!(
+                        "CPU {:.1} ms · {name} {ms:.1} ms (host to host) · max |Δ| {:.3e} · mean |Δ| {:.3e}",
+                        c.cpu_ms, c.max_abs, c.mean_abs
+                    ));
+                }
+                Err(why) => {
+                    ui.label(format!("CPU {:.1} ms · GPU: {why}", c.cpu_ms));
+                }
+            }
+            let gpu = c.gpu.as_ref().ok().map(|(g, _, _)| cut(g));
+            let avail = ui.available_size();
+            let w = (avail.x / 3.0).max(100.0);
+            let h = (avail.y - 8.0).max(120.0);
+            let (rect, _) = ui.allocate_exact_size(Vec2::new(w * 3.0, h), Sense::hover());
+            let base = look(state, false);
+            let mut nav = Nav::default();
+            let mut active = rt.active_view;
+            let panes: [(&str, Option<Arc<DisplaySlice>>, Option<Arc<DisplaySlice>>, Look); 3] = [
+                ("CPU", Some(cpu.clone()), None, base),
+                ("GPU", gpu.clone(), None, base),
+                (
+                    "|CPU − GPU|",
+                    gpu.as_ref().map(|_| cpu.clone()),
+                    gpu.clone(),
+                    Look {
+                        level: 0.0,
+                        width: (c.max_abs as f32).max(1e-6),
+                        difference: true,
+                        label_opacity: 0.0,
+                        ..base
+                    },
+                ),
+            ];
+            for (k, (title, image, other, lk)) in panes.into_iter().enumerate() {
+                let r = Rect::from_min_size(rect.min + Vec2::new(k as f32 * w, 0.0), Vec2::new(w, h))
+                    .shrink(2.0);
+                match image {
+                    Some(image) => out.extend(view_ui(
+                        ui,
+                        r,
+                        ViewInput {
+                            key: view_key(2, k),
+                            title: format!("{} · {title}", geom.name),
+                            geom,
+                            image,
+                            other,
+                            label: None,
+                            look: lk,
+                            cursor: &scan.cursor,
+                            crosshair: false,
+                        },
+                        &mut nav,
+                        vi,
+                        &mut active,
+                        rt.has_wgpu,
+                    )),
+                    None => {
+                        ui.painter().rect_filled(r, 0.0, Color32::from_gray(30));
+                        ui.painter().text(
+                            r.center(),
+                            egui::Align2::CENTER_CENTER,
+                            format!("{title}: no GPU result"),
+                            egui::FontId::proportional(14.0),
+                            Color32::GRAY,
+                        );
+                    }
+                }
+            }
+        });
+    if !open {
+        out.push(Command::Compare(false));
+    }
+    out
+}

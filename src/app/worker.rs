@@ -1,0 +1,507 @@
+//! The worker thread: loads scans and runs transforms off the UI thread. The UI posts requests
+//! into slots (the newest request of each kind replaces an older one that has not started), the
+//! worker computes on the chosen engine and wakes the UI with `ctx.request_repaint()`.
+//!
+//! While a slider moves, the CPU path first computes only the planes on screen, then, once no
+//! newer request has arrived for a moment, the whole volume.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::augment::Plan;
+use crate::engine::cpu::CpuBackend;
+use crate::engine::device::{DevicesReport, MemStats};
+use crate::engine::{self, Backend, BackendSpec, Job, Precision, Timings};
+use crate::io::{self, LoadOptions};
+use crate::volume::Volume;
+
+use super::slices::{self, DisplaySlice, ViewGeom};
+
+/// A scan and its label map, as loaded.
+pub struct Loaded {
+    pub image: Arc<Volume>,
+    pub label: Option<Arc<Volume>>,
+    pub path: PathBuf,
+    pub label_path: Option<PathBuf>,
+    /// 0.5 and 99.5 percentiles of the image (the "auto" window).
+    pub auto_window: (f32, f32),
+    /// A note about the label map (e.g. why it was not used).
+    pub note: Option<String>,
+    pub load_ms: f64,
+}
+
+/// One transform request.
+#[derive(Clone)]
+pub struct Compute {
+    /// Increases with every parameter change; replies carry it.
+    pub generation: u64,
+    pub plan: Plan,
+    pub backend: BackendSpec,
+    pub precision: Precision,
+    /// The voxel the views are centred on; the slice-only path computes the planes through it.
+    pub cursor: Vec<usize>,
+    pub views: Vec<ViewGeom>,
+    /// Compute the planes on screen before the whole volume (CPU engine, while a slider moves).
+    pub slices_first: bool,
+}
+
+/// Planes of the augmented image (and label) through one cursor.
+pub struct SliceSet {
+    pub generation: u64,
+    pub cursor: Vec<usize>,
+    pub image: Vec<Arc<DisplaySlice>>,
+    pub label: Vec<Option<Arc<DisplaySlice>>>,
+    pub elapsed_ms: f64,
+}
+
+/// A whole augmented volume.
+pub struct FullResult {
+    pub generation: u64,
+    pub image: Arc<Volume>,
+    pub label: Option<Arc<Volume>>,
+    pub timings: Timings,
+    pub backend: String,
+    pub note: Option<String>,
+    /// Realised displacement (max, RMS) in voxels.
+    pub displacement_vox: Option<(f64, f64)>,
+}
+
+/// CPU vs GPU on the same plan.
+pub struct Comparison {
+    pub generation: u64,
+    pub cpu: Arc<Volume>,
+    pub cpu_ms: f64,
+    /// The GPU result, or why there is none.
+    pub gpu: Result<(Arc<Volume>, f64, String), String>,
+    pub max_abs: f64,
+    pub mean_abs: f64,
+}
+
+pub enum Reply {
+    Loaded(Result<Loaded, String>),
+    Slices(SliceSet),
+    Full(FullResult),
+    Compared(Comparison),
+    Failed { generation: u64, message: String },
+    Devices(DevicesReport),
+    Memory(Vec<MemStats>),
+}
+
+#[derive(Default)]
+struct Slots {
+    load: Option<(PathBuf, Option<PathBuf>)>,
+    compute: Option<Compute>,
+    compare: Option<Compute>,
+    shutdown: bool,
+}
+
+struct Shared {
+    slots: Mutex<Slots>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The UI's handle on the worker thread.
+pub struct Worker {
+    shared: Arc<Shared>,
+    replies: Receiver<Reply>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the thread; `repaint` is called after every reply.
+    pub fn spawn(repaint: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            slots: Mutex::new(Slots::default()),
+            wake: Condvar::new(),
+        });
+        let (tx, replies) = channel();
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("augscope-worker".into())
+            .spawn(move || WorkerLoop::new(s, tx, Box::new(repaint)).run())?;
+        Ok(Worker {
+            shared,
+            replies,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn load(&self, path: PathBuf, label: Option<PathBuf>) {
+        let mut s = self.shared.lock();
+        s.load = Some((path, label));
+        s.compute = None;
+        s.compare = None;
+        self.shared.wake.notify_one();
+    }
+
+    /// Posts a transform; an older one that has not started is dropped.
+    pub fn compute(&self, req: Compute) {
+        self.shared.lock().compute = Some(req);
+        self.shared.wake.notify_one();
+    }
+
+    pub fn compare(&self, req: Compute) {
+        self.shared.lock().compare = Some(req);
+        self.shared.wake.notify_one();
+    }
+
+    /// Whether a request is waiting (not yet started).
+    pub fn pending(&self) -> bool {
+        let s = self.shared.lock();
+        s.load.is_some() || s.compute.is_some() || s.compare.is_some()
+    }
+
+    pub fn try_recv(&self) -> Option<Reply> {
+        self.replies.try_recv().ok()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            // The worker finishes the request it is on; a join keeps the process exit clean.
+            let _ = t.join();
+        }
+    }
+}
+
+struct WorkerLoop {
+    shared: Arc<Shared>,
+    tx: Sender<Reply>,
+    repaint: Box<dyn Fn() + Send>,
+    image: Option<Arc<Volume>>,
+    label: Option<Arc<Volume>>,
+    /// The one CPU engine: it keeps the smoothed elastic field, so moving alpha, an angle or the
+    /// mode never recomputes it.
+    cpu: Arc<CpuBackend>,
+    /// The GPU engine for (spec, precision), made on first use.
+    gpu: Option<(BackendSpec, Precision, Box<dyn Backend>, Option<String>)>,
+    /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
+    displacement: Option<((f64, u64, Vec<usize>, f64), (f64, f64))>,
+}
+
+/// How long the worker waits after a slice-only answer before filling in the whole volume: long
+/// enough to see that a slider is still moving.
+const FILL_DELAY: Duration = Duration::from_millis(120);
+
+impl WorkerLoop {
+    fn new(shared: Arc<Shared>, tx: Sender<Reply>, repaint: Box<dyn Fn() + Send>) -> Self {
+        WorkerLoop {
+            shared,
+            tx,
+            repaint,
+            image: None,
+            label: None,
+            cpu: Arc::new(CpuBackend::new()),
+            gpu: None,
+            displacement: None,
+        }
+    }
+
+    fn send(&self, r: Reply) {
+        // The UI is gone when this fails: nothing left to tell.
+        let _ = self.tx.send(r);
+        (self.repaint)();
+    }
+
+    fn run(mut self) {
+        // The device report can take a moment (driver loading): off the UI thread, once.
+        self.send(Reply::Devices(engine::device::discover()));
+        loop {
+            let (load, compute, compare) = {
+                let mut s = self.shared.lock();
+                while !s.shutdown && s.load.is_none() && s.compute.is_none() && s.compare.is_none()
+                {
+                    s = self.shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
+                }
+                if s.shutdown {
+                    return;
+                }
+                match s.load.take() {
+                    Some(l) => (Some(l), None, None),
+                    None => match s.compute.take() {
+                        Some(c) => (None, Some(c), None),
+                        None => (None, None, s.compare.take()),
+                    },
+                }
+            };
+            if let Some((path, label)) = load {
+                let r = load_scan(path, label);
+                if let Ok(l) = &r {
+                    self.image = Some(l.image.clone());
+                    self.label = l.label.clone();
+                    self.displacement = None;
+                }
+                self.send(Reply::Loaded(r));
+            } else if let Some(c) = compute {
+                self.compute(c);
+            } else if let Some(c) = compare {
+                self.compare(c);
+            }
+        }
+    }
+
+    /// The engine for a request: the CPU engine, or the GPU engine (made once per spec).
+    fn backend(&mut self, spec: &BackendSpec, precision: Precision) -> (bool, Option<String>) {
+        if matches!(spec, BackendSpec::Cpu | BackendSpec::Auto) {
+            return (false, None);
+        }
+        let fresh = !matches!(&self.gpu, Some((s, p, _, _)) if s == spec && *p == precision);
+        if fresh {
+            let sel = engine::cuda::select(spec, precision);
+            self.gpu = Some((spec.clone(), precision, sel.backend, sel.note));
+        }
+        match &self.gpu {
+            Some((_, _, b, note)) => (b.name() != "cpu", note.clone()),
+            None => (false, None),
+        }
+    }
+
+    fn compute(&mut self, c: Compute) {
+        let Some(image) = self.image.clone() else {
+            return;
+        };
+        let label = self.label.clone();
+        if let Err(e) = c.plan.validate(image.ndim()) {
+            self.send(Reply::Failed {
+                generation: c.generation,
+                message: e.to_string(),
+            });
+            return;
+        }
+        let (on_gpu, note) = self.backend(&c.backend, c.precision);
+        if c.slices_first && !on_gpu {
+            match compute_slices(&self.cpu, &c, &image, label.as_deref()) {
+                Ok(s) => self.send(Reply::Slices(s)),
+                Err(message) => {
+                    self.send(Reply::Failed {
+                        generation: c.generation,
+                        message,
+                    });
+                    return;
+                }
+            }
+            // Fill in the whole volume only when the slider has come to rest.
+            let s = self.shared.lock();
+            let (s, _) = self
+                .shared
+                .wake
+                .wait_timeout_while(s, FILL_DELAY, |s| {
+                    !s.shutdown && s.load.is_none() && s.compute.is_none()
+                })
+                .unwrap_or_else(|p| p.into_inner());
+            if s.shutdown || s.load.is_some() || s.compute.is_some() {
+                return;
+            }
+        }
+        let backend: &dyn Backend = match (&self.gpu, on_gpu) {
+            (Some((_, _, b, _)), true) => b.as_ref(),
+            _ => self.cpu.as_ref(),
+        };
+        let result =
+            engine::cuda::apply_new_with_fallback(backend, &c.plan, &image, label.as_deref());
+        match result {
+            Ok((img, lab, timings, fallback)) => {
+                let name = if fallback.is_some() {
+                    "cpu".to_string()
+                } else {
+                    backend.name()
+                };
+                let displacement_vox = self.displacement(&c.plan, &image.shape);
+                self.send(Reply::Full(FullResult {
+                    generation: c.generation,
+                    image: Arc::new(img),
+                    label: lab.map(Arc::new),
+                    timings,
+                    backend: name,
+                    note: fallback.or(note),
+                    displacement_vox,
+                }));
+                if on_gpu {
+                    self.send(Reply::Memory(engine::cuda::mem_stats()));
+                }
+            }
+            Err(e) => self.send(Reply::Failed {
+                generation: c.generation,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Max and RMS displacement of the plan's elastic field, cached per (field, alpha).
+    fn displacement(&mut self, plan: &Plan, shape: &[usize]) -> Option<(f64, f64)> {
+        let e = plan.elastic?;
+        let key = (e.sigma, e.seed, shape.to_vec(), e.alpha);
+        if let Some((k, v)) = &self.displacement
+            && *k == key
+        {
+            return Some(*v);
+        }
+        let (field, _) = self.cpu.field(plan, shape)?;
+        let v = field.displacement_stats(e.alpha);
+        self.displacement = Some((key, v));
+        Some(v)
+    }
+
+    fn compare(&mut self, c: Compute) {
+        let Some(image) = self.image.clone() else {
+            return;
+        };
+        let t = Instant::now();
+        let cpu = match engine::apply_new(self.cpu.as_ref(), &c.plan, &image, None) {
+            Ok((v, _, _)) => v,
+            Err(e) => {
+                self.send(Reply::Failed {
+                    generation: c.generation,
+                    message: e.to_string(),
+                });
+                return;
+            }
+        };
+        let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
+        let spec = match c.backend {
+            BackendSpec::Cuda(ref ids) => BackendSpec::Cuda(ids.clone()),
+            _ => BackendSpec::Cuda(vec![0]),
+        };
+        let (on_gpu, note) = self.backend(&spec, c.precision);
+        let gpu = match (&self.gpu, on_gpu) {
+            (Some((_, _, b, _)), true) => {
+                // Once to compile and upload, once to time.
+                let warm = engine::apply_new(b.as_ref(), &c.plan, &image, None);
+                let t = Instant::now();
+                match warm.and_then(|_| engine::apply_new(b.as_ref(), &c.plan, &image, None)) {
+                    Ok((v, _, _)) => Ok((Arc::new(v), t.elapsed().as_secs_f64() * 1e3, b.name())),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            _ => Err(note.unwrap_or_else(|| "no CUDA device".into())),
+        };
+        let (max_abs, mean_abs) = match &gpu {
+            Ok((g, _, _)) => abs_diff_stats(&cpu.data, &g.data),
+            Err(_) => (0.0, 0.0),
+        };
+        self.send(Reply::Compared(Comparison {
+            generation: c.generation,
+            cpu: Arc::new(cpu),
+            cpu_ms,
+            gpu,
+            max_abs,
+            mean_abs,
+        }));
+    }
+}
+
+/// Max and mean |a − b|.
+pub fn abs_diff_stats(a: &[f32], b: &[f32]) -> (f64, f64) {
+    if a.is_empty() || a.len() != b.len() {
+        return (0.0, 0.0);
+    }
+    let (mut max, mut sum) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let d = (*x as f64 - *y as f64).abs();
+        max = max.max(d);
+        sum += d;
+    }
+    (max, sum / a.len() as f64)
+}
+
+fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, String> {
+    let t = Instant::now();
+    let image = io::load(&path, &LoadOptions::default()).map_err(|e| e.to_string())?;
+    if image.data.is_empty() {
+        return Err(format!("the scan holds no voxels: {}", path.display()));
+    }
+    if !(2..=3).contains(&image.ndim()) {
+        return Err(format!(
+            "only 2D and 3D scans can be shown, this one has {} axes: {}",
+            image.ndim(),
+            path.display()
+        ));
+    }
+    let mut note = None;
+    let label = match &label_path {
+        None => None,
+        Some(lp) => match io::load(lp, &LoadOptions::default()) {
+            Ok(l) if l.shape == image.shape && l.channels == 1 => Some(Arc::new(l)),
+            Ok(l) => {
+                note = Some(format!(
+                    "label map ignored: shape {:?} differs from the scan's {:?}: {}",
+                    l.shape,
+                    image.shape,
+                    lp.display()
+                ));
+                None
+            }
+            Err(e) => {
+                note = Some(format!("label map not loaded: {e}"));
+                None
+            }
+        },
+    };
+    let p = slices::percentiles(&image.data, &[0.005, 0.995]);
+    let auto_window = (p[0], p[1].max(p[0]));
+    Ok(Loaded {
+        image: Arc::new(image),
+        label,
+        path,
+        label_path,
+        auto_window,
+        note,
+        load_ms: t.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// The planes through `c.cursor` of the transformed image and label, computed on their own.
+pub fn compute_slices(
+    cpu: &CpuBackend,
+    c: &Compute,
+    image: &Volume,
+    label: Option<&Volume>,
+) -> Result<SliceSet, String> {
+    let t = Instant::now();
+    let mut imgs = Vec::new();
+    let mut labs = Vec::new();
+    let (full_img, full_lab, _) =
+        engine::apply_new(cpu, &c.plan, image, label).map_err(|e| e.to_string())?;
+    for v in &c.views {
+        let idx = v
+            .normal
+            .map_or(0, |a| c.cursor.get(a).copied().unwrap_or(0));
+        imgs.push(slices::extract(
+            &full_img.data,
+            &full_img.shape,
+            full_img.channels,
+            &image.spacing_mm,
+            v,
+            idx,
+        ));
+        labs.push(
+            full_lab
+                .as_ref()
+                .map(|l| slices::extract(&l.data, &l.shape, 1, &image.spacing_mm, v, idx)),
+        );
+    }
+    let _ = Job {
+        plan: &c.plan,
+        image,
+        label,
+    };
+    Ok(SliceSet {
+        generation: c.generation,
+        cursor: c.cursor.clone(),
+        image: imgs,
+        label: labs,
+        elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
+    })
+}
