@@ -52,7 +52,14 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
     eframe::run_native(
         "augscope",
         opts,
-        Box::new(move |cc| Ok(Box::new(App::new(cc, Some((image, label)))))),
+        Box::new(move |cc| {
+            let mut app = App::new(cc, Some((image, label)));
+            // Preset parameters for scripted screenshots (scripts/screenshots.sh).
+            if let Ok(spec) = std::env::var("AUGSCOPE_SHOT") {
+                app.state.params = preset_params(&spec, app.state.params.clone());
+            }
+            Ok(Box::new(app))
+        }),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
     .context("cannot open the window")
@@ -536,6 +543,37 @@ impl App {
             rt.compare_sent = Some(rt.generation);
         }
     }
+}
+
+/// Parameters from `rotate=a0,a1,a2;scale=s;translate=t0,t1,t2;elastic=alpha,sigma;seed=n`
+/// (degrees, voxels); the rest as in `base`. Unknown or malformed parts are ignored.
+pub fn preset_params(spec: &str, base: Params) -> Params {
+    let mut p = Params {
+        elastic: false,
+        ..base
+    };
+    p.rotate_deg = [0.0; 3];
+    p.translate_vox = [0.0; 3];
+    p.scale = [1.0; 3];
+    for part in spec.split(';') {
+        let Some((k, v)) = part.split_once('=') else {
+            continue;
+        };
+        let nums: Vec<f64> = v.split(',').filter_map(|t| t.trim().parse().ok()).collect();
+        match (k.trim(), nums.as_slice()) {
+            ("rotate", [a, b, c]) => p.rotate_deg = [*a, *b, *c],
+            ("translate", [a, b, c]) => p.translate_vox = [*a, *b, *c],
+            ("scale", [s]) => p.scale = [*s; 3],
+            ("elastic", [a, s]) => {
+                p.elastic = true;
+                p.alpha = *a;
+                p.sigma_vox = *s;
+            }
+            ("seed", [n]) => p.seed = *n as u64,
+            _ => {}
+        }
+    }
+    p
 }
 
 fn splitmix(mut x: u64) -> u64 {

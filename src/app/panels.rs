@@ -224,13 +224,13 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 } = state;
                 ui.horizontal(|ui| {
                     if ui
-                        .add_enabled(rt.history.can_undo(), egui::Button::new("⟲ Undo"))
+                        .add_enabled(rt.history.can_undo(), egui::Button::new("Undo"))
                         .clicked()
                     {
                         out.push(Command::Undo);
                     }
                     if ui
-                        .add_enabled(rt.history.can_redo(), egui::Button::new("⟳ Redo"))
+                        .add_enabled(rt.history.can_redo(), egui::Button::new("Redo"))
                         .clicked()
                     {
                         out.push(Command::Redo);
@@ -332,9 +332,9 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
                 .text("sigma (voxels)"),
         );
         ui.horizontal(|ui| {
-            ui.label("seed");
-            ui.add(egui::DragValue::new(&mut p.seed));
-            if ui.button("🎲 New seed").clicked() {
+            let l = ui.label("seed");
+            ui.add(egui::DragValue::new(&mut p.seed)).labelled_by(l.id);
+            if ui.button("New seed").clicked() {
                 out.push(Command::NewSeed);
             }
         });
@@ -378,23 +378,26 @@ fn sampling_ui(ui: &mut egui::Ui, p: &mut Params) {
         }
     });
     ui.horizontal(|ui| {
-        ui.label("mode");
+        let l = ui.label("mode");
         egui::ComboBox::from_id_salt("mode")
             .selected_text(p.mode.name())
             .show_ui(ui, |ui| {
                 for m in Mode::ALL {
                     ui.selectable_value(&mut p.mode, m, m.name());
                 }
-            });
-        ui.label("cval");
-        ui.add(egui::DragValue::new(&mut p.cval).speed(1.0));
+            })
+            .response
+            .labelled_by(l.id);
+        let l = ui.label("cval");
+        ui.add(egui::DragValue::new(&mut p.cval).speed(1.0))
+            .labelled_by(l.id);
     });
 }
 
 fn engine_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime) {
     let n_dev = rt.devices.as_ref().map_or(0, |d| d.devices.len());
     ui.horizontal(|ui| {
-        ui.label("backend");
+        let lb = ui.label("backend");
         egui::ComboBox::from_id_salt("backend")
             .selected_text(p.backend.label())
             .show_ui(ui, |ui| {
@@ -407,15 +410,19 @@ fn engine_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime) {
                         format!("CUDA {i}"),
                     );
                 }
-            });
-        ui.label("precision");
+            })
+            .response
+            .labelled_by(lb.id);
+        let lp = ui.label("precision");
         egui::ComboBox::from_id_salt("precision")
             .selected_text(format!("{:?}", p.precision).to_lowercase())
             .show_ui(ui, |ui| {
                 for pr in [Precision::F32, Precision::F16, Precision::Bf16] {
                     ui.selectable_value(&mut p.precision, pr, format!("{pr:?}").to_lowercase());
                 }
-            });
+            })
+            .response
+            .labelled_by(lp.id);
     });
     if n_dev == 0
         && let Some(why) = rt.devices.as_ref().and_then(|d| d.unavailable_reason())
@@ -555,7 +562,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                                 ui.end_row();
                             }
                             if let Some(ms) = rt.latency.last_ms {
-                                ui.label("change → view");
+                                ui.label("change to view");
                                 ui.label(format!("{ms:.1} ms"));
                                 ui.end_row();
                             }

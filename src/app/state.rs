@@ -171,7 +171,7 @@ impl Default for Display {
             level: None,
             width: None,
             colormap: Colormap::Gray,
-            label_opacity: 0.35,
+            label_opacity: 0.2,
             show_label: true,
             side_by_side: true,
             difference: false,

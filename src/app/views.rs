@@ -52,6 +52,16 @@ fn view_ui(
     has_wgpu: bool,
 ) -> Vec<Command> {
     let mut out = vec![];
+    // The title sits in a strip above the image, clear of the orientation letters.
+    let header = Rect::from_min_max(rect.min, Pos2::new(rect.max.x, rect.min.y + 18.0));
+    ui.painter().text(
+        header.left_center() + Vec2::new(4.0, 0.0),
+        egui::Align2::LEFT_CENTER,
+        &v.title,
+        egui::FontId::proportional(13.0),
+        Color32::from_gray(220),
+    );
+    let rect = Rect::from_min_max(Pos2::new(rect.min.x, header.max.y), rect.max);
     let resp = ui.interact(
         rect,
         ui.scope_id().with(("view", v.key)),
@@ -218,13 +228,6 @@ fn view_ui(
             painter.text(pos, align, text, font.clone(), col);
         }
     }
-    painter.text(
-        rect.left_top() + Vec2::new(m, m),
-        egui::Align2::LEFT_TOP,
-        &v.title,
-        egui::FontId::proportional(13.0),
-        Color32::from_gray(220),
-    );
     out
 }
 
@@ -238,7 +241,12 @@ fn look(state: &State, difference: bool) -> Look {
             Colormap::Viridis => 1,
         },
         difference,
-        label_opacity: if d.show_label { d.label_opacity } else { 0.0 },
+        // A difference map is read on its own colour scale: no overlay on it.
+        label_opacity: if d.show_label && !difference {
+            d.label_opacity
+        } else {
+            0.0
+        },
     }
 }
 
@@ -254,7 +262,9 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     .inner_margin(8.0)
                     .show(ui, |ui| {
                         ui.horizontal(|ui| {
-                            ui.label(egui::RichText::new(format!("⚠ {e}")).color(Color32::WHITE));
+                            ui.label(
+                                egui::RichText::new(format!("Error: {e}")).color(Color32::WHITE),
+                            );
                             if ui.button("Dismiss").clicked() {
                                 rt.error = None;
                             }
@@ -266,7 +276,9 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     if rt.loading.is_some() {
                         ui.spinner();
                     } else {
-                        ui.label("Open a scan (File → Open, or drop a file here)");
+                        ui.label(
+                            "Open a scan (File menu: Open scan, or drop a file on the window)",
+                        );
                     }
                 });
                 return;
@@ -300,7 +312,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     )
                     .shrink(2.0);
                     let idx = geom.normal.map(|a| (cursor[a], shape[a]));
-                    let pos = idx.map_or(String::new(), |(i, n)| format!("  {}/{}", i + 1, n));
+                    let pos = idx.map_or(String::new(), |(i, n)| format!("  {i}/{}", n - 1));
                     let input = if original {
                         rt.original.get(vi).cloned().map(|image| ViewInput {
                             key: view_key(0, vi),
@@ -388,6 +400,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
     egui::Window::new("CPU vs GPU")
         .open(&mut open)
         .default_size([900.0, 420.0])
+        .default_pos([360.0, 430.0])
         .show(ui.ctx(), |ui| {
             let Some(scan) = &rt.scan else {
                 ui.label("no scan");

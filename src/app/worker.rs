@@ -462,7 +462,8 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
     })
 }
 
-/// The planes through `c.cursor` of the transformed image and label, computed on their own.
+/// The planes through `c.cursor` of the transformed image and label, each computed on its own
+/// with [`CpuBackend::apply_slice`] (3D); a 2D image is computed whole.
 pub fn compute_slices(
     cpu: &CpuBackend,
     c: &Compute,
@@ -472,31 +473,54 @@ pub fn compute_slices(
     let t = Instant::now();
     let mut imgs = Vec::new();
     let mut labs = Vec::new();
-    let (full_img, full_lab, _) =
-        engine::apply_new(cpu, &c.plan, image, label).map_err(|e| e.to_string())?;
-    for v in &c.views {
-        let idx = v
-            .normal
-            .map_or(0, |a| c.cursor.get(a).copied().unwrap_or(0));
-        imgs.push(slices::extract(
-            &full_img.data,
-            &full_img.shape,
-            full_img.channels,
-            &image.spacing_mm,
-            v,
-            idx,
-        ));
-        labs.push(
-            full_lab
-                .as_ref()
-                .map(|l| slices::extract(&l.data, &l.shape, 1, &image.spacing_mm, v, idx)),
-        );
-    }
-    let _ = Job {
+    let job = Job {
         plan: &c.plan,
         image,
         label,
     };
+    if image.ndim() != 3 {
+        let (img, lab, _) =
+            engine::apply_new(cpu, &c.plan, image, label).map_err(|e| e.to_string())?;
+        for v in &c.views {
+            imgs.push(slices::extract(
+                &img.data,
+                &img.shape,
+                img.channels,
+                &image.spacing_mm,
+                v,
+                0,
+            ));
+            labs.push(
+                lab.as_ref()
+                    .map(|l| slices::extract(&l.data, &l.shape, 1, &image.spacing_mm, v, 0)),
+            );
+        }
+    } else {
+        for v in &c.views {
+            let Some(axis) = v.normal else {
+                return Err("a 3D view without a normal axis".into());
+            };
+            let index = c.cursor.get(axis).copied().unwrap_or(0);
+            let plane: usize = (0..3)
+                .filter(|&a| a != axis)
+                .map(|a| image.shape[a])
+                .product();
+            let mut out = vec![0f32; plane * image.channels];
+            let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
+            cpu.apply_slice(job, axis, index, &mut out, lab.as_deref_mut())
+                .map_err(|e| e.to_string())?;
+            imgs.push(slices::extract_from_plane(
+                &out,
+                &image.shape,
+                image.channels,
+                &image.spacing_mm,
+                v,
+            ));
+            labs.push(
+                lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, &image.spacing_mm, v)),
+            );
+        }
+    }
     Ok(SliceSet {
         generation: c.generation,
         cursor: c.cursor.clone(),
