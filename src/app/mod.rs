@@ -222,15 +222,15 @@ impl App {
         let rt = &self.rt;
         let busy_worker = rt.worker.as_ref().is_some_and(Worker::pending);
         let computing = rt.scan.is_some()
-            && !rt
+            && rt
                 .full
                 .as_ref()
-                .is_some_and(|f| f.generation == rt.generation);
+                .is_none_or(|f| f.generation != rt.generation);
         let comparing = self.state.show_compare
-            && !rt
+            && rt
                 .comparison
                 .as_ref()
-                .is_some_and(|c| c.generation == rt.generation);
+                .is_none_or(|c| c.generation != rt.generation);
         rt.loading.is_none() && !busy_worker && !computing && !comparing
     }
 
@@ -401,10 +401,7 @@ impl App {
                     if f.generation == rt.generation {
                         if let Some((g, _, t)) = &rt.sent
                             && *g == f.generation
-                            && !rt
-                                .shown
-                                .as_ref()
-                                .is_some_and(|s| s.generation == g.to_owned())
+                            && rt.shown.as_ref().is_none_or(|s| s.generation != *g)
                         {
                             rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                         }

@@ -147,10 +147,10 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
                 ui.label(RichText::new(name).strong());
                 ui.label(format!("{:?} × {} ch", v.shape, v.channels));
-                let busy = !rt
+                let busy = rt
                     .full
                     .as_ref()
-                    .is_some_and(|f| f.generation == rt.generation);
+                    .is_none_or(|f| f.generation != rt.generation);
                 if busy {
                     ui.spinner();
                     ui.label("computing…");

@@ -177,7 +177,7 @@ fn upload(
         return false;
     }
     let (w, h) = (s.width as u32, (s.height * s.channels) as u32);
-    let recreate = !slot.as_ref().is_some_and(|t| t.size == (w, h));
+    let recreate = slot.as_ref().is_none_or(|t| t.size != (w, h));
     if recreate {
         *slot = Some(make_tex(device, s.id, w, h));
     }

@@ -393,6 +393,14 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
     out
 }
 
+/// A comparison pane: title, image, second image for a difference, look.
+type Pane<'a> = (
+    &'a str,
+    Option<Arc<DisplaySlice>>,
+    Option<Arc<DisplaySlice>>,
+    Look,
+);
+
 /// The CPU vs GPU comparison of the active plane: both results, |Δ| and both timings.
 pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
     let mut out = vec![];
@@ -440,7 +448,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
             let base = look(state, false);
             let mut nav = Nav::default();
             let mut active = rt.active_view;
-            let panes: [(&str, Option<Arc<DisplaySlice>>, Option<Arc<DisplaySlice>>, Look); 3] = [
+            let panes: [Pane<'_>; 3] = [
                 ("CPU", Some(cpu.clone()), None, base),
                 ("GPU", gpu.clone(), None, base),
                 (

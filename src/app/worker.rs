@@ -176,6 +176,11 @@ impl Drop for Worker {
     }
 }
 
+/// A GPU engine made for (spec, precision), with the note of its selection.
+type GpuEngine = (BackendSpec, Precision, Box<dyn Backend>, Option<String>);
+/// (sigma, seed, shape, alpha) of a displacement readout.
+type DisplacementKey = (f64, u64, Vec<usize>, f64);
+
 struct WorkerLoop {
     shared: Arc<Shared>,
     tx: Sender<Reply>,
@@ -186,9 +191,9 @@ struct WorkerLoop {
     /// mode never recomputes it.
     cpu: Arc<CpuBackend>,
     /// The GPU engine for (spec, precision), made on first use.
-    gpu: Option<(BackendSpec, Precision, Box<dyn Backend>, Option<String>)>,
+    gpu: Option<GpuEngine>,
     /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
-    displacement: Option<((f64, u64, Vec<usize>, f64), (f64, f64))>,
+    displacement: Option<(DisplacementKey, (f64, f64))>,
 }
 
 /// How long the worker waits after a slice-only answer before filling in the whole volume: long
