@@ -45,15 +45,15 @@ struct LoadF32 {
     __device__ __forceinline__ float operator()(float v) const { return v; }
 };
 
-// The output voxel of this thread from a 3D launch (block (32, 8), grid (ceil(W/32), ceil(H/8), D)
-// in 3D, (ceil(W/32), ceil(H/8), 1) in 2D): no integer division per voxel. Returns false past
+// The output voxel of this thread from a 3D launch (block (bx, by, bz) of 256 threads, grid
+// (ceil(W/bx), ceil(H/by), ceil(D/bz)); bz = 1 in 2D): no integer division per voxel. Returns false past
 // the edge; `idx` receives the C-order linear index of p.
 __device__ __forceinline__ bool output_voxel(const ResampleParams& p, int* pv, long long* idx) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
 #if NDIM == 3
-    const int z = blockIdx.z;
-    if (x >= p.out_shape[2] || y >= p.out_shape[1]) return false;
+    const int z = blockIdx.z * blockDim.z + threadIdx.z;
+    if (x >= p.out_shape[2] || y >= p.out_shape[1] || z >= p.out_shape[0]) return false;
     pv[0] = z;
     pv[1] = y;
     pv[2] = x;

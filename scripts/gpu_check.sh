@@ -13,7 +13,7 @@
 set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-gpu_out}
-STEPS=${STEPS:-tests,cli,bench,peers}
+STEPS=${STEPS:-tests,cli,bench,tune,ncu,peers}
 mkdir -p "$OUT"
 # The test binaries look for their fixtures under the path they were built in.
 if [[ ! -e /work/main && -w / ]]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
@@ -84,6 +84,24 @@ if [[ $STEPS == *bench* ]]; then
   for p in f16 bf16; do
     timeout 60 "$BIN/augscope" bench --precision $p --shape 256,512,512 --cpu-reps 0 2>&1 | grep "cuda:0" | head -3 | tee -a "$OUT/bench.txt"
   done
+fi
+
+if [[ $STEPS == *tune* ]]; then
+  log "resample block shapes (AUGSCOPE_CUDA_BLOCK), 256x512x512"
+  for b in 32,8,1 32,4,2 32,2,4 64,2,2; do
+    echo "block $b" | tee -a "$OUT/bench.txt"
+    AUGSCOPE_CUDA_BLOCK=$b timeout 60 "$BIN/augscope" bench --shape 256,512,512 --cpu-reps 0 2>&1 \
+      | grep -E "^ *256x512x512 (rotate|full) +cuda" | tee -a "$OUT/bench.txt"
+  done
+fi
+
+if [[ $STEPS == *ncu* ]] && command -v ncu >/dev/null; then
+  log "Nsight Compute: resample (rotate) and the three field passes, 256x512x512"
+  timeout 150 ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    --section LaunchStats --section ComputeWorkloadAnalysis -k regex:"resample|gauss" -c 4 \
+    "$BIN/augscope" bench --shape 256,512,512 --cpu-reps 0 > "$OUT/ncu.txt" 2>&1
+  grep -E "resample|gauss|Duration|Throughput|Registers|Achieved Occupancy|L1/TEX Hit|L2 Hit|Executed Ipc|Issue Slots|Block Size|Grid Size" \
+    "$OUT/ncu.txt" | head -80 | tee -a "$OUT/summary.txt"
 fi
 
 if [[ $STEPS == *peers* ]]; then

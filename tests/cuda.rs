@@ -139,7 +139,10 @@ fn devices_report_never_panics_and_says_why() {
     }
 }
 
-/// Compares the CUDA engine with the CPU engine on one plan.
+/// Compares the CUDA engine with the CPU engine on one plan. Labels must be identical except at
+/// order-0 ties: voxels whose input coordinate lies within 1e-4 (f32 coordinates) of a half-integer on some axis,
+/// where the two engines' fields (equal to f32 rounding, summed in a different order) may round
+/// differently (DESIGN §3: "order-0 ties at exactly .5 excepted").
 fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Volume>, what: &str) {
     let cpu = CpuBackend::new();
     let (want, want_lab, _) = apply_new(&cpu, plan, image, label).unwrap();
@@ -153,8 +156,27 @@ fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Vol
         frac * 100.0
     );
     if let (Some(a), Some(b)) = (want_lab, got_lab) {
-        let diff = a.data.iter().zip(&b.data).filter(|(x, y)| x != y).count();
-        assert_eq!(diff, 0, "{what}: {diff} label voxels differ");
+        let map = plan.compose(&image.shape).unwrap();
+        let field = cpu.field(plan, &map.out_shape).map(|(f, _)| f);
+        let coords = coordinates(&map, field.as_deref());
+        let n: usize = map.out_shape.iter().product();
+        let tie = |i: usize| {
+            (0..map.ndim).any(|ax| {
+                let x = coords[ax * n + i % n] as f64;
+                ((x - x.floor()) - 0.5).abs() < 1e-4
+            })
+        };
+        let diff: Vec<usize> = (0..a.data.len())
+            .filter(|&i| a.data[i] != b.data[i])
+            .collect();
+        let real = diff.iter().filter(|&&i| !tie(i)).count();
+        if !diff.is_empty() {
+            eprintln!(
+                "{what}: {} label voxels differ, all but {real} at order-0 ties",
+                diff.len()
+            );
+        }
+        assert_eq!(real, 0, "{what}: {real} label voxels differ away from ties");
     }
 }
 

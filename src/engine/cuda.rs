@@ -231,6 +231,10 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
             n += 1;
         }
     }
+    let mut big = sampler_defines(Mode::Mirror, Order::Cubic, 3, Precision::F32);
+    big.push("-DIDX64".into());
+    compile(Family::Resample, &big, arch)?;
+    n += 1;
     for p in [Precision::F16, Precision::Bf16] {
         compile(
             Family::Resample,
@@ -440,26 +444,49 @@ const FIELD_TL: usize = 128;
 /// The largest radius of the tiled field kernels (TILED_MAX_R in kernels/field.cu).
 const FIELD_TILED_MAX_R: usize = 120;
 
-/// Launch shape of the resample and coordinate kernels: block (32, 8), grid over (x, y, z), so
-/// that a thread finds its voxel without integer division.
+/// Block shape of the resample and coordinate kernels: (32, 8, 1) unless
+/// `AUGSCOPE_CUDA_BLOCK=x,y,z` (256 threads, x a multiple of 32) asks for another, for tuning.
+fn resample_block() -> (u32, u32, u32) {
+    static B: OnceLock<(u32, u32, u32)> = OnceLock::new();
+    *B.get_or_init(|| {
+        let parsed = std::env::var("AUGSCOPE_CUDA_BLOCK").ok().and_then(|s| {
+            let v: Vec<u32> = s.split(',').filter_map(|t| t.trim().parse().ok()).collect();
+            match v[..] {
+                [x, y, z] if x * y * z == 256 && x % 32 == 0 => Some((x, y, z)),
+                _ => None,
+            }
+        });
+        parsed.unwrap_or((32, 8, 1))
+    })
+}
+
+/// Launch shape of the resample and coordinate kernels: a 3D grid over (x, y, z), so that a thread
+/// finds its voxel without integer division.
 fn grid_out(out_shape: &[usize]) -> Result<LaunchConfig, EngineError> {
-    let (d, h, w) = match *out_shape {
-        [h, w] => (1, h, w),
-        [d, h, w] => (d, h, w),
+    let (bx, by, bz) = resample_block();
+    // 2D: the z threads of the block become more rows.
+    let (d, h, w, by, bz) = match *out_shape {
+        [h, w] => (1, h, w, by * bz, 1),
+        [d, h, w] => (d, h, w, by, bz),
         _ => {
             return Err(EngineError::Shape(format!(
                 "cannot launch over {out_shape:?}"
             )));
         }
     };
-    if h.div_ceil(8) > 65535 || d > 65535 || w.div_ceil(32) > i32::MAX as usize {
+    let (gx, gy, gz) = (
+        w.div_ceil(bx as usize),
+        h.div_ceil(by as usize),
+        d.div_ceil(bz as usize),
+    );
+    if gy > 65535 || gz > 65535 || gx > i32::MAX as usize {
         return Err(EngineError::Shape(format!(
             "grid {out_shape:?} is too large for one launch"
         )));
     }
     Ok(LaunchConfig {
-        grid_dim: (w.div_ceil(32) as u32, h.div_ceil(8) as u32, d as u32),
-        block_dim: (32, 8, 1),
+        grid_dim: (gx as u32, gy as u32, gz as u32),
+        block_dim: (bx, by, bz),
         shared_mem_bytes: 0,
     })
 }
@@ -1026,11 +1053,12 @@ impl DeviceEngine {
             Precision::F16 => "resample_f16",
             Precision::Bf16 => "resample_bf16",
         };
-        let f = self.function(
-            Family::Resample,
-            &sampler_defines(plan.mode, plan.order, ndim, precision),
-            name,
-        )?;
+        let mut rdefs = sampler_defines(plan.mode, plan.order, ndim, precision);
+        if p.n_in.max(p.n_lab) >= 1 << 31 {
+            // Channels of 2^31 elements or more need 64-bit tap offsets.
+            rdefs.push("-DIDX64".into());
+        }
+        let f = self.function(Family::Resample, &rdefs, name)?;
         ensure(&self.dev, &mut ws.dummy, 1, "a placeholder")?;
         ensure(&self.dev, &mut ws.dummy_out, 1, "a placeholder")?;
         let lab_channels = job.label.map_or(0, |l| l.channels);
