@@ -145,7 +145,8 @@ fn devices_report_never_panics_and_says_why() {
 /// differently (DESIGN §3: "order-0 ties at exactly .5 excepted").
 fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Volume>, what: &str) {
     let cpu = CpuBackend::new();
-    let (want, want_lab, _) = apply_new(&cpu, plan, image, label).unwrap();
+    let (want, want_lab, _) =
+        apply_new(&cpu, plan, image, label).expect("the CPU engine runs the plan");
     let (got, got_lab, _) =
         apply_new(gpu, plan, image, label).unwrap_or_else(|e| panic!("{what}: {e}"));
     let (frac, worst, nan) = agreement(&want.data, &got.data, 1e-4);
@@ -156,7 +157,7 @@ fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Vol
         frac * 100.0
     );
     if let (Some(a), Some(b)) = (want_lab, got_lab) {
-        let map = plan.compose(&image.shape).unwrap();
+        let map = plan.compose(&image.shape).expect("the plan fits the image");
         let field = cpu.field(plan, &map.out_shape).map(|(f, _)| f);
         let coords = coordinates(&map, field.as_deref());
         let n: usize = map.out_shape.iter().product();
@@ -183,7 +184,11 @@ fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Vol
 fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
     let f = |i: u64| ((k * 7919 + i * 104_729) % 1000) as f64 / 1000.0;
     Plan {
-        flip: if k % 2 == 0 { vec![0] } else { vec![ndim - 1] },
+        flip: if k.is_multiple_of(2) {
+            vec![0]
+        } else {
+            vec![ndim - 1]
+        },
         rotate_rad: if ndim == 3 {
             vec![f(1) - 0.5, 0.8 * (f(2) - 0.5), f(3) - 0.5]
         } else {
@@ -202,7 +207,7 @@ fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
         },
         order,
         mode,
-        cval: if k % 2 == 0 { 0.0 } else { 0.25 },
+        cval: if k.is_multiple_of(2) { 0.0 } else { 0.25 },
         out_shape: None,
     }
 }
