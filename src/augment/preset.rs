@@ -266,9 +266,13 @@ impl Preset {
             }
         }
         let preset: Preset = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let line = e.span().map(|s| {
+                text.as_bytes()[..s.start.min(text.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count()
+                    + 1
+            });
             let msg = e.message().trim().replace('\n', " ");
             match line {
                 Some(l) => invalid(format!("line {l}: {msg}")),

@@ -215,7 +215,8 @@ pub fn batchgenerators_params(p: &Preset, ndim: usize) -> (Map<String, Value>, V
     m.insert("border_mode_data".into(), json!(s.mode));
     m.insert("border_cval_data".into(), json!(s.cval));
     m.insert("order_data".into(), json!(s.order));
-    m.insert("border_mode_seg".into(), json!("constant"));
+    // augscope resamples label maps with the image's boundary mode and cval 0.
+    m.insert("border_mode_seg".into(), json!(s.mode));
     m.insert("border_cval_seg".into(), json!(0));
     m.insert("order_seg".into(), json!(s.label_order));
     let mut mirror = vec![];
