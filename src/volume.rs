@@ -88,6 +88,8 @@ pub struct Volume {
     pub dtype: DType,
     /// The NIfTI header the volume came from, so that a written file keeps every field.
     pub nifti_header: Option<Box<nifti::NiftiHeader>>,
+    /// Window centre and width from the file (DICOM), the GUI's default window/level.
+    pub default_window: Option<(f64, f64)>,
 }
 
 impl fmt::Debug for Volume {
@@ -118,6 +120,7 @@ impl Volume {
             world_from_voxel: identity4(),
             dtype: DType::F32,
             nifti_header: None,
+            default_window: None,
         }
     }
 
@@ -161,6 +164,7 @@ impl Volume {
             world_from_voxel: self.world_from_voxel,
             dtype: self.dtype,
             nifti_header: self.nifti_header.clone(),
+            default_window: self.default_window,
         }
     }
 }
@@ -184,6 +188,7 @@ impl Volume {
             world_from_voxel: self.world_from_voxel,
             dtype: self.dtype,
             nifti_header: self.nifti_header.clone(),
+            default_window: self.default_window,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! leading). Every writer writes a temporary file beside the target and renames it, so an output
 //! appears whole or not at all.
 
+pub mod dicom;
 pub mod image2d;
 pub mod nifti;
 pub mod npy;
@@ -31,7 +32,7 @@ pub enum IoError {
         path: PathBuf,
     },
     #[error(
-        "unknown file type (expected .nii, .nii.gz, .npy, .png, .jpg, .jpeg, .tif, .tiff): {}",
+        "unknown file type (expected .nii, .nii.gz, .npy, .png, .jpg, .jpeg, .tif, .tiff, .dcm or a DICOM folder): {}",
         path.display()
     )]
     UnknownFormat { path: PathBuf },
@@ -106,6 +107,9 @@ pub struct SaveOptions {
 
 /// Loads a scan by file extension.
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Volume, IoError> {
+    if dicom::is_dicom(path) {
+        return dicom::read(path);
+    }
     match Format::from_path(path)? {
         Format::Nifti => nifti::read(path),
         Format::Npy => npy::read_volume(path, opts.channels_first),

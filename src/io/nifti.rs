@@ -594,6 +594,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         world_from_voxel,
         dtype: lay.storage.dtype(),
         nifti_header: Some(Box::new(lay.header)),
+        default_window: None,
     })
 }
 

@@ -1,0 +1,416 @@
+//! DICOM input (dicom-rs): one file, or a folder holding one series, into a [`Volume`].
+//!
+//! Slices are sorted by their position along the slice normal (ImagePositionPatient projected on
+//! the cross product of the ImageOrientationPatient cosines), RescaleSlope/Intercept are applied
+//! (CT in Hounsfield units), and the spacing and orientation become the affine. DICOM's patient
+//! space is LPS; augscope's `world_from_voxel` is RAS like NIfTI's, so the x and y rows are
+//! negated (what nibabel and dcm2niix do). The array is `[slice, row, column]` = `[z, y, x]`, so
+//! NIfTI voxel axes `(i, j, k)` are (column, row, slice). Native (uncompressed) transfer syntaxes
+//! only; compressed pixel data gives a clear error.
+
+use std::path::{Path, PathBuf};
+
+use dicom_core::value::PrimitiveValue;
+use dicom_dictionary_std::tags;
+use dicom_object::{DefaultDicomObject, Tag};
+
+use super::IoError;
+use crate::volume::{DType, Volume};
+
+const FORMAT: &str = "DICOM";
+
+const IMPLICIT_LE: &str = "1.2.840.10008.1.2";
+const EXPLICIT_LE: &str = "1.2.840.10008.1.2.1";
+const EXPLICIT_BE: &str = "1.2.840.10008.1.2.2";
+const DEFLATED_LE: &str = "1.2.840.10008.1.2.1.99";
+
+fn err(why: impl Into<String>, path: &Path) -> IoError {
+    IoError::read(FORMAT, why, path)
+}
+
+/// Whether a path names DICOM input: a `.dcm`/`.dicom` file, a folder, or a file starting with the
+/// `DICM` preamble.
+pub fn is_dicom(path: &Path) -> bool {
+    if path.is_dir() {
+        return true;
+    }
+    let lower = path.to_string_lossy().to_ascii_lowercase();
+    if lower.ends_with(".dcm") || lower.ends_with(".dicom") {
+        return true;
+    }
+    let mut head = [0u8; 132];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok()
+        && &head[128..132] == b"DICM"
+}
+
+/// One decoded slice (or multi-frame stack) of a series.
+struct Slice {
+    path: PathBuf,
+    series: String,
+    rows: usize,
+    cols: usize,
+    frames: usize,
+    position: Option<[f64; 3]>,
+    orientation: Option<[f64; 6]>,
+    pixel_spacing: Option<[f64; 2]>,
+    thickness: Option<f64>,
+    between: Option<f64>,
+    instance: i64,
+    window: Option<(f64, f64)>,
+    dtype: DType,
+    values: Vec<f32>,
+}
+
+fn opt_str(obj: &DefaultDicomObject, tag: Tag) -> Option<String> {
+    obj.element_opt(tag)
+        .ok()
+        .flatten()
+        .and_then(|e| e.to_str().ok())
+        .map(|s| s.trim().trim_end_matches('\0').to_string())
+}
+
+fn opt_floats(obj: &DefaultDicomObject, tag: Tag) -> Option<Vec<f64>> {
+    obj.element_opt(tag)
+        .ok()
+        .flatten()
+        .and_then(|e| e.to_multi_float64().ok())
+        .filter(|v| !v.is_empty() && v.iter().all(|x| x.is_finite()))
+}
+
+fn opt_int(obj: &DefaultDicomObject, tag: Tag) -> Option<i64> {
+    obj.element_opt(tag)
+        .ok()
+        .flatten()
+        .and_then(|e| e.to_int::<i64>().ok())
+}
+
+fn read_slice(path: &Path) -> Result<Slice, IoError> {
+    let obj = dicom_object::open_file(path).map_err(|e| err(one_line(&e.to_string()), path))?;
+    let ts = obj
+        .meta()
+        .transfer_syntax()
+        .trim_end_matches('\0')
+        .to_string();
+    if ![IMPLICIT_LE, EXPLICIT_LE, EXPLICIT_BE, DEFLATED_LE].contains(&ts.as_str()) {
+        return Err(err(
+            format!(
+                "compressed pixel data (transfer syntax {ts}) is not supported; decompress it \
+                 first, e.g. with gdcmconv --raw or dcmdjpeg"
+            ),
+            path,
+        ));
+    }
+    let need = |tag: Tag, name: &str| {
+        opt_int(&obj, tag).ok_or_else(|| {
+            err(
+                format!("the {name} attribute is missing or not a number"),
+                path,
+            )
+        })
+    };
+    let rows = need(tags::ROWS, "Rows")?;
+    let cols = need(tags::COLUMNS, "Columns")?;
+    let bits = need(tags::BITS_ALLOCATED, "BitsAllocated")?;
+    let signed = opt_int(&obj, tags::PIXEL_REPRESENTATION).unwrap_or(0) == 1;
+    let samples = opt_int(&obj, tags::SAMPLES_PER_PIXEL).unwrap_or(1);
+    let frames = opt_int(&obj, tags::NUMBER_OF_FRAMES).unwrap_or(1);
+    if samples != 1 {
+        return Err(err(
+            format!("{samples} samples per pixel (colour DICOM) is not supported"),
+            path,
+        ));
+    }
+    if !(1..=65535).contains(&rows)
+        || !(1..=65535).contains(&cols)
+        || !(1..=100_000).contains(&frames)
+    {
+        return Err(err(
+            format!("implausible image size {rows} rows x {cols} columns x {frames} frames"),
+            path,
+        ));
+    }
+    let (rows, cols, frames) = (rows as usize, cols as usize, frames as usize);
+    let n = rows * cols * frames;
+    let pixel = obj
+        .element_opt(tags::PIXEL_DATA)
+        .ok()
+        .flatten()
+        .ok_or_else(|| err("no pixel data", path))?;
+    let Some(prim) = pixel.value().primitive() else {
+        return Err(err(
+            "encapsulated (compressed) pixel data is not supported",
+            path,
+        ));
+    };
+    let big_endian = ts == EXPLICIT_BE;
+    let short = |have: usize| {
+        err(
+            format!("pixel data holds {have} values, the header declares {n}"),
+            path,
+        )
+    };
+    let (values, dtype): (Vec<f32>, DType) = match (prim, bits) {
+        (PrimitiveValue::U16(v), 16) => {
+            if v.len() < n {
+                return Err(short(v.len()));
+            }
+            if signed {
+                (
+                    v[..n].iter().map(|&x| x as i16 as f32).collect(),
+                    DType::I16,
+                )
+            } else {
+                (v[..n].iter().map(|&x| x as f32).collect(), DType::U16)
+            }
+        }
+        (PrimitiveValue::I16(v), 16) => {
+            if v.len() < n {
+                return Err(short(v.len()));
+            }
+            (v[..n].iter().map(|&x| x as f32).collect(), DType::I16)
+        }
+        (_, 8 | 16 | 32) => {
+            let bytes = pixel
+                .to_bytes()
+                .map_err(|e| err(format!("cannot read pixel data: {e}"), path))?;
+            let width = bits as usize / 8;
+            if bytes.len() < n * width {
+                return Err(short(bytes.len() / width));
+            }
+            let word = |c: &[u8]| -> u32 {
+                let mut b = [0u8; 4];
+                b[..width].copy_from_slice(c);
+                if big_endian {
+                    b[..width].reverse();
+                }
+                u32::from_le_bytes(b)
+            };
+            let it = bytes[..n * width].chunks_exact(width).map(word);
+            match (bits, signed) {
+                (8, false) => (it.map(|x| x as f32).collect(), DType::U8),
+                (8, true) => (it.map(|x| x as u8 as i8 as f32).collect(), DType::I8),
+                (16, false) => (it.map(|x| x as f32).collect(), DType::U16),
+                (16, true) => (it.map(|x| x as u16 as i16 as f32).collect(), DType::I16),
+                (_, false) => (it.map(|x| x as f32).collect(), DType::U32),
+                (_, true) => (it.map(|x| x as i32 as f32).collect(), DType::I32),
+            }
+        }
+        _ => {
+            return Err(err(
+                format!("{bits} bits allocated per pixel is not supported (8, 16 or 32)"),
+                path,
+            ));
+        }
+    };
+    let slope = opt_floats(&obj, tags::RESCALE_SLOPE).map_or(1.0, |v| v[0]);
+    let intercept = opt_floats(&obj, tags::RESCALE_INTERCEPT).map_or(0.0, |v| v[0]);
+    let values = if slope != 1.0 || intercept != 0.0 {
+        values
+            .into_iter()
+            .map(|v| (v as f64 * slope + intercept) as f32)
+            .collect()
+    } else {
+        values
+    };
+    let three = |v: Vec<f64>| -> Option<[f64; 3]> { v.get(..3)?.try_into().ok() };
+    let window = match (
+        opt_floats(&obj, tags::WINDOW_CENTER),
+        opt_floats(&obj, tags::WINDOW_WIDTH),
+    ) {
+        (Some(c), Some(w)) if w[0] > 0.0 => Some((c[0], w[0])),
+        _ => None,
+    };
+    Ok(Slice {
+        path: path.to_path_buf(),
+        series: opt_str(&obj, tags::SERIES_INSTANCE_UID).unwrap_or_default(),
+        rows,
+        cols,
+        frames,
+        position: opt_floats(&obj, tags::IMAGE_POSITION_PATIENT).and_then(three),
+        orientation: opt_floats(&obj, tags::IMAGE_ORIENTATION_PATIENT)
+            .and_then(|v| v.get(..6)?.try_into().ok()),
+        pixel_spacing: opt_floats(&obj, tags::PIXEL_SPACING)
+            .and_then(|v| v.get(..2)?.try_into().ok())
+            .filter(|s: &[f64; 2]| s[0] > 0.0 && s[1] > 0.0),
+        thickness: opt_floats(&obj, tags::SLICE_THICKNESS)
+            .map(|v| v[0])
+            .filter(|t| *t > 0.0),
+        between: opt_floats(&obj, tags::SPACING_BETWEEN_SLICES)
+            .map(|v| v[0])
+            .filter(|t| *t > 0.0),
+        instance: opt_int(&obj, tags::INSTANCE_NUMBER).unwrap_or(0),
+        window,
+        dtype,
+        values,
+    })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
+fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+/// Reads a DICOM file or a folder holding one series.
+pub fn read(path: &Path) -> Result<Volume, IoError> {
+    let mut slices = if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| err(e.to_string(), path))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_file()
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
+            .collect();
+        files.sort();
+        let mut slices = vec![];
+        let mut first_err = None;
+        for f in &files {
+            // DICOMDIR, notes and other files without pixel data are skipped.
+            match read_slice(f) {
+                Ok(s) => slices.push(s),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if slices.is_empty() {
+            return Err(match first_err {
+                Some(IoError::Read { why, .. }) if !files.is_empty() => err(
+                    format!("no readable DICOM image in the folder (first problem: {why})"),
+                    path,
+                ),
+                _ => err("no DICOM files in the folder", path),
+            });
+        }
+        slices
+    } else {
+        vec![read_slice(path)?]
+    };
+
+    let series = &slices[0].series;
+    let n_series = {
+        let mut s: Vec<&str> = slices.iter().map(|s| s.series.as_str()).collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len()
+    };
+    if n_series > 1 {
+        return Err(err(
+            format!(
+                "the folder holds {n_series} series; point augscope at a folder with one series"
+            ),
+            path,
+        ));
+    }
+    let _ = series;
+    let (rows, cols) = (slices[0].rows, slices[0].cols);
+    if let Some(s) = slices.iter().find(|s| s.rows != rows || s.cols != cols) {
+        return Err(err(
+            format!(
+                "slices differ in size ({rows}x{cols} and {}x{})",
+                s.rows, s.cols
+            ),
+            &s.path,
+        ));
+    }
+    if slices.len() > 1 && slices.iter().any(|s| s.frames != 1) {
+        return Err(err(
+            "a folder of multi-frame files is not supported; open one file",
+            path,
+        ));
+    }
+
+    let orient = slices[0]
+        .orientation
+        .unwrap_or([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+    let row_dir = [orient[0], orient[1], orient[2]]; // direction of increasing column index
+    let col_dir = [orient[3], orient[4], orient[5]]; // direction of increasing row index
+    let normal = cross(row_dir, col_dir);
+    // Sort by position along the normal; instance number where positions are missing.
+    if slices.iter().all(|s| s.position.is_some()) {
+        slices.sort_by(|a, b| {
+            let pa = a.position.map_or(0.0, |p| dot(p, normal));
+            let pb = b.position.map_or(0.0, |p| dot(p, normal));
+            pa.total_cmp(&pb)
+        });
+        for w in slices.windows(2) {
+            let (Some(a), Some(b)) = (w[0].position, w[1].position) else {
+                continue;
+            };
+            if (dot(b, normal) - dot(a, normal)).abs() < 1e-6 {
+                return Err(err(
+                    "two slices share one position (a series with repeated or multiple \
+                     acquisitions?)",
+                    &w[1].path,
+                ));
+            }
+        }
+    } else {
+        slices.sort_by_key(|s| s.instance);
+    }
+
+    let [sp_row, sp_col] = slices[0].pixel_spacing.unwrap_or([1.0, 1.0]);
+    let depth: usize = slices.iter().map(|s| s.frames).sum();
+    // The slice step: from the first to the last position, else the header's spacing.
+    let step: [f64; 3] = match (
+        slices.len() > 1,
+        slices[0].position,
+        slices.last().and_then(|s| s.position),
+    ) {
+        (true, Some(a), Some(b)) => {
+            let k = (slices.len() - 1) as f64;
+            [(b[0] - a[0]) / k, (b[1] - a[1]) / k, (b[2] - a[2]) / k]
+        }
+        _ => {
+            let t = slices[0].between.or(slices[0].thickness).unwrap_or(1.0);
+            [normal[0] * t, normal[1] * t, normal[2] * t]
+        }
+    };
+    let sp_slice = dot(step, step).sqrt();
+    let origin = slices[0].position.unwrap_or([0.0; 3]);
+    // LPS -> RAS: negate x and y.
+    let sign = [-1.0, -1.0, 1.0];
+    let mut affine = crate::volume::identity4();
+    for r in 0..3 {
+        affine[r][0] = sign[r] * row_dir[r] * sp_col;
+        affine[r][1] = sign[r] * col_dir[r] * sp_row;
+        affine[r][2] = sign[r] * step[r];
+        affine[r][3] = sign[r] * origin[r];
+    }
+
+    let window = slices[0].window;
+    let dtype = slices[0].dtype;
+    let mut data = Vec::with_capacity(depth * rows * cols);
+    for s in &mut slices {
+        data.append(&mut s.values);
+    }
+    let mut vol = if depth == 1 {
+        let mut v = Volume::new(data, vec![rows, cols], 1);
+        v.spacing_mm = vec![sp_row, sp_col];
+        v
+    } else {
+        let mut v = Volume::new(data, vec![depth, rows, cols], 1);
+        v.spacing_mm = vec![sp_slice, sp_row, sp_col];
+        v
+    };
+    vol.world_from_voxel = affine;
+    vol.dtype = dtype;
+    vol.default_window = window;
+    Ok(vol)
+}

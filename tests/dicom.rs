@@ -1,0 +1,248 @@
+//! DICOM input: the pydicom sample slices (values, HU, spacing, affine, window) and a multi-file
+//! series written with dicom-rs and read back from a folder, plus hostile files.
+//!
+//! Expected values come from pydicom 2.x (`d = pydicom.dcmread(path)`;
+//! `d.pixel_array * d.RescaleSlope + d.RescaleIntercept`, `d.PixelSpacing`,
+//! `d.ImagePositionPatient`, `d.WindowCenter`, `d.WindowWidth`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use augscope::io::{self, LoadOptions};
+use augscope::{DType, Volume};
+use dicom_core::value::PrimitiveValue;
+use dicom_core::{DataElement, VR};
+use dicom_dictionary_std::{tags, uids};
+use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/dicom")
+        .join(name)
+}
+
+fn load(p: &Path) -> Volume {
+    io::load(p, &LoadOptions::default()).unwrap()
+}
+
+#[test]
+fn ct_small_loads_in_hounsfield_units() {
+    let v = load(&data("CT_small.dcm"));
+    assert_eq!(v.shape, vec![128, 128]);
+    assert_eq!(v.dtype, DType::I16);
+    // pydicom: min -896, max 1167, a[10, 20] = -839, a[64, 64] = 904 (intercept -1024 applied).
+    assert_eq!(v.finite_range(), Some((-896.0, 1167.0)));
+    assert_eq!(v.data[10 * 128 + 20], -839.0);
+    assert_eq!(v.data[64 * 128 + 64], 904.0);
+    assert!((v.spacing_mm[0] - 0.661468).abs() < 1e-9 && (v.spacing_mm[1] - 0.661468).abs() < 1e-9);
+    // ImagePositionPatient (-158.135803, -179.035797, -75.699997) LPS = (158.1.., 179.0.., -75.7) RAS.
+    let m = v.world_from_voxel;
+    assert!((m[0][3] - 158.135803).abs() < 1e-6 && (m[1][3] - 179.035797).abs() < 1e-6);
+    assert!((m[2][3] + 75.699997).abs() < 1e-6);
+    assert!((m[0][0] + 0.661468).abs() < 1e-9 && (m[1][1] + 0.661468).abs() < 1e-9);
+    // CT_small.dcm carries no WindowCenter/WindowWidth (pydicom lists none).
+    assert_eq!(v.default_window, None);
+}
+
+#[test]
+fn mr_small_keeps_its_window() {
+    let v = load(&data("MR_small.dcm"));
+    assert_eq!(v.shape, vec![64, 64]);
+    assert_eq!(v.finite_range(), Some((127.0, 2145.0)));
+    assert_eq!(v.data[10 * 64 + 20], 316.0);
+    assert_eq!(v.spacing_mm, vec![0.3125, 0.3125]);
+    let (c, w) = v.default_window.expect("MR_small has a window");
+    assert!(w > 0.0 && c.is_finite());
+}
+
+/// Writes slice `k` of a series as its own file, int16 with a rescale to floats.
+#[allow(clippy::too_many_arguments)] // a test helper that spells out every attribute it writes
+fn write_slice(
+    path: &Path,
+    k: usize,
+    rows: usize,
+    cols: usize,
+    stored: &[i16],
+    position: [f64; 3],
+    orientation: [f64; 6],
+    series: &str,
+) {
+    let ds = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x}"))
+            .collect::<Vec<_>>()
+            .join("\\")
+    };
+    let bytes: Vec<u8> = stored.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let sop = format!("2.25.1234{k}");
+    let obj = InMemDicomObject::from_element_iter([
+        DataElement::new(tags::SOP_CLASS_UID, VR::UI, uids::CT_IMAGE_STORAGE),
+        DataElement::new(tags::SOP_INSTANCE_UID, VR::UI, sop.as_str()),
+        DataElement::new(tags::MODALITY, VR::CS, "CT"),
+        DataElement::new(tags::SERIES_INSTANCE_UID, VR::UI, series),
+        DataElement::new(
+            tags::INSTANCE_NUMBER,
+            VR::IS,
+            (100 - k).to_string().as_str(),
+        ),
+        DataElement::new(tags::IMAGE_POSITION_PATIENT, VR::DS, ds(&position).as_str()),
+        DataElement::new(
+            tags::IMAGE_ORIENTATION_PATIENT,
+            VR::DS,
+            ds(&orientation).as_str(),
+        ),
+        DataElement::new(tags::SLICE_THICKNESS, VR::DS, "2.5"),
+        DataElement::new(tags::SAMPLES_PER_PIXEL, VR::US, PrimitiveValue::from(1u16)),
+        DataElement::new(tags::PHOTOMETRIC_INTERPRETATION, VR::CS, "MONOCHROME2"),
+        DataElement::new(tags::ROWS, VR::US, PrimitiveValue::from(rows as u16)),
+        DataElement::new(tags::COLUMNS, VR::US, PrimitiveValue::from(cols as u16)),
+        DataElement::new(tags::PIXEL_SPACING, VR::DS, "0.8\\0.7"),
+        DataElement::new(tags::BITS_ALLOCATED, VR::US, PrimitiveValue::from(16u16)),
+        DataElement::new(tags::BITS_STORED, VR::US, PrimitiveValue::from(16u16)),
+        DataElement::new(tags::HIGH_BIT, VR::US, PrimitiveValue::from(15u16)),
+        DataElement::new(
+            tags::PIXEL_REPRESENTATION,
+            VR::US,
+            PrimitiveValue::from(1u16),
+        ),
+        DataElement::new(tags::WINDOW_CENTER, VR::DS, "40"),
+        DataElement::new(tags::WINDOW_WIDTH, VR::DS, "400"),
+        DataElement::new(tags::RESCALE_INTERCEPT, VR::DS, "-1024"),
+        DataElement::new(tags::RESCALE_SLOPE, VR::DS, "0.5"),
+        DataElement::new(tags::PIXEL_DATA, VR::OW, PrimitiveValue::from(bytes)),
+    ]);
+    let file = obj
+        .with_meta(FileMetaTableBuilder::new().transfer_syntax(uids::EXPLICIT_VR_LITTLE_ENDIAN))
+        .unwrap();
+    file.write_to_file(path).unwrap();
+}
+
+#[test]
+fn multi_file_series_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let (depth, rows, cols) = (6, 5, 7);
+    // An oblique series: rows along (cos, sin, 0), columns along (0, 0, -1) (a coronal-ish tilt).
+    let (c, s) = (0.8f64, 0.6f64);
+    let orientation = [c, s, 0.0, 0.0, 0.0, -1.0];
+    let normal = [s * -1.0 - 0.0, -(c * -1.0), 0.0]; // row x col
+    let origin = [-10.0, 20.0, 30.0];
+    let step = 2.5;
+    let stored: Vec<i16> = (0..depth * rows * cols)
+        .map(|i| (i as i16 * 37) % 2000 - 500)
+        .collect();
+    // Files named so that name order is not slice order.
+    let order = [3usize, 0, 5, 1, 4, 2];
+    for &k in &order {
+        let pos = [
+            origin[0] + normal[0] * step * k as f64,
+            origin[1] + normal[1] * step * k as f64,
+            origin[2] + normal[2] * step * k as f64,
+        ];
+        let slice = &stored[k * rows * cols..(k + 1) * rows * cols];
+        let name = format!("IM{:04}.dcm", (k * 7) % 11);
+        write_slice(
+            &dir.path().join(name),
+            k,
+            rows,
+            cols,
+            slice,
+            pos,
+            orientation,
+            "2.25.42",
+        );
+    }
+    // A non-DICOM file in the folder is ignored.
+    std::fs::write(dir.path().join("README.txt"), "notes").unwrap();
+    let v = load(dir.path());
+    assert_eq!(v.shape, vec![depth, rows, cols]);
+    let want: Vec<f32> = stored.iter().map(|&x| x as f32 * 0.5 - 1024.0).collect();
+    assert_eq!(v.data, want, "slices sorted by position, rescale applied");
+    assert!((v.spacing_mm[0] - 2.5).abs() < 1e-9);
+    assert_eq!(&v.spacing_mm[1..], &[0.8, 0.7]);
+    assert_eq!(v.default_window, Some((40.0, 400.0)));
+    // world_from_voxel (RAS) = diag(-1, -1, 1) * LPS affine; columns i (column index), j (row),
+    // k (slice).
+    let m = v.world_from_voxel;
+    let lps_i = [c * 0.7, s * 0.7, 0.0];
+    let lps_j = [0.0, 0.0, -0.8];
+    let lps_k = [normal[0] * step, normal[1] * step, normal[2] * step];
+    let sign = [-1.0, -1.0, 1.0];
+    for r in 0..3 {
+        assert!((m[r][0] - sign[r] * lps_i[r]).abs() < 1e-9, "{m:?}");
+        assert!((m[r][1] - sign[r] * lps_j[r]).abs() < 1e-9, "{m:?}");
+        assert!((m[r][2] - sign[r] * lps_k[r]).abs() < 1e-9, "{m:?}");
+        assert!((m[r][3] - sign[r] * origin[r]).abs() < 1e-9, "{m:?}");
+    }
+    // A DICOM folder goes through batch and apply like any scan.
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().join("a.nii.gz");
+    let st = Command::new(env!("CARGO_BIN_EXE_augscope"))
+        .arg("apply")
+        .arg(dir.path())
+        .arg(&o)
+        .args(["--flip", "0", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let back = load(&o);
+    assert_eq!(back.shape, v.shape);
+    assert_eq!(
+        back.data[..rows * cols],
+        v.data[(depth - 1) * rows * cols..]
+    );
+    // NIfTI keeps the affine in float32.
+    for (a, b) in back.world_from_voxel.iter().zip(&v.world_from_voxel) {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() < 1e-5,
+                "{:?} vs {:?}",
+                back.world_from_voxel,
+                v.world_from_voxel
+            );
+        }
+    }
+
+    // Two series in one folder: refused with a clear line.
+    let slice = &stored[..rows * cols];
+    write_slice(
+        &dir.path().join("other.dcm"),
+        9,
+        rows,
+        cols,
+        slice,
+        origin,
+        orientation,
+        "2.25.43",
+    );
+    let e = io::load(dir.path(), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2 series"), "{e}");
+}
+
+#[test]
+fn hostile_dicom_exits_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ct = std::fs::read(data("CT_small.dcm")).unwrap();
+    let trunc = dir.path().join("trunc.dcm");
+    std::fs::write(&trunc, &ct[..ct.len() / 2]).unwrap();
+    let junk = dir.path().join("junk.dcm");
+    std::fs::write(&junk, b"not a dicom file at all").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for p in [&trunc, &junk, &empty] {
+        let out = Command::new(env!("CARGO_BIN_EXE_augscope"))
+            .arg("info")
+            .arg(p)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", p.display());
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("DICOM"), "{err}");
+    }
+}
