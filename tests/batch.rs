@@ -1,6 +1,8 @@
 //! `augscope batch`: names, manifest, shards, resume, and a run killed mid-way then resumed with
 //! no partial or duplicate files.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,6 +5,8 @@
 //! `d.pixel_array * d.RescaleSlope + d.RescaleIntercept`, `d.PixelSpacing`,
 //! `d.ImagePositionPatient`, `d.WindowCenter`, `d.WindowWidth`).
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -124,7 +126,7 @@ fn multi_file_series_round_trip() {
     // An oblique series: rows along (cos, sin, 0), columns along (0, 0, -1) (a coronal-ish tilt).
     let (c, s) = (0.8f64, 0.6f64);
     let orientation = [c, s, 0.0, 0.0, 0.0, -1.0];
-    let normal = [s * -1.0 - 0.0, -(c * -1.0), 0.0]; // row x col
+    let normal = [-s, c, 0.0]; // row x col = (c, s, 0) x (0, 0, -1)
     let origin = [-10.0, 20.0, 30.0];
     let step = 2.5;
     let stored: Vec<i16> = (0..depth * rows * cols)

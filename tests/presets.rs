@@ -3,6 +3,8 @@
 //!
 //! Regenerate the golden snippets with `UPDATE_GOLDEN=1 cargo test --test presets`.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
