@@ -28,7 +28,11 @@ fn harness(image: PathBuf, label: Option<PathBuf>) -> Harness<'static, App> {
     Harness::builder()
         .with_size(SIZE)
         .wgpu()
-        .build_eframe(move |cc| App::new(cc, Some((image, label))))
+        .build_eframe(move |cc| {
+            let mut app = App::new(cc, Some((image, label)));
+            app.rt.hide_timings = true;
+            app
+        })
 }
 
 fn sample() -> Harness<'static, App> {
@@ -287,4 +291,25 @@ fn latency_slice_path() {
         e2e[e2e.len() / 2],
         e2e[e2e.len() - 1]
     );
+}
+
+#[test]
+fn sample_from_a_bundled_preset() {
+    let mut h = sample();
+    settle(&mut h);
+    h.state_mut().state.preset = "nnunet-v1-3d".into();
+    h.get_by_label("Sample from preset").click();
+    settle(&mut h);
+    let app = h.state();
+    let (params, done) = app.rt.sampled.as_ref().expect("a sample");
+    assert_eq!(*params, app.state.params);
+    // The done list names only transforms the plan holds.
+    let plan = app.plan();
+    for d in done {
+        assert!(
+            plan.done_list().iter().any(|p| p.transform == d.transform),
+            "{d:?}"
+        );
+    }
+    assert!(app.rt.error.is_none());
 }

@@ -6,13 +6,12 @@
 //! Structure (STYLE.md): a persisted serde [`State`] apart from the [`Runtime`] (worker, loaded
 //! volumes, slices on screen); panels return [`Command`]s that the app applies once per frame.
 
+pub mod panels;
 pub mod render;
 pub mod slices;
 pub mod state;
 pub mod views;
 pub mod worker;
-
-mod panels;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -98,6 +97,10 @@ pub enum Command {
         delta: i64,
     },
     SetCursor(Vec<usize>),
+    /// Sample the preset `state.preset` with `state.preset_seed` into the parameters.
+    SamplePreset,
+    PresetDialog,
+    SetPreset(String),
 }
 
 /// A loaded scan and where the views are.
@@ -157,6 +160,10 @@ pub struct Runtime {
     pub latency: Latency,
     pub has_wgpu: bool,
     pub dialogs: (Sender<Command>, Receiver<Command>),
+    /// The last preset sample: the parameters it set, its done list and drawn values.
+    pub sampled: Option<(Params, Vec<crate::augment::Done>)>,
+    /// Show no timings (snapshot tests: they differ from run to run).
+    pub hide_timings: bool,
 }
 
 pub struct App {
@@ -209,6 +216,8 @@ impl App {
                 latency: Latency::default(),
                 has_wgpu,
                 dialogs: channel(),
+                sampled: None,
+                hide_timings: false,
             },
         };
         if let Some((image, label)) = open {
@@ -278,6 +287,47 @@ impl App {
                     rt.error = Some(format!("cannot open the file dialog: {e}"));
                 }
             }
+            Command::SamplePreset => {
+                let name = if state.preset.is_empty() {
+                    "nnunet-v2".to_string()
+                } else {
+                    state.preset.clone()
+                };
+                let (nd, spacing) = rt.scan.as_ref().map_or((3, vec![1.0; 3]), |s| {
+                    (s.loaded.image.ndim(), s.loaded.image.spacing_mm.clone())
+                });
+                let sampled = crate::augment::preset::load_or_bundled(Path::new(&name))
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| {
+                        p.sample(state.preset_seed, nd, &spacing)
+                            .map_err(|e| e.to_string())
+                    });
+                match sampled {
+                    Ok(s) => {
+                        state.params = Params::from_plan(&s.plan, nd, &state.params);
+                        rt.sampled = Some((state.params.clone(), s.done));
+                        state.preset_seed = state.preset_seed.wrapping_add(1);
+                    }
+                    Err(e) => rt.error = Some(format!("preset {name}: {e}")),
+                }
+            }
+            Command::PresetDialog => {
+                let tx = rt.dialogs.0.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("augscope-file-dialog".into())
+                    .spawn(move || {
+                        if let Some(p) = rfd::FileDialog::new()
+                            .add_filter("preset", &["toml"])
+                            .pick_file()
+                        {
+                            let _ = tx.send(Command::SetPreset(p.display().to_string()));
+                        }
+                    });
+                if let Err(e) = spawned {
+                    rt.error = Some(format!("cannot open the file dialog: {e}"));
+                }
+            }
+            Command::SetPreset(p) => state.preset = p,
             Command::Undo => {
                 if let Some(p) = rt.history.undo(&state.params) {
                     state.params = p;

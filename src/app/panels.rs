@@ -157,7 +157,9 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                 } else if let Some(f) = &rt.full {
                     ui.label(format!(
                         "{} in {:.0} ms on {}",
-                        "transform", f.timings.total_ms, f.backend
+                        "transform",
+                        fmt_ms(rt, f.timings.total_ms),
+                        f.backend
                     ));
                 }
                 let c = &s.cursor;
@@ -220,7 +222,11 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
             egui::ScrollArea::vertical().show(ui, |ui| {
                 ui.spacing_mut().slider_width = 170.0;
                 let State {
-                    params, display, ..
+                    params,
+                    display,
+                    preset,
+                    preset_seed,
+                    ..
                 } = state;
                 ui.horizontal(|ui| {
                     if ui
@@ -239,6 +245,9 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                         out.push(Command::ResetParams);
                     }
                 });
+                egui::CollapsingHeader::new("Preset")
+                    .default_open(true)
+                    .show(ui, |ui| out.extend(preset_ui(ui, preset, preset_seed)));
                 egui::CollapsingHeader::new("Spatial transform")
                     .default_open(true)
                     .show(ui, |ui| transform_ui(ui, params, rt, nd, &shape));
@@ -256,6 +265,43 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                     .show(ui, |ui| out.extend(display_ui(ui, display, rt)));
             });
         });
+    out
+}
+
+fn preset_ui(ui: &mut egui::Ui, preset: &mut String, seed: &mut u64) -> Vec<Command> {
+    let mut out = vec![];
+    if preset.is_empty() {
+        *preset = "nnunet-v2".into();
+    }
+    ui.horizontal(|ui| {
+        let l = ui.label("preset");
+        let shown = std::path::Path::new(preset.as_str())
+            .file_name()
+            .map_or_else(|| preset.clone(), |n| n.to_string_lossy().into_owned());
+        egui::ComboBox::from_id_salt("preset")
+            .selected_text(shown)
+            .show_ui(ui, |ui| {
+                for (name, _) in crate::augment::preset::BUNDLED {
+                    ui.selectable_value(preset, (*name).to_string(), *name);
+                }
+            })
+            .response
+            .labelled_by(l.id);
+        if ui.button("Load…").clicked() {
+            out.push(Command::PresetDialog);
+        }
+    });
+    ui.horizontal(|ui| {
+        let l = ui.label("seed");
+        ui.add(egui::DragValue::new(seed)).labelled_by(l.id);
+        if ui
+            .button("Sample from preset")
+            .on_hover_text("draw one plan with the preset's probabilities and ranges")
+            .clicked()
+        {
+            out.push(Command::SamplePreset);
+        }
+    });
     out
 }
 
@@ -545,12 +591,12 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                         egui::Grid::new("timings").num_columns(2).show(ui, |ui| {
                             for (k, v) in [
                                 ("engine", f.backend.clone()),
-                                ("field", format!("{:.1} ms", t.field_ms)),
-                                ("prefilter", format!("{:.1} ms", t.prefilter_ms)),
-                                ("resample", format!("{:.1} ms", t.resample_ms)),
-                                ("upload", format!("{:.1} ms", t.upload_ms)),
-                                ("download", format!("{:.1} ms", t.download_ms)),
-                                ("total", format!("{:.1} ms", t.total_ms)),
+                                ("field", fmt_ms(rt, t.field_ms)),
+                                ("prefilter", fmt_ms(rt, t.prefilter_ms)),
+                                ("resample", fmt_ms(rt, t.resample_ms)),
+                                ("upload", fmt_ms(rt, t.upload_ms)),
+                                ("download", fmt_ms(rt, t.download_ms)),
+                                ("total", fmt_ms(rt, t.total_ms)),
                             ] {
                                 ui.label(k);
                                 ui.label(v);
@@ -558,12 +604,12 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             }
                             if let Some(ms) = rt.latency.slice_compute_ms {
                                 ui.label("slices only");
-                                ui.label(format!("{ms:.1} ms"));
+                                ui.label(fmt_ms(rt, ms));
                                 ui.end_row();
                             }
                             if let Some(ms) = rt.latency.last_ms {
                                 ui.label("change to view");
-                                ui.label(format!("{ms:.1} ms"));
+                                ui.label(fmt_ms(rt, ms));
                                 ui.end_row();
                             }
                         });
@@ -572,7 +618,13 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                     .default_open(true)
                     .show(ui, |ui| {
                         let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
-                        let done = state.params.to_plan(nd).done_list();
+                        let done = match &rt.sampled {
+                            Some((p, d)) if *p == state.params => {
+                                ui.weak(format!("sampled from {}", state.preset));
+                                d.clone()
+                            }
+                            _ => state.params.to_plan(nd).done_list(),
+                        };
                         if done.is_empty() {
                             ui.label("identity (nothing fires)");
                         }
@@ -588,6 +640,15 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                     });
             });
         });
+}
+
+/// Milliseconds for display; hidden in snapshot tests, where they differ from run to run.
+pub fn fmt_ms(rt: &Runtime, ms: f64) -> String {
+    if rt.hide_timings {
+        "– ms".into()
+    } else {
+        format!("{ms:.1} ms")
+    }
 }
 
 fn mib(b: usize) -> String {

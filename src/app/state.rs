@@ -128,6 +128,57 @@ impl Params {
         }
     }
 
+    /// The parameters of a fixed plan (e.g. one sample of a preset) for a grid of `ndim` axes;
+    /// engine settings are kept from `base`.
+    pub fn from_plan(plan: &Plan, ndim: usize, base: &Params) -> Params {
+        let nd = ndim.clamp(2, 3);
+        let off = 3 - nd;
+        let mut p = Params {
+            backend: base.backend,
+            precision: base.precision,
+            alpha: base.alpha,
+            sigma_vox: base.sigma_vox,
+            seed: base.seed,
+            ..Params::default()
+        };
+        for &a in &plan.flip {
+            if a < nd {
+                p.flip[a] = true;
+            }
+        }
+        match plan.rotate_rad.as_slice() {
+            [a] => p.rotate_deg[2] = a.to_degrees(),
+            [a, b, c] => p.rotate_deg = [a.to_degrees(), b.to_degrees(), c.to_degrees()],
+            _ => {}
+        }
+        match plan.scale.as_slice() {
+            [] => {}
+            [s] => p.scale = [*s; 3],
+            v => {
+                p.scale_isotropic = v.windows(2).all(|w| w[0] == w[1]);
+                for (i, s) in v.iter().enumerate().take(nd) {
+                    p.scale[off + i] = *s;
+                }
+                if p.scale_isotropic {
+                    p.scale = [v[0]; 3];
+                }
+            }
+        }
+        for (i, t) in plan.translate.iter().enumerate().take(nd) {
+            p.translate_vox[off + i] = *t;
+        }
+        if let Some(e) = plan.elastic {
+            p.elastic = true;
+            p.alpha = e.alpha;
+            p.sigma_vox = e.sigma;
+            p.seed = e.seed;
+        }
+        p.order = plan.order;
+        p.mode = plan.mode;
+        p.cval = plan.cval;
+        p
+    }
+
     /// Whether the parameters that change the result (not the engine) are equal.
     pub fn same_result(&self, other: &Params) -> bool {
         let strip = |p: &Params| Params {
@@ -191,6 +242,9 @@ pub struct State {
     pub recent: Vec<(PathBuf, Option<PathBuf>)>,
     pub hide_info_panel: bool,
     pub show_compare: bool,
+    /// A bundled preset's name or a preset file, and the seed of the next sample.
+    pub preset: String,
+    pub preset_seed: u64,
 }
 
 impl State {
@@ -284,6 +338,20 @@ mod tests {
         assert_eq!(plan2.translate, vec![2.0, 3.0]);
         assert!(plan2.validate(2).is_ok());
         assert!(plan.validate(3).is_ok());
+    }
+
+    #[test]
+    fn from_plan_round_trips() {
+        let p = Params {
+            rotate_deg: [10.0, -5.0, 3.0],
+            flip: [true, false, true],
+            translate_vox: [1.0, 2.0, 3.0],
+            scale: [1.1; 3],
+            elastic: true,
+            ..Params::default()
+        };
+        let back = Params::from_plan(&p.to_plan(3), 3, &p);
+        assert_eq!(back.to_plan(3), p.to_plan(3));
     }
 
     #[test]

@@ -414,7 +414,11 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                 ui.label("no scan");
                 return;
             };
-            let Some(c) = rt.comparison.as_ref().filter(|c| c.generation == rt.generation) else {
+            let Some(c) = rt
+                .comparison
+                .as_ref()
+                .filter(|c| c.generation == rt.generation)
+            else {
                 ui.horizontal(|ui| {
                     ui.spinner();
                     ui.label("computing on both engines…");
@@ -432,12 +436,18 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
             match &c.gpu {
                 Ok((_, ms, name)) => {
                     ui.label(format!(
-                        "CPU {:.1} ms · {name} {ms:.1} ms (host to host) · max |Δ| {:.3e} · mean |Δ| {:.3e}",
-                        c.cpu_ms, c.max_abs, c.mean_abs
+                        "CPU {} · {name} {} (host to host) · max |Δ| {:.3e} · mean |Δ| {:.3e}",
+                        super::panels::fmt_ms(rt, c.cpu_ms),
+                        super::panels::fmt_ms(rt, *ms),
+                        c.max_abs,
+                        c.mean_abs
                     ));
                 }
                 Err(why) => {
-                    ui.label(format!("CPU {:.1} ms · GPU: {why}", c.cpu_ms));
+                    ui.label(format!(
+                        "CPU {} · GPU: {why}",
+                        super::panels::fmt_ms(rt, c.cpu_ms)
+                    ));
                 }
             }
             let gpu = c.gpu.as_ref().ok().map(|(g, _, _)| cut(g));
@@ -465,8 +475,9 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                 ),
             ];
             for (k, (title, image, other, lk)) in panes.into_iter().enumerate() {
-                let r = Rect::from_min_size(rect.min + Vec2::new(k as f32 * w, 0.0), Vec2::new(w, h))
-                    .shrink(2.0);
+                let r =
+                    Rect::from_min_size(rect.min + Vec2::new(k as f32 * w, 0.0), Vec2::new(w, h))
+                        .shrink(2.0);
                 match image {
                     Some(image) => out.extend(view_ui(
                         ui,
