@@ -292,39 +292,54 @@ fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
             channels_first: channels,
         },
     )?;
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    // Lines go to a String first, then to stdout at once: a closed pipe (`augscope info f | head`)
+    // is then an ordinary write error, not a panic.
+    macro_rules! outln {
+        ($($arg:tt)*) => {{
+            let _ = writeln!(text, $($arg)*);
+        }};
+    }
     let names: Vec<String> = v.shape.iter().map(|n| n.to_string()).collect();
-    println!("file:        {}", path.display());
-    println!(
+    outln!("file:        {}", path.display());
+    outln!(
         "shape:       {} ({} axes, array order {})",
         names.join(" x "),
         v.ndim(),
         if v.ndim() == 3 { "[z, y, x]" } else { "[y, x]" }
     );
-    println!("channels:    {}", v.channels);
-    println!("dtype:       {}", v.dtype);
+    outln!("channels:    {}", v.channels);
+    outln!("dtype:       {}", v.dtype);
     let sp: Vec<String> = v.spacing_mm.iter().map(|s| format!("{s:.4}")).collect();
-    println!("spacing mm:  {}", sp.join(" x "));
+    outln!("spacing mm:  {}", sp.join(" x "));
     let codes: String = v.axis_codes().into_iter().collect();
-    println!(
+    outln!(
         "orientation: {codes} (NIfTI i, j, k = array axes {})",
         if v.ndim() == 3 { "2, 1, 0" } else { "1, 0" }
     );
     match v.finite_range() {
-        Some((lo, hi)) => println!("range:       {lo} .. {hi}"),
-        None => println!("range:       no finite values"),
+        Some((lo, hi)) => outln!("range:       {lo} .. {hi}"),
+        None => outln!("range:       no finite values"),
     }
     let nonfinite = v.data.iter().filter(|x| !x.is_finite()).count();
     if nonfinite > 0 {
-        println!("non-finite:  {nonfinite} voxels (NaN or Inf)");
+        outln!("non-finite:  {nonfinite} voxels (NaN or Inf)");
     }
-    println!("affine (world_from_voxel, NIfTI index order):");
+    outln!("affine (world_from_voxel, NIfTI index order):");
     for row in &v.world_from_voxel {
-        println!(
+        outln!(
             "  [{:>10.4} {:>10.4} {:>10.4} {:>10.4}]",
-            row[0], row[1], row[2], row[3]
+            row[0],
+            row[1],
+            row[2],
+            row[3]
         );
     }
-    Ok(())
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// The path as it will be on disk (the parent canonicalised), for comparing inputs and outputs.
