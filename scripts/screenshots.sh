@@ -22,12 +22,14 @@ AUGSCOPE_SHOT="rotate=12,-8,5;elastic=900,11;translate=0,6,-4" "$BIN" view asset
 APP=$!
 WID=""
 for _ in $(seq 1 120); do
-  WID=$(xdotool search --name '^augscope' 2>/dev/null | head -1 || true)
+  WID=$(xdotool search --onlyvisible --name '^augscope' 2>/dev/null | head -1 || true)
   [ -n "$WID" ] && break
   sleep 0.5
 done
 [ -n "$WID" ] || { echo "no augscope window appeared" >&2; exit 1; }
-xdotool windowmove "$WID" 0 0 windowsize "$WID" 1600 1000 windowfocus "$WID"
+xdotool windowmove "$WID" 0 0 || true
+xdotool windowsize "$WID" 1600 1000 || true
+xdotool windowfocus "$WID" 2>/dev/null || true
 sleep 12   # load, transform (elastic field on the CPU), and draw
 import -window root docs/explorer.png
 # The CPU vs GPU comparison: the toggle in the menu bar's right corner.

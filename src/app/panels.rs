@@ -156,7 +156,7 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     ui.label("computing…");
                 } else if let Some(f) = &rt.full {
                     ui.label(format!(
-                        "{} in {:.0} ms on {}",
+                        "{} in {} on {}",
                         "transform",
                         fmt_ms(rt, f.timings.total_ms),
                         f.backend
