@@ -145,3 +145,29 @@ fn a_missing_slice_is_an_error() {
         "wrong buffer size"
     );
 }
+
+#[test]
+fn cubic_coefficients_are_reused_only_for_the_same_image() {
+    let mut img = volume([8, 9, 10], 1, 3);
+    let plan = Plan {
+        rotate_rad: vec![0.2, 0.0, 0.1],
+        order: Order::Cubic,
+        mode: Mode::Nearest,
+        ..Plan::default()
+    };
+    let cpu = CpuBackend::new();
+    let (a, _, _) = apply_new(&cpu, &plan, &img, None).unwrap();
+    let (again, _, _) = apply_new(&cpu, &plan, &img, None).unwrap();
+    assert_eq!(a.data, again.data, "cached coefficients give the same result");
+    // Same buffer (same address), new content: the cache must notice.
+    img.data[400] += 5.0;
+    let (b, _, _) = apply_new(&cpu, &plan, &img, None).unwrap();
+    let (fresh, _, _) = apply_new(&CpuBackend::new(), &plan, &img, None).unwrap();
+    assert_eq!(b.data, fresh.data);
+    assert_ne!(a.data, b.data);
+    // Another mode needs other coefficients.
+    let mirror = Plan { mode: Mode::Mirror, ..plan.clone() };
+    let (m, _, _) = apply_new(&cpu, &mirror, &img, None).unwrap();
+    let (m_fresh, _, _) = apply_new(&CpuBackend::new(), &mirror, &img, None).unwrap();
+    assert_eq!(m.data, m_fresh.data);
+}

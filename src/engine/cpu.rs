@@ -21,6 +21,8 @@ pub struct CpuBackend {
     field_cache: Mutex<Option<Arc<ElasticField>>>,
     /// Field planes of the slice path: ((shape, sigma, seed, axis, index), per-component plane).
     plane_cache: Mutex<Vec<(PlaneKey, Arc<FieldPlane>)>>,
+    /// The last cubic coefficients, their key and their (padded) shape.
+    coef_cache: Mutex<Option<(CoefKey, Arc<Vec<f32>>, Vec<usize>)>>,
 }
 
 /// One plane of the unit field, per component.
@@ -133,7 +135,7 @@ impl CpuBackend {
         let field = self.field_plane(job.plan, &map.out_shape, axis, q_index);
         timings.field_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t1 = Instant::now();
-        let coef = Coefficients::new(&img.data, &img.shape, img.channels, job.plan);
+        let coef = self.coefficients(&img.data, &img.shape, img.channels, job.plan);
         timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
         let t2 = Instant::now();
         let image = coef.sampler(job.plan.order, job.plan.mode, job.plan.cval);
@@ -231,7 +233,7 @@ impl Backend for CpuBackend {
             f
         });
         let t1 = Instant::now();
-        let coef = Coefficients::new(&img.data, &img.shape, img.channels, job.plan);
+        let coef = self.coefficients(&img.data, &img.shape, img.channels, job.plan);
         timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
         let t2 = Instant::now();
         let image = coef.sampler(job.plan.order, job.plan.mode, job.plan.cval);
@@ -268,10 +270,90 @@ impl Backend for CpuBackend {
 
 /// The values a sampler reads: the voxels themselves, or cubic spline coefficients.
 pub struct Coefficients<'a> {
-    data: std::borrow::Cow<'a, [f32]>,
+    data: CoefData<'a>,
     shape: Vec<usize>,
     channels: usize,
     pad: f64,
+}
+
+/// The voxels themselves (orders 0 and 1), or shared cubic coefficients (order 3).
+enum CoefData<'a> {
+    Voxels(&'a [f32]),
+    Spline(Arc<Vec<f32>>),
+}
+
+/// What cubic coefficients depend on: the image (address, length and a hash of every value, so a
+/// new image at a reused address is never mistaken for the old one), its shape, mode and cval.
+#[derive(Clone, PartialEq)]
+struct CoefKey {
+    addr: usize,
+    len: usize,
+    hash: u64,
+    shape: Vec<usize>,
+    mode: Mode,
+    cval_bits: u32,
+}
+
+impl CoefKey {
+    fn new(data: &[f32], shape: &[usize], plan: &Plan) -> Self {
+        // FNV-1a over the value bits, in parallel chunks combined in order.
+        let hash = data
+            .par_chunks(1 << 16)
+            .map(|c| {
+                c.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+                    (h ^ v.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01b3)
+                })
+            })
+            .collect::<Vec<u64>>()
+            .into_iter()
+            .fold(0u64, |h, c| (h ^ c).wrapping_mul(0x0000_0100_0000_01b3));
+        CoefKey {
+            addr: data.as_ptr() as usize,
+            len: data.len(),
+            hash,
+            shape: shape.to_vec(),
+            mode: plan.mode,
+            cval_bits: plan.cval.to_bits(),
+        }
+    }
+}
+
+impl CpuBackend {
+    /// The values the sampler reads for `plan`: for order 3 the cubic coefficients, kept from the
+    /// last call when the image, mode and cval are the same (moving an angle or alpha with cubic
+    /// interpolation then costs no prefilter).
+    fn coefficients<'a>(
+        &self,
+        data: &'a [f32],
+        shape: &[usize],
+        channels: usize,
+        plan: &Plan,
+    ) -> Coefficients<'a> {
+        if plan.order != Order::Cubic {
+            return Coefficients::new(data, shape, channels, plan);
+        }
+        let key = CoefKey::new(data, shape, plan);
+        let mut cache = self.coef_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, coef, pshape)) = cache.as_ref()
+            && *k == key
+        {
+            return Coefficients {
+                data: CoefData::Spline(coef.clone()),
+                shape: pshape.clone(),
+                channels,
+                pad: if plan.mode.needs_prepad() {
+                    SPLINE_PREPAD as f64
+                } else {
+                    0.0
+                },
+            };
+        }
+        let c = Coefficients::new(data, shape, channels, plan);
+        if let CoefData::Spline(arc) = &c.data {
+            *cache = Some((key, arc.clone(), c.shape.clone()));
+        }
+        c
+    }
 }
 
 impl<'a> Coefficients<'a> {
@@ -279,7 +361,7 @@ impl<'a> Coefficients<'a> {
     pub fn new(data: &'a [f32], shape: &[usize], channels: usize, plan: &Plan) -> Self {
         if plan.order != Order::Cubic {
             return Coefficients {
-                data: data.into(),
+                data: CoefData::Voxels(data),
                 shape: shape.to_vec(),
                 channels,
                 pad: 0.0,
@@ -300,7 +382,7 @@ impl<'a> Coefficients<'a> {
             0.0
         };
         Coefficients {
-            data: all.into(),
+            data: CoefData::Spline(Arc::new(all)),
             shape: pshape,
             channels,
             pad,
@@ -308,8 +390,12 @@ impl<'a> Coefficients<'a> {
     }
 
     pub fn sampler(&self, order: Order, mode: Mode, cval: f32) -> Sampler<'_> {
+        let data: &[f32] = match &self.data {
+            CoefData::Voxels(d) => d,
+            CoefData::Spline(c) => c,
+        };
         Sampler {
-            data: &self.data,
+            data,
             shape: self.shape.clone(),
             channels: self.channels,
             order,
