@@ -22,8 +22,11 @@ pub struct CpuBackend {
     /// Field planes of the slice path: ((shape, sigma, seed, axis, index), per-component plane).
     plane_cache: Mutex<Vec<(PlaneKey, Arc<FieldPlane>)>>,
     /// The last cubic coefficients, their key and their (padded) shape.
-    coef_cache: Mutex<Option<(CoefKey, Arc<Vec<f32>>, Vec<usize>)>>,
+    coef_cache: Mutex<Option<CachedCoefficients>>,
 }
+
+/// Cubic coefficients with their key and their (padded) shape.
+type CachedCoefficients = (CoefKey, Arc<Vec<f32>>, Vec<usize>);
 
 /// One plane of the unit field, per component.
 type FieldPlane = Vec<Vec<f32>>;
