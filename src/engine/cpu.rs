@@ -176,15 +176,7 @@ impl CpuBackend {
             }
         };
         let img_rows = split_rows(out_image, plane_len, cols);
-        let lab_sampler = job.label.map(|l| Sampler {
-            data: &l.data,
-            shape: l.shape.clone(),
-            channels: l.channels,
-            order: Order::Nearest,
-            mode: job.plan.mode,
-            cval: 0.0,
-            pad: 0.0,
-        });
+        let lab_sampler = job.label.map(|l| Sampler::label(l, job.plan.mode));
         let lab_rows = match out_label {
             Some(buf) if lab_sampler.is_some() => split_rows(buf, plane_len, cols),
             _ => (0..rows).map(|_| Vec::new()).collect(),
@@ -240,15 +232,7 @@ impl Backend for CpuBackend {
         timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
         let t2 = Instant::now();
         let image = coef.sampler(job.plan.order, job.plan.mode, job.plan.cval);
-        let label = job.label.map(|l| Sampler {
-            data: &l.data,
-            shape: l.shape.clone(),
-            channels: l.channels,
-            order: Order::Nearest,
-            mode: job.plan.mode,
-            cval: 0.0,
-            pad: 0.0,
-        });
+        let label = job.label.map(|l| Sampler::label(l, job.plan.mode));
         match map.ndim {
             2 => resample::<2>(
                 &map,
@@ -429,6 +413,21 @@ struct Taps<const D: usize, const N: usize> {
     all_inside: bool,
     inside: [[bool; N]; D],
     w: [[f64; N]; D],
+}
+
+impl<'a> Sampler<'a> {
+    /// The sampler of a label map: order 0, cval 0 (background), the plan's mode.
+    pub fn label(l: &'a crate::volume::Volume, mode: Mode) -> Self {
+        Sampler {
+            data: &l.data,
+            shape: l.shape.clone(),
+            channels: l.channels,
+            order: Order::Nearest,
+            mode,
+            cval: 0.0,
+            pad: 0.0,
+        }
+    }
 }
 
 impl Sampler<'_> {
