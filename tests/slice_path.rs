@@ -158,7 +158,10 @@ fn cubic_coefficients_are_reused_only_for_the_same_image() {
     let cpu = CpuBackend::new();
     let (a, _, _) = apply_new(&cpu, &plan, &img, None).unwrap();
     let (again, _, _) = apply_new(&cpu, &plan, &img, None).unwrap();
-    assert_eq!(a.data, again.data, "cached coefficients give the same result");
+    assert_eq!(
+        a.data, again.data,
+        "cached coefficients give the same result"
+    );
     // Same buffer (same address), new content: the cache must notice.
     img.data[400] += 5.0;
     let (b, _, _) = apply_new(&cpu, &plan, &img, None).unwrap();
@@ -166,7 +169,10 @@ fn cubic_coefficients_are_reused_only_for_the_same_image() {
     assert_eq!(b.data, fresh.data);
     assert_ne!(a.data, b.data);
     // Another mode needs other coefficients.
-    let mirror = Plan { mode: Mode::Mirror, ..plan.clone() };
+    let mirror = Plan {
+        mode: Mode::Mirror,
+        ..plan.clone()
+    };
     let (m, _, _) = apply_new(&cpu, &mirror, &img, None).unwrap();
     let (m_fresh, _, _) = apply_new(&CpuBackend::new(), &mirror, &img, None).unwrap();
     assert_eq!(m.data, m_fresh.data);
