@@ -357,6 +357,25 @@ pub struct CoordMap {
 }
 
 impl CoordMap {
+    /// The input coordinate `x` of the flipped output index `q` with the unit elastic field `d`
+    /// at `q` (zero without elastic): `x = in_from_centered · (q - ctr_out + alpha d) + offset`.
+    #[inline]
+    pub fn input_coord<const D: usize>(&self, q: &[usize; D], d: &[f32; D]) -> [f64; D] {
+        let mut c = [0f64; D];
+        for a in 0..D {
+            c[a] = q[a] as f64 - self.ctr_out[a] + self.alpha * d[a] as f64;
+        }
+        let mut x = [0f64; D];
+        for (i, xi) in x.iter_mut().enumerate() {
+            let mut s = self.offset[i];
+            for (j, cj) in c.iter().enumerate() {
+                s += self.in_from_centered[i][j] * cj;
+            }
+            *xi = s;
+        }
+        x
+    }
+
     /// The flipped index `q` of output index `p` along `axis`.
     #[inline]
     pub fn flip_index(&self, axis: usize, p: usize) -> usize {

@@ -151,28 +151,20 @@ impl CpuBackend {
         let (rows, cols) = (map.out_shape[ra], map.out_shape[ca]);
         let coords_of_row = |r: usize, buf: &mut Vec<[f64; 3]>| {
             buf.clear();
-            let m = &map.in_from_centered;
             for col in 0..cols {
-                let mut p = [0usize; 3];
-                p[axis] = index;
-                p[ra] = r;
-                p[ca] = col;
-                let mut c = [0f64; 3];
-                for a in 0..3 {
-                    c[a] = map.flip_index(a, p[a]) as f64 - map.ctr_out[a];
-                }
+                let mut q = [0usize; 3];
+                q[axis] = map.flip_index(axis, index);
+                q[ra] = map.flip_index(ra, r);
+                q[ca] = map.flip_index(ca, col);
+                let mut d = [0f32; 3];
                 if let Some(f) = &field {
                     // The plane holds the field at q; its index is (q[ra], q[ca]).
-                    let u = map.flip_index(ra, r) * cols + map.flip_index(ca, col);
-                    for a in 0..3 {
-                        c[a] += map.alpha * f[a][u] as f64;
+                    let u = q[ra] * cols + q[ca];
+                    for (a, da) in d.iter_mut().enumerate() {
+                        *da = f[a][u];
                     }
                 }
-                let mut x = [0f64; 3];
-                for i in 0..3 {
-                    x[i] = map.offset[i] + (0..3).map(|j| m[i][j] * c[j]).sum::<f64>();
-                }
-                buf.push(x);
+                buf.push(map.input_coord(&q, &d));
             }
         };
         let img_rows = split_rows(out_image, plane_len, cols);
@@ -607,27 +599,17 @@ pub fn row_coords<const D: usize>(
         base = base * shape[a] + q[a];
     }
     base *= row_len;
-    let m = &map.in_from_centered;
     out.clear();
     for px in 0..row_len {
         q[D - 1] = map.flip_index(D - 1, px);
         let lin = base + q[D - 1];
-        let mut c = [0f64; D];
-        for a in 0..D {
-            c[a] = q[a] as f64 - map.ctr_out[a];
-            if let Some(f) = field {
-                c[a] += map.alpha * f.components[a][lin] as f64;
+        let mut d = [0f32; D];
+        if let Some(f) = field {
+            for (a, da) in d.iter_mut().enumerate() {
+                *da = f.components[a][lin];
             }
         }
-        let mut x = [0f64; D];
-        for i in 0..D {
-            let mut s = map.offset[i];
-            for j in 0..D {
-                s += m[i][j] * c[j];
-            }
-            x[i] = s;
-        }
-        out.push(x);
+        out.push(map.input_coord(&q, &d));
     }
 }
 
@@ -644,26 +626,29 @@ pub fn coordinates(map: &CoordMap, field: Option<&ElasticField>) -> Vec<f32> {
             rows[r].push(chunk);
         }
     }
-    rows.into_par_iter().enumerate().for_each(|(r, mut axes)| {
-        if d == 2 {
-            let mut buf = Vec::with_capacity(row_len);
-            row_coords::<2>(map, field, r, &mut buf);
-            for (i, x) in buf.iter().enumerate() {
-                for (a, ax) in axes.iter_mut().enumerate() {
-                    ax[i] = x[a] as f32;
-                }
-            }
-        } else {
-            let mut buf = Vec::with_capacity(row_len);
-            row_coords::<3>(map, field, r, &mut buf);
-            for (i, x) in buf.iter().enumerate() {
-                for (a, ax) in axes.iter_mut().enumerate() {
-                    ax[i] = x[a] as f32;
-                }
-            }
-        }
-    });
+    match d {
+        2 => write_coords::<2>(map, field, rows),
+        _ => write_coords::<3>(map, field, rows),
+    }
     out
+}
+
+/// Fills the per-row, per-axis coordinate slices of [`coordinates`].
+fn write_coords<const D: usize>(
+    map: &CoordMap,
+    field: Option<&ElasticField>,
+    rows: Vec<Vec<&mut [f32]>>,
+) {
+    rows.into_par_iter()
+        .enumerate()
+        .for_each_init(Vec::new, |buf, (r, mut axes)| {
+            row_coords::<D>(map, field, r, buf);
+            for (i, x) in buf.iter().enumerate() {
+                for (a, ax) in axes.iter_mut().enumerate() {
+                    ax[i] = x[a] as f32;
+                }
+            }
+        });
 }
 
 /// Splits a channel-major buffer into per-row groups of channel slices.
