@@ -154,6 +154,47 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
     }
 }
 
+// The first pass (axis 0, the noise) when a block can hold whole columns: all n rows of 32
+// columns plus R zero rows above and below, so every noise value is made exactly once (the
+// tiled gauss_mid_f32 makes the halo rows of each tile again: (TL + 2R) / TL = 1.75x at R = 48).
+// Grid (ceil(inner/32)), block (32, 8); the host uses it when n + 2R <= COL_ROWS.
+#define COL_ROWS 352
+extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
+    float* __restrict__ dst, int n, long long inner, unsigned int key0, unsigned int key1,
+    unsigned int noise_k) {
+    __shared__ float tile[COL_ROWS * TX];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long col = (long long)blockIdx.x * TX + tx;
+    const int rows = n + 2 * FIELD_R;
+    for (int r = ty; r < rows; r += TY) {
+        const int i = r - FIELD_R;
+        float v = 0.0f;
+        if (i >= 0 && i < n && col < inner) {
+            v = noise_value(key0, key1, noise_k, (unsigned long long)((long long)i * inner + col));
+        }
+        tile[r * TX + tx] = v;
+    }
+    __syncthreads();
+    if (col >= inner) return;
+    for (int c = ty; c * FIELD_K < n; c += TY) {
+        float acc[FIELD_K];
+#if FIELD_R <= WINDOW_MAX_R
+        float win[FIELD_K + 2 * FIELD_R];
+#pragma unroll
+        for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(c * FIELD_K + t) * TX + tx];
+        SMOOTH_K(WIN_REG, acc)
+#else
+#define WIN_COL(t) tile[(c * FIELD_K + (t)) * TX + tx]
+        SMOOTH_K(WIN_COL, acc)
+#endif
+#pragma unroll
+        for (int k = 0; k < FIELD_K; k++) {
+            const int i = c * FIELD_K + k;
+            if (i < n) dst[(long long)i * inner + col] = acc[k];
+        }
+    }
+}
+
 #endif  // FIELD_R <= TILED_MAX_R
 
 // Any radius, one output per thread straight from global memory (slow; for sigma > 29.9), on one

@@ -104,16 +104,10 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
 #define RESAMPLE_ENTRY resample_f32
 #endif
 
-// One thread per output voxel (see output_voxel); every image channel and every label channel.
-extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
-    int pv[3];
-    long long idx;
-    if (!output_voxel(p, pv, &idx)) return;
-    double x[3];
-    input_coordinate(p, field, pv, x);
-
+// The general path of one voxel near or beyond the edge: scipy's two boundary steps per tap.
+__device__ __forceinline__ void resample_edge(const ResampleParams& p, const store_t* __restrict__ img,
+                                           store_t* __restrict__ out, double x0, double x1, double x2, long long idx) {
+    const double x[3] = {x0, x1, x2};
     Taps<ORDER> t;
     if (make_taps<ORDER>(x, p.in_shape, p.pad, t)) {
         for (int ch = 0; ch < p.channels; ch++) {
@@ -124,7 +118,13 @@ extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
         const store_t cv = to_store(p.cval);
         for (int ch = 0; ch < p.channels; ch++) out[(long long)ch * p.n_out + idx] = cv;
     }
-    if (p.has_label) {
+}
+
+__device__ __forceinline__ void label_edge(const ResampleParams& p, const float* __restrict__ lab,
+                                        float* __restrict__ lab_out, double x0, double x1, double x2,
+                                        long long idx) {
+    const double x[3] = {x0, x1, x2};
+    {
         Taps<0> tl;
         if (make_taps<0>(x, p.lab_shape, 0.0, tl)) {
             for (int ch = 0; ch < p.lab_channels; ch++) {
@@ -133,6 +133,39 @@ extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
             }
         } else {
             for (int ch = 0; ch < p.lab_channels; ch++) lab_out[(long long)ch * p.n_out + idx] = 0.0f;
+        }
+    }
+}
+
+// One thread per output voxel (see output_voxel); every image channel and every label channel.
+extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+    int pv[3];
+    long long idx;
+    if (!output_voxel(p, pv, &idx)) return;
+    double x[3];
+    input_coordinate(p, field, pv, x);
+
+    idx_t base;
+    float w[NDIM][ORDER + 1];
+    if (interior_taps<ORDER>(x, p.in_shape, p.pad, &base, w)) {
+        for (int ch = 0; ch < p.channels; ch++) {
+            out[(long long)ch * p.n_out + idx] =
+                to_store(eval_interior<ORDER>(img + (long long)ch * p.n_in, base, p.in_shape, w, LoadStore()));
+        }
+    } else {
+        resample_edge(p, img, out, x[0], x[1], x[2], idx);
+    }
+    if (p.has_label) {
+        idx_t lbase;
+        float lw[NDIM][1];
+        if (interior_taps<0>(x, p.lab_shape, 0.0, &lbase, lw)) {
+            for (int ch = 0; ch < p.lab_channels; ch++) {
+                lab_out[(long long)ch * p.n_out + idx] = lab[(long long)ch * p.n_lab + lbase];
+            }
+        } else {
+            label_edge(p, lab, lab_out, x[0], x[1], x[2], idx);
         }
     }
 }

@@ -539,10 +539,67 @@ impl Sampler<'_> {
         }
     }
 
+    /// Order 1 at a point whose taps all lie inside the grid (`floor(x) in 0..=n-2` on every
+    /// axis): the offset of the first tap and the weights `[1 - t, t]` per axis, as [`Self::taps`]
+    /// gives them there (`map_coordinate` is the identity inside `[0, n-1]`). `None` elsewhere,
+    /// and for NaN.
+    #[inline(always)]
+    fn linear_interior<const D: usize>(
+        &self,
+        shape: &[usize; D],
+        strides: &[usize; D],
+        x: &[f64; D],
+    ) -> Option<(usize, [[f64; 2]; D])> {
+        let mut base = 0;
+        let mut w = [[0.0; 2]; D];
+        for a in 0..D {
+            let cc = x[a] + self.pad;
+            let f = cc.floor();
+            if !(f >= 0.0 && f <= shape[a] as f64 - 2.0) {
+                return None;
+            }
+            let t = cc - f;
+            w[a] = [1.0 - t, t];
+            base += f as usize * strides[a];
+        }
+        Some((base, w))
+    }
+
     /// Samples a whole row of coordinates, dispatching once on the order.
     fn sample_row<const D: usize>(&self, coords: &[[f64; D]], outs: &mut [&mut [f32]]) {
         sample_row_mv::<D>(self, coords, outs);
     }
+}
+
+/// The order-1 value of one channel from interior taps: [`Sampler::eval`] without the boundary
+/// bookkeeping, the same f64 products summed in the same order.
+#[inline(always)]
+fn linear_eval<const D: usize>(
+    data: &[f32],
+    base: usize,
+    strides: &[usize; D],
+    w: &[[f64; 2]; D],
+) -> f32 {
+    let mut sum = 0f64;
+    if D == 2 {
+        for i in 0..2 {
+            for j in 0..2 {
+                let v = data[base + i * strides[0] + j * strides[1]] as f64;
+                sum += v * w[0][i] * w[1][j];
+            }
+        }
+    } else {
+        for i in 0..2 {
+            for j in 0..2 {
+                let oij = base + i * strides[0] + j * strides[1];
+                for k in 0..2 {
+                    let v = data[oij + k * strides[2]] as f64;
+                    sum += v * w[0][i] * w[1][j] * w[2][k];
+                }
+            }
+        }
+    }
+    sum as f32
 }
 
 /// [`Sampler::sample_row`], also compiled for AVX2+FMA (hardware floor and fused multiply-adds), picked at run time.
@@ -563,8 +620,23 @@ fn sample_row_mv<const D: usize>(s: &Sampler<'_>, coords: &[[f64; D]], outs: &mu
             }
         }
         Order::Linear => {
+            let len = strides[0] * shape[0];
             for (i, x) in coords.iter().enumerate() {
-                s.sample_into::<D, 2>(&shape, &strides, x, outs, i);
+                // Most points have all taps inside the grid: there scipy's boundary steps are the
+                // identity, so skip them (same values as `sample_into`, in the same order).
+                match s.linear_interior::<D>(&shape, &strides, x) {
+                    Some((base, w)) => {
+                        for (ch, o) in outs.iter_mut().enumerate() {
+                            o[i] = linear_eval::<D>(
+                                &s.data[ch * len..(ch + 1) * len],
+                                base,
+                                &strides,
+                                &w,
+                            );
+                        }
+                    }
+                    None => s.sample_into::<D, 2>(&shape, &strides, x, outs, i),
+                }
             }
         }
         Order::Cubic => {

@@ -443,16 +443,18 @@ const BLOCK: u32 = 256;
 const FIELD_TL: usize = 128;
 /// The largest radius of the tiled field kernels (TILED_MAX_R in kernels/field.cu).
 const FIELD_TILED_MAX_R: usize = 120;
+/// Rows of the shared tile of the whole-column noise pass (COL_ROWS in kernels/field.cu).
+const FIELD_COL_ROWS: usize = 352;
 
 /// Block shape of the resample and coordinate kernels: (32, 8, 1) unless
-/// `AUGSCOPE_CUDA_BLOCK=x,y,z` (256 threads, x a multiple of 32) asks for another, for tuning.
+/// `AUGSCOPE_CUDA_BLOCK=x,y,z` (256 threads, x a multiple of 8) asks for another, for tuning.
 fn resample_block() -> (u32, u32, u32) {
     static B: OnceLock<(u32, u32, u32)> = OnceLock::new();
     *B.get_or_init(|| {
         let parsed = std::env::var("AUGSCOPE_CUDA_BLOCK").ok().and_then(|s| {
             let v: Vec<u32> = s.split(',').filter_map(|t| t.trim().parse().ok()).collect();
             match v[..] {
-                [x, y, z] if x * y * z == 256 && x % 32 == 0 => Some((x, y, z)),
+                [x, y, z] if x * y * z == 256 && x % 8 == 0 => Some((x, y, z)),
                 _ => None,
             }
         });
@@ -520,6 +522,8 @@ struct FieldPass<'a> {
     key: (u32, u32),
     k: u32,
     tiled: bool,
+    /// The noise pass through `gauss_col_noise_f32` (whole columns in one block).
+    col: bool,
 }
 
 impl FieldPass<'_> {
@@ -545,7 +549,25 @@ impl FieldPass<'_> {
                 self.shape
             ))
         };
-        if !self.tiled {
+        if self.col {
+            if self.axis != 0 || self.gen_noise == 0 || inner.div_ceil(32) > (1 << 31) - 1 {
+                return Err(too_large());
+            }
+            let cfg = LaunchConfig {
+                grid_dim: (inner.div_ceil(32) as u32, 1, 1),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            let (len_i, inner_i) = (len as i32, inner as i64);
+            let mut b = stream.launch_builder(f);
+            b.arg(dst).arg(&len_i).arg(&inner_i);
+            b.arg(&key0).arg(&key1).arg(&kk);
+            // SAFETY: gauss_col_noise_f32(float* dst, int n, i64 inner, u32 key0, u32 key1,
+            // u32 noise_k): dst is a view of exactly n * inner elements (outer = 1 on axis 0,
+            // checked above); the kernel bounds-checks col < inner and i < n, and the host only
+            // picks it when n + 2R <= COL_ROWS (its shared tile).
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_col_noise_f32", e))?;
+        } else if !self.tiled {
             let cfg = LaunchConfig {
                 grid_dim: (n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32, 1, 1),
                 block_dim: (BLOCK, 1, 1),
@@ -718,6 +740,16 @@ impl DeviceEngine {
                 "gauss_direct_f32"
             },
         )?;
+        // The noise pass holds whole columns when they fit the shared tile (COL_ROWS in
+        // kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns it off, for measurements.
+        let use_col = tiled
+            && shape[0] + 2 * radius <= FIELD_COL_ROWS
+            && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
+        let col = if use_col {
+            Some(self.function(Family::Field, &defines, "gauss_col_noise_f32")?)
+        } else {
+            None
+        };
         for k in 0..ndim {
             let mut comp = buf.s.slice_mut(k * n..(k + 1) * n);
             // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
@@ -731,8 +763,13 @@ impl DeviceEngine {
                     key: (seed as u32, (seed >> 32) as u32),
                     k: k as u32,
                     tiled,
+                    col: axis == 0 && col.is_some(),
                 };
-                let f = if axis == ndim - 1 { &last } else { &mid };
+                let f = match &col {
+                    Some(c) if axis == 0 => c,
+                    _ if axis == ndim - 1 => &last,
+                    _ => &mid,
+                };
                 if (ndim - 1 - axis).is_multiple_of(2) {
                     let src = scratch.s.slice(0..n);
                     let mut dst = comp.slice_mut(0..n);

@@ -60,56 +60,49 @@ pub fn correlate_axis_zero(
         return;
     }
     let slab = n * inner;
-    // Fixed row blocks (a multiple of 4, independent of the thread count, so every row is summed
-    // the same way on any machine: results are bit-identical across thread counts).
-    let rows_per_block = 8;
     dst.par_chunks_mut(slab)
         .zip(src.par_chunks(slab))
         .for_each(|(dslab, sslab)| {
-            dslab
-                .par_chunks_mut(rows_per_block * inner)
-                .enumerate()
-                .for_each(|(b, dblock)| {
-                    let i0 = b * rows_per_block;
-                    pass_rows(dblock, sslab, i0, n, inner, &w, &wext, r);
-                });
+            // Column tiles in parallel, every output row of a tile in one task: the tile's input
+            // rows come from memory once and stay in cache for all the outputs that read them.
+            // Rows are grouped in fours from row 0 whatever the thread count, so every value is
+            // summed the same way on any machine (bit-identical across thread counts).
+            let mut tiles: Vec<Vec<&mut [f32]>> = (0..inner.div_ceil(TILE))
+                .map(|_| Vec::with_capacity(n))
+                .collect();
+            for row in dslab.chunks_mut(inner) {
+                for (t, piece) in row.chunks_mut(TILE).enumerate() {
+                    tiles[t].push(piece);
+                }
+            }
+            tiles.into_par_iter().enumerate().for_each(|(t, mut rows)| {
+                pass_tile(&mut rows, sslab, n, inner, t * TILE, &w, &wext, r);
+            });
         });
 }
 
-/// Output rows `i0..i0 + dblock.len() / inner` of a pass along an axis whose rows are `inner`
-/// values apart in `src` (one slab of `n` rows): groups of four rows at once, then the rest.
-#[allow(clippy::too_many_arguments)] // internal helper shared by both pass layouts
-fn pass_rows(
-    dblock: &mut [f32],
+/// Every output row of one column tile (`rows[i]` is row `i`'s piece, starting at column `c0`) of
+/// a pass along an axis whose rows are `inner` values apart in `src` (one slab of `n` rows):
+/// groups of four rows at once, then the rest.
+#[allow(clippy::too_many_arguments)] // internal helper of correlate_axis_zero
+fn pass_tile(
+    rows: &mut [&mut [f32]],
     sslab: &[f32],
-    i0: usize,
     n: usize,
     inner: usize,
+    c0: usize,
     w: &[f32],
     wext: &[f32],
     r: usize,
 ) {
-    let rows = dblock.len() / inner;
-    let quads = rows / 4;
-    // Column tiles outermost: the tile's input rows stay in cache for all outputs.
-    for c0 in (0..inner).step_by(TILE) {
-        let wdt = TILE.min(inner - c0);
-        for (qi, quad) in dblock.chunks_exact_mut(4 * inner).enumerate() {
-            let (r0, rest) = quad.split_at_mut(inner);
-            let (r1, rest) = rest.split_at_mut(inner);
-            let (r2, r3) = rest.split_at_mut(inner);
-            let outs = [
-                &mut r0[c0..c0 + wdt],
-                &mut r1[c0..c0 + wdt],
-                &mut r2[c0..c0 + wdt],
-                &mut r3[c0..c0 + wdt],
-            ];
-            strided_accumulate4(outs, sslab, i0 + 4 * qi, n, inner, c0, wext, r);
+    let quads = n / 4;
+    for (qi, quad) in rows.chunks_exact_mut(4).enumerate() {
+        if let [a, b, c, d] = quad {
+            strided_accumulate4([a, b, c, d], sslab, 4 * qi, n, inner, c0, wext, r);
         }
-        for ri in 4 * quads..rows {
-            let out = &mut dblock[ri * inner + c0..ri * inner + c0 + wdt];
-            strided_accumulate(out, sslab, i0 + ri, n, inner, c0, w);
-        }
+    }
+    for (ri, out) in rows.iter_mut().enumerate().skip(4 * quads) {
+        strided_accumulate(out, sslab, ri, n, inner, c0, w);
     }
 }
 
@@ -176,19 +169,22 @@ fn strided_accumulate4(
     let k_hi = (i + 3 + r).min(n - 1);
     let [o0, o1, o2, o3] = outs;
     let full = wdt - wdt % B4;
+    // Offset of input row k from output row i + q is k - i - q, at wext[k + r + 3 - i - q]: the
+    // four weights of row k are the window wext[k + r - i..k + r - i + 4], reversed.
+    let wwin = &wext[k_lo + r - i..k_hi + r - i + 4];
     for k0 in (0..full).step_by(B4) {
         let mut acc = [[0f32; B4]; 4];
-        for k in k_lo..=k_hi {
-            let o = k * inner + c0 + k0;
+        let mut o = k_lo * inner + c0 + k0;
+        for ws in wwin.windows(4) {
             let row: &[f32; B4] = src[o..o + B4].try_into().unwrap_or(&[0.0; B4]);
-            // Offset of input row k from output row i + q is k - i - q; index it into wext.
-            let base = k + r + 3 - i;
-            let ws = [wext[base], wext[base - 1], wext[base - 2], wext[base - 3]];
+            let ws: &[f32; 4] = ws.try_into().unwrap_or(&[0.0; 4]);
             for q in 0..4 {
+                let wq = ws[3 - q];
                 for c in 0..B4 {
-                    acc[q][c] += ws[q] * row[c];
+                    acc[q][c] += wq * row[c];
                 }
             }
+            o += inner;
         }
         o0[k0..k0 + B4].copy_from_slice(&acc[0]);
         o1[k0..k0 + B4].copy_from_slice(&acc[1]);

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu_check.sh runs on the GPU machine (which has no Rust toolchain) and
+# copies it into .gpu/ (ignored by git; pass it to the device tool with carry [".gpu"]):
+# the headless release CLI, the release test binaries named in TESTS, and the peer benchmarks.
+set -euo pipefail
+TESTS=${TESTS:-cuda scipy_fixtures slice_path properties}
+rm -rf .gpu && mkdir -p .gpu/tests
+cargo build --release --no-default-features
+cp target/release/augscope .gpu/
+args=()
+for t in $TESTS; do args+=(--test "$t"); done
+cargo test --release --no-run --no-default-features "${args[@]}" --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        shutil.copy(m["executable"], ".gpu/tests/" + m["target"]["name"])
+        print("test binary:", m["target"]["name"])
+'
+cp /work/shared/bench/peers_bench.py .gpu/ 2>/dev/null || true
+for f in benches/*.py; do cp "$f" .gpu/; done
+strip .gpu/augscope .gpu/tests/*
+du -sh .gpu
