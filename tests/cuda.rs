@@ -209,6 +209,7 @@ fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
         mode,
         cval: if k.is_multiple_of(2) { 0.0 } else { 0.25 },
         out_shape: None,
+        ..Plan::default()
     }
 }
 
