@@ -1,5 +1,5 @@
 // The fused spatial transform (DESIGN §3): for every output voxel p, in one pass,
-//   q = flip(p); c = q - ctr_out + alpha * field(q); x = M c + offset;
+//   q = flip(p); c_a = q_a - ctr_out_a + alpha_a * field_a(q); x = M c + offset;
 // then boundary mode and order 0/1/3 sampling of every image channel with the same x, and order-0
 // sampling of the label map (cval 0) in the same thread. No intermediate volume is written.
 // Twin of `resample` / `row_coords` in src/engine/cpu.rs; boundary rules in boundary.cuh.
@@ -21,7 +21,7 @@ struct ResampleParams {
     double m[9];        // in_from_centered, row major; only the first NDIM x NDIM block is used
     double offset[3];   // translate + ctr_in
     double ctr_out[3];
-    double alpha;       // elastic strength (the unit field is `field`)
+    double alpha[3];    // elastic strength per axis (the unit field is `field`)
     double pad;         // scipy's nprepad of the image coefficient array
     long long n_out;    // voxels of one output channel
     long long n_in;     // elements of one (padded) image channel
@@ -81,7 +81,7 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
 #pragma unroll
         for (int a = 0; a < NDIM; a++) {
             c[a] = (double)q[a] - p.ctr_out[a];
-            c[a] += p.alpha * (double)__ldg(field + (long long)a * p.n_out + lin_q);
+            c[a] += p.alpha[a] * (double)__ldg(field + (long long)a * p.n_out + lin_q);
         }
     } else {
 #pragma unroll

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::engine::{self, BackendSpec, Precision};
 use augscope::io::{self, LoadOptions, SaveOptions};
 
@@ -173,12 +173,16 @@ struct ApplyArgs {
     /// Scale, isotropic (s) or per axis (s0,s1,s2); s > 1 samples a larger region.
     #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true)]
     scale: Option<Numbers>,
-    /// Translation in voxels per axis (content moves by -t).
+    /// Translation per axis (content moves by -t), in voxels, or mm with --space mm.
     #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true)]
     translate: Option<Numbers>,
-    /// Elastic deformation ALPHA,SIGMA (voxels).
+    /// Elastic deformation ALPHA,SIGMA, in voxels, or mm with --space mm.
     #[arg(long, value_parser = parse_elastic, allow_hyphen_values = true)]
     elastic: Option<(f64, f64)>,
+    /// Where rotation, translation and elastic act: voxel (array indices, as batchgenerators) or
+    /// mm (physical, from the header's spacing: anisotropic volumes rotate without shearing).
+    #[arg(long, default_value = "voxel", value_parser = |s: &str| s.parse::<Space>())]
+    space: Space,
     /// Seed of the elastic noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -440,6 +444,11 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         mode: a.mode,
         cval: a.cval,
         out_shape: None,
+        space: a.space,
+        spacing_mm: match a.space {
+            Space::Mm => image.spacing_mm.clone(),
+            Space::Voxel => vec![],
+        },
     };
     plan.validate(image.ndim())?;
 
@@ -497,9 +506,12 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         } else {
             None
         };
+        // |alpha| |G|: voxels in voxel space, millimetres in mm space (see `Space`); the other
+        // unit is bounded by the smallest and largest voxel size.
+        let alpha = plan.elastic.map_or(0.0, |e| e.alpha);
         let stats = gpu_stats
             .flatten()
-            .or_else(|| field.as_ref().map(|f| f.displacement_stats(map.alpha)));
+            .or_else(|| field.as_ref().map(|f| f.displacement_stats(alpha)));
         if let Some((max_v, rms_v)) = stats {
             let min_sp = image
                 .spacing_mm
@@ -507,11 +519,18 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
                 .cloned()
                 .fold(f64::INFINITY, f64::min);
             let max_sp = image.spacing_mm.iter().cloned().fold(0.0, f64::max);
-            disp = Some(serde_json::json!({
-                "max_vox": max_v, "rms_vox": rms_v,
-                "max_mm_range": [max_v * min_sp, max_v * max_sp],
-                "rms_mm_range": [rms_v * min_sp, rms_v * max_sp],
-            }));
+            disp = Some(match plan.space {
+                Space::Voxel => serde_json::json!({
+                    "max_vox": max_v, "rms_vox": rms_v,
+                    "max_mm_range": [max_v * min_sp, max_v * max_sp],
+                    "rms_mm_range": [rms_v * min_sp, rms_v * max_sp],
+                }),
+                Space::Mm => serde_json::json!({
+                    "max_mm": max_v, "rms_mm": rms_v,
+                    "max_vox_range": [max_v / max_sp, max_v / min_sp],
+                    "rms_vox_range": [rms_v / max_sp, rms_v / min_sp],
+                }),
+            });
         }
         if let Some(p) = &a.save_coords {
             let coords = match gpu_coords {
@@ -530,6 +549,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             "input": a.input, "output": a.output,
             "label": a.label, "label_output": a.label_out,
             "shape": image.shape, "channels": image.channels,
+            "space": plan.space, "spacing_mm": image.spacing_mm,
             "plan": plan, "done": plan.done_list(),
             "backend": backend_name, "backend_note": selected.note,
             "precision": a.precision,
@@ -616,6 +636,10 @@ struct BatchArgs {
     /// Skip samples an earlier run finished (listed in the manifest, files present).
     #[arg(long)]
     resume: bool,
+    /// Where rotation, translation and elastic act: voxel or mm (default: the preset's `space`,
+    /// else voxel).
+    #[arg(long, value_parser = |s: &str| s.parse::<Space>())]
+    space: Option<Space>,
     /// Output extension: nii.gz, nii, npy or png (default: the input's kind).
     #[arg(long)]
     ext: Option<String>,
@@ -724,7 +748,10 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
     use augscope::export::batch;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let preset = augscope::augment::preset::load_or_bundled(&a.preset).map_err(preset_error)?;
+    let mut preset = augscope::augment::preset::load_or_bundled(&a.preset).map_err(preset_error)?;
+    if let Some(space) = a.space {
+        preset.space = space;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     {
         // First Ctrl-C: finish the files being written, then stop. Second: stop at once (only

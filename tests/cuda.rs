@@ -4,7 +4,7 @@
 //! selection falls back to the CPU with a note, never a panic. Tests whose name says `gpu` need a
 //! CUDA device and skip with a printed reason where there is none. Arrays are `[z, y, x]`.
 
-use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::{self, CudaBackend};
 use augscope::engine::device;
@@ -74,6 +74,32 @@ fn every_kernel_compiles_with_nvrtc() {
     // The H200's arch, as the engine passes it there; PTX needs no device.
     let n = cuda::compile_all(Some("sm_90")).unwrap_or_else(|e| panic!("{e}"));
     assert!(n >= 50, "compiled {n} programs");
+}
+
+/// mm space builds the field family once per distinct per-axis sigma (`sigma_mm / spacing`),
+/// including radii 0 and past the tiled kernels'; each of those builds compiles.
+#[test]
+fn mm_space_field_kernels_compile_with_nvrtc() {
+    if let Err(why) = cuda::nvrtc_version() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let plan = Plan {
+        elastic: Some(Elastic {
+            alpha: 10.0,
+            sigma: 1.8,
+            seed: 1,
+        }),
+        space: Space::Mm,
+        spacing_mm: vec![20.0, 0.8, 0.05],
+        ..Plan::default()
+    };
+    let sigma_vox = plan.field_sigma_vox(3).unwrap();
+    assert_eq!(sigma_vox.len(), 3);
+    for s in sigma_vox {
+        cuda::compile(cuda::Family::Field, &cuda::field_defines(s), Some("sm_90"))
+            .unwrap_or_else(|e| panic!("sigma_vox {s}: {e}"));
+    }
 }
 
 #[test]
@@ -209,6 +235,7 @@ fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
         mode,
         cval: if k.is_multiple_of(2) { 0.0 } else { 0.25 },
         out_shape: None,
+        ..Plan::default()
     }
 }
 
@@ -421,9 +448,23 @@ fn gpu_batch_runs_on_every_listed_device() {
 /// ≥ 99.99 % of the unmasked voxels within the fixture tolerance of scipy, labels identical.
 #[test]
 fn gpu_matches_scipy_fixtures() {
-    use augscope::io::npy;
     let Some(g) = gpu(Precision::F32) else { return };
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    check_fixture_dir(&g, "tests/fixtures");
+}
+
+/// The mm-space fixtures of `tests/fixtures/space/` (written by `gen_space_fixtures.py`, checked
+/// on the CPU by `tests/space_fixtures.rs`) on the GPU: anisotropic spacing, per-axis sigma.
+#[test]
+fn gpu_matches_mm_space_scipy_fixtures() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    check_fixture_dir(&g, "tests/fixtures/space");
+}
+
+/// Every case of `<dir>/cases.json` on the GPU against its scipy reference.
+#[allow(clippy::unwrap_used)] // a test helper: a malformed fixture fails the test loudly
+fn check_fixture_dir(g: &CudaBackend, dir: &str) {
+    use augscope::io::npy;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let text = std::fs::read_to_string(dir.join("cases.json")).unwrap();
     let fx: serde_json::Value = serde_json::from_str(&text).unwrap();
     let tol = fx["tolerance"].as_f64().unwrap();
@@ -434,7 +475,7 @@ fn gpu_matches_scipy_fixtures() {
         let name = case["name"].as_str().unwrap();
         let plan: Plan =
             serde_json::from_value(case["plan"].clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let channels = case["channels"].as_u64().unwrap() as usize;
+        let channels = case["channels"].as_u64().unwrap_or(1) as usize;
         let a = load(case["input"].as_str().unwrap());
         let shape = if channels > 1 {
             a.shape[1..].to_vec()
@@ -447,7 +488,7 @@ fn gpu_matches_scipy_fixtures() {
             Volume::new(a.data, a.shape.clone(), 1)
         });
         let (out, out_label, _) =
-            apply_new(&g, &plan, &image, label.as_ref()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            apply_new(g, &plan, &image, label.as_ref()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = load(case["expected"].as_str().unwrap());
         let n: usize = out.shape.iter().product();
         let mask = case["mask"].as_str().map(|m| load(m).data);
@@ -484,4 +525,101 @@ fn gpu_matches_scipy_fixtures() {
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// mm space on the GPU: the voxel matrix `diag(s) S⁻¹ Rᵀ S`, per-axis alpha, and a field smoothed
+/// with a different sigma on every axis (one axis past the tiled kernels' radius, so the direct
+/// and tiled passes mix), against the CPU engine; coordinates, displacement and the field cache.
+#[test]
+fn gpu_matches_cpu_in_mm_space_with_anisotropic_sigma() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    let cases: [(Vec<usize>, Vec<f64>, f64); 4] = [
+        // sigma_vox [2.5, 9.4, 6.25]
+        (vec![20, 48, 40], vec![3.0, 0.8, 1.2], 7.5),
+        // sigma_vox [3.2, 40] (x past the tiled radius: direct kernel on the last pass)
+        (vec![44, 38], vec![2.5, 0.2], 8.0),
+        // sigma_vox [0.36, 2.2, 1.8]: radius 1 along the thick slices
+        (vec![9, 33, 35], vec![5.0, 0.8, 1.0], 1.8),
+        // sigma_vox [36, 6, 6]: the direct kernel on a middle pass
+        (vec![16, 30, 28], vec![0.5, 3.0, 3.0], 18.0),
+    ];
+    for (k, (shape, spacing, sigma_mm)) in cases.into_iter().enumerate() {
+        let nd = shape.len();
+        let image = random_volume(&shape, 1, 40 + k as u64);
+        let label = random_labels(&shape, 50 + k as u64);
+        for (order, mode) in [
+            (Order::Linear, Mode::Constant),
+            (Order::Cubic, Mode::Reflect),
+            (Order::Nearest, Mode::Mirror),
+        ] {
+            let plan = Plan {
+                rotate_rad: if nd == 3 {
+                    vec![0.3, -0.45, 0.6]
+                } else {
+                    vec![0.7]
+                },
+                scale: vec![1.1],
+                translate: (0..nd).map(|a| 2.0 - a as f64).collect(),
+                flip: vec![nd - 1],
+                elastic: Some(Elastic {
+                    alpha: 40.0,
+                    sigma: sigma_mm,
+                    seed: 9 + k as u64,
+                }),
+                order,
+                mode,
+                space: Space::Mm,
+                spacing_mm: spacing.clone(),
+                ..Plan::default()
+            };
+            let sigma_vox = plan.field_sigma_vox(nd).unwrap();
+            let what =
+                format!("mm {shape:?} spacing {spacing:?} sigma_vox {sigma_vox:?} {mode} o{order}");
+            check_plan(&g, &plan, &image, Some(&label), &what);
+            let map = plan.compose(&shape).unwrap();
+            let cpu = CpuBackend::new();
+            let field = cpu.field(&plan, &map.out_shape).map(|(f, _)| f).unwrap();
+            assert_eq!(field.sigma_vox, sigma_vox);
+            let want = coordinates(&map, Some(&field));
+            let got = g.coordinates(&plan, &shape).unwrap();
+            let (frac, worst, _) = agreement(&want, &got, 1e-4);
+            assert!(
+                frac == 1.0,
+                "{what}: coordinates {frac} within 1e-4, worst {worst}"
+            );
+            let (cmax, crms) = field.displacement_stats(40.0);
+            let (gmax, grms) = g
+                .displacement_stats(&plan, &map.out_shape)
+                .unwrap()
+                .unwrap();
+            assert!(
+                (cmax - gmax).abs() <= 1e-6 * cmax.max(1.0),
+                "{what}: max {cmax} vs {gmax}"
+            );
+            assert!(
+                (crms - grms).abs() <= 1e-6 * crms.max(1.0),
+                "{what}: rms {crms} vs {grms}"
+            );
+        }
+    }
+    // The device field is keyed by the per-axis sigma: another spacing is another field, the
+    // same one is cached.
+    let image = random_volume(&[12, 20, 22], 1, 3);
+    let mut plan = Plan {
+        elastic: Some(Elastic {
+            alpha: 30.0,
+            sigma: 6.0,
+            seed: 5,
+        }),
+        space: Space::Mm,
+        spacing_mm: vec![3.0, 1.0, 1.0],
+        ..Plan::default()
+    };
+    let _ = apply_new(&g, &plan, &image, None).unwrap();
+    plan.rotate_rad = vec![0.1, 0.2, 0.3];
+    let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
+    assert_eq!(t.field_ms, 0.0, "same spacing: the field is cached");
+    plan.spacing_mm = vec![2.0, 1.0, 1.0];
+    let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
+    assert!(t.field_ms > 0.0, "another spacing needs another field");
 }

@@ -81,6 +81,7 @@ impl CasePlan {
                 .expect("fixture mode is a scipy mode"),
             cval: self.cval,
             out_shape: self.out_shape.clone(),
+            ..Plan::default()
         }
     }
 }

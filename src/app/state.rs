@@ -125,6 +125,7 @@ impl Params {
             mode: self.mode,
             cval: self.cval,
             out_shape: None,
+            ..Plan::default()
         }
     }
 

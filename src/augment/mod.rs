@@ -53,7 +53,52 @@ impl fmt::Display for Order {
     }
 }
 
-/// Elastic deformation: displacement `alpha * G_sigma(noise)` in voxels (DESIGN §4).
+/// Where rotation, translation and the elastic deformation act.
+///
+/// `Voxel` (the default, as batchgenerators): on array indices, so a rotation of an anisotropic
+/// volume shears it in millimetres. `Mm`: on physical coordinates `c_mm = S c` with
+/// `S = diag(spacing_mm)`, so an anisotropic volume (e.g. 0.8 x 0.8 x 5 mm) rotates rigidly. In
+/// `Mm` the rotation matrix on voxel coordinates is `S⁻¹ Rᵀ S`, translations are millimetres
+/// (`t / spacing` voxels), and elastic sigma and alpha are millimetres: the field is smoothed with
+/// `sigma / spacing_a` voxels along axis `a` and its component `a` moves `alpha G_a / spacing_a`
+/// voxels, i.e. the displacement `alpha G` is isotropic in millimetres. Scale is a ratio and
+/// means the same in both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Space {
+    #[default]
+    Voxel,
+    Mm,
+}
+
+impl Space {
+    pub fn is_voxel(&self) -> bool {
+        *self == Space::Voxel
+    }
+}
+
+impl std::str::FromStr for Space {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "voxel" | "vox" | "voxels" => Ok(Space::Voxel),
+            "mm" => Ok(Space::Mm),
+            _ => Err(format!("unknown space '{s}' (expected voxel or mm)")),
+        }
+    }
+}
+
+impl fmt::Display for Space {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Space::Voxel => "voxel",
+            Space::Mm => "mm",
+        })
+    }
+}
+
+/// Elastic deformation: displacement `alpha * G_sigma(noise)` (DESIGN §4), in voxels, or in
+/// millimetres when the plan's space is [`Space::Mm`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Elastic {
     pub alpha: f64,
@@ -71,7 +116,8 @@ pub struct Plan {
     pub rotate_rad: Vec<f64>,
     /// Scale: empty (none), one value (isotropic) or one per axis. `s > 1` samples a larger region.
     pub scale: Vec<f64>,
-    /// Translation in voxels per axis (content moves by `-t`); empty for none.
+    /// Translation per axis (content moves by `-t`), in the plan's space: voxels, or millimetres
+    /// in [`Space::Mm`]; empty for none.
     pub translate: Vec<f64>,
     pub elastic: Option<Elastic>,
     pub order: Order,
@@ -79,6 +125,11 @@ pub struct Plan {
     pub cval: f32,
     /// Output grid shape; the input's when `None`.
     pub out_shape: Option<Vec<usize>>,
+    /// Where rotation, translation and elastic act (see [`Space`]).
+    pub space: Space,
+    /// Voxel size per axis in millimetres, `[z, y, x]`; needed in [`Space::Mm`], ignored in
+    /// [`Space::Voxel`] (empty there).
+    pub spacing_mm: Vec<f64>,
 }
 
 impl Default for Plan {
@@ -93,6 +144,8 @@ impl Default for Plan {
             mode: Mode::Constant,
             cval: 0.0,
             out_shape: None,
+            space: Space::Voxel,
+            spacing_mm: vec![],
         }
     }
 }
@@ -125,6 +178,10 @@ pub enum PlanError {
     },
     #[error("output shape {got:?} does not have {ndim} positive axes")]
     OutShape { got: Vec<usize>, ndim: usize },
+    #[error(
+        "--space mm needs a positive, finite voxel spacing in mm for each of the {ndim} axes, got {got:?}"
+    )]
+    Spacing { got: Vec<f64>, ndim: usize },
 }
 
 /// One transform that fired, with its values (the "done list").
@@ -144,6 +201,15 @@ impl Plan {
     pub fn validate(&self, ndim: usize) -> Result<(), PlanError> {
         if !(2..=3).contains(&ndim) {
             return Err(PlanError::Dimensions(ndim));
+        }
+        if self.space == Space::Mm
+            && (self.spacing_mm.len() != ndim
+                || !self.spacing_mm.iter().all(|&s| s.is_finite() && s > 0.0))
+        {
+            return Err(PlanError::Spacing {
+                got: self.spacing_mm.clone(),
+                ndim,
+            });
         }
         if let Some(&axis) = self.flip.iter().find(|&&a| a >= ndim) {
             return Err(PlanError::FlipAxis { axis, ndim });
@@ -221,6 +287,28 @@ impl Plan {
         Ok(())
     }
 
+    /// The voxel size that converts this plan's units to voxels: `spacing_mm` in [`Space::Mm`],
+    /// ones in [`Space::Voxel`]. Assumes a validated plan.
+    fn unit_vox(&self, ndim: usize) -> Vec<f64> {
+        match self.space {
+            Space::Mm => self.spacing_mm.clone(),
+            Space::Voxel => vec![1.0; ndim],
+        }
+    }
+
+    /// The elastic field's gaussian sigma per axis in voxels, `[z, y, x]`: the plan's sigma on
+    /// every axis in [`Space::Voxel`], `sigma / spacing_mm[a]` in [`Space::Mm`]. `None` without an
+    /// elastic deformation. The unit field depends only on (seed, this, grid shape).
+    pub fn field_sigma_vox(&self, ndim: usize) -> Option<Vec<f64>> {
+        let e = self.elastic?;
+        Some(match self.space {
+            Space::Voxel => vec![e.sigma; ndim],
+            Space::Mm => (0..ndim)
+                .map(|a| e.sigma / self.spacing_mm.get(a).copied().unwrap_or(1.0))
+                .collect(),
+        })
+    }
+
     /// Whether the plan moves no voxel.
     pub fn is_identity(&self) -> bool {
         self.flip.is_empty()
@@ -239,19 +327,34 @@ impl Plan {
                 values: serde_json::json!({ "axes": self.flip }),
             });
         }
+        // In mm space every spatial entry says so, with the values in voxels beside it; voxel
+        // space (the default) keeps its entries as they always were.
+        let mm = self.space == Space::Mm;
         if let Some(e) = &self.elastic
             && e.alpha != 0.0
         {
+            let mut values =
+                serde_json::json!({ "alpha": e.alpha, "sigma": e.sigma, "seed": e.seed });
+            if mm {
+                values["space"] = "mm".into();
+                values["sigma_vox"] = self.field_sigma_vox(self.spacing_mm.len()).into();
+            }
             done.push(Done {
                 transform: "elastic".into(),
-                values: serde_json::json!({ "alpha": e.alpha, "sigma": e.sigma, "seed": e.seed }),
+                values,
             });
         }
         if self.rotate_rad.iter().any(|&a| a != 0.0) {
             let deg: Vec<f64> = self.rotate_rad.iter().map(|a| a.to_degrees()).collect();
+            let mut values =
+                serde_json::json!({ "angles_rad": self.rotate_rad, "angles_deg": deg });
+            if mm {
+                values["space"] = "mm".into();
+                values["spacing_mm"] = self.spacing_mm.clone().into();
+            }
             done.push(Done {
                 transform: "rotate".into(),
-                values: serde_json::json!({ "angles_rad": self.rotate_rad, "angles_deg": deg }),
+                values,
             });
         }
         if self.scale.iter().any(|&s| s != 1.0) {
@@ -261,9 +364,20 @@ impl Plan {
             });
         }
         if self.translate.iter().any(|&t| t != 0.0) {
+            let values = if mm {
+                let vox: Vec<f64> = self
+                    .translate
+                    .iter()
+                    .zip(&self.spacing_mm)
+                    .map(|(t, s)| t / s)
+                    .collect();
+                serde_json::json!({ "mm": self.translate, "voxels": vox, "space": "mm" })
+            } else {
+                serde_json::json!({ "voxels": self.translate })
+            };
             done.push(Done {
                 transform: "translate".into(),
-                values: serde_json::json!({ "voxels": self.translate }),
+                values,
             });
         }
         done
@@ -278,7 +392,8 @@ impl Plan {
         for &a in &self.flip {
             flip[a] = true;
         }
-        // R = Rx(a0) Ry(a1) Rz(a2) (batchgenerators), then M = diag(s) R^T.
+        // R = Rx(a0) Ry(a1) Rz(a2) (batchgenerators), then M = diag(s) R^T; in mm space
+        // M = diag(s) S⁻¹ Rᵀ S with S = diag(spacing_mm) (see `Space`).
         let r: [[f64; 3]; 3] = if ndim == 3 {
             let a = if self.rotate_rad.is_empty() {
                 vec![0.0; 3]
@@ -308,12 +423,33 @@ impl Plan {
                 m[i][j] = scale[i] * r[j][i];
             }
         }
+        let unit = self.unit_vox(ndim);
+        if self.space == Space::Mm {
+            // The spacing ratio first: isotropic spacing multiplies by exactly 1.
+            for i in 0..ndim {
+                for j in 0..ndim {
+                    m[i][j] *= unit[j] / unit[i];
+                }
+            }
+        }
         let mut b = [0.0; 3];
         let mut ctr_out = [0.0; 3];
+        let e_alpha = self.elastic.map_or(0.0, |e| e.alpha);
+        let mut alpha = [0.0; 3];
         for i in 0..ndim {
             let t = self.translate.get(i).copied().unwrap_or(0.0);
+            let t = if self.space == Space::Mm {
+                t / unit[i]
+            } else {
+                t
+            };
             b[i] = t + (in_shape[i] as f64 - 1.0) / 2.0;
             ctr_out[i] = (out_shape[i] as f64 - 1.0) / 2.0;
+            alpha[i] = if self.space == Space::Mm {
+                e_alpha / unit[i]
+            } else {
+                e_alpha
+            };
         }
         Ok(CoordMap {
             ndim,
@@ -323,7 +459,7 @@ impl Plan {
             in_from_centered: m,
             offset: b,
             ctr_out,
-            alpha: self.elastic.map_or(0.0, |e| e.alpha),
+            alpha,
         })
     }
 }
@@ -339,7 +475,7 @@ fn matmul3(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
 }
 
 /// The fused map from an output voxel `p` to an input coordinate `x` (DESIGN §3):
-/// `q = flip(p)`, `c = q - ctr_out + alpha * field(q)`, `x = in_from_centered · c + offset`.
+/// `q = flip(p)`, `c_a = q_a - ctr_out_a + alpha_a * field_a(q)`, `x = in_from_centered · c + offset`.
 /// Only the first `ndim` entries of each array are used.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CoordMap {
@@ -347,23 +483,24 @@ pub struct CoordMap {
     pub in_shape: Vec<usize>,
     pub out_shape: Vec<usize>,
     pub flip: [bool; 3],
-    /// `diag(scale) · Rᵀ`.
+    /// `diag(scale) · Rᵀ` (mm space: `diag(scale) · S⁻¹ Rᵀ S`).
     pub in_from_centered: [[f64; 3]; 3],
-    /// `translate + ctr_in`.
+    /// `translate + ctr_in` (translate in voxels).
     pub offset: [f64; 3],
     pub ctr_out: [f64; 3],
-    /// Elastic strength; the unit field is supplied by the engine.
-    pub alpha: f64,
+    /// Elastic strength per axis, voxels per unit field value: alpha on every axis in voxel
+    /// space, `alpha / spacing_mm[a]` in mm space; the unit field is supplied by the engine.
+    pub alpha: [f64; 3],
 }
 
 impl CoordMap {
     /// The input coordinate `x` of the flipped output index `q` with the unit elastic field `d`
-    /// at `q` (zero without elastic): `x = in_from_centered · (q - ctr_out + alpha d) + offset`.
+    /// at `q` (zero without elastic): `x = in_from_centered · (q - ctr_out + alpha ⊙ d) + offset`.
     #[inline]
     pub fn input_coord<const D: usize>(&self, q: &[usize; D], d: &[f32; D]) -> [f64; D] {
         let mut c = [0f64; D];
         for a in 0..D {
-            c[a] = q[a] as f64 - self.ctr_out[a] + self.alpha * d[a] as f64;
+            c[a] = q[a] as f64 - self.ctr_out[a] + self.alpha[a] * d[a] as f64;
         }
         let mut x = [0f64; D];
         for (i, xi) in x.iter_mut().enumerate() {

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Done, Elastic, Mode, Order, Plan};
+use super::{Done, Elastic, Mode, Order, Plan, Space};
 
 /// The only preset format version this build reads.
 pub const PRESET_VERSION: u32 = 1;
@@ -35,6 +35,10 @@ pub struct Preset {
     pub source: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// Where rotation, translation and elastic act: `"voxel"` (default, as batchgenerators) or
+    /// `"mm"` (see [`Space`]: angles turn physical space, elastic alpha and sigma are mm).
+    #[serde(default, skip_serializing_if = "Space::is_voxel")]
+    pub space: Space,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flip: Option<FlipSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,8 +127,8 @@ pub struct TranslateSpec {
     pub unit: Unit,
 }
 
-/// Elastic deformation `alpha * G_sigma(noise)` in voxels (DESIGN §4; batchgenerators' alpha and
-/// sigma).
+/// Elastic deformation `alpha * G_sigma(noise)` (DESIGN §4; batchgenerators' alpha and sigma), in
+/// voxels, or millimetres when the preset's `space` is `"mm"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ElasticSpec {
@@ -435,7 +439,7 @@ impl Preset {
     }
 
     /// Draws one sample for a grid of `ndim` axes with voxel size `spacing_mm` (used by
-    /// translations in millimetres).
+    /// translations in millimetres, and carried into the plan in mm space).
     pub fn sample(
         &self,
         seed: u64,
@@ -448,6 +452,11 @@ impl Preset {
             order: Order::try_from(s.order).map_err(invalid)?,
             mode: s.mode.parse::<Mode>().map_err(invalid)?,
             cval: s.cval as f32,
+            space: self.space,
+            spacing_mm: match self.space {
+                Space::Mm => spacing_mm.to_vec(),
+                Space::Voxel => vec![],
+            },
             ..Plan::default()
         };
         let mut drawn = serde_json::Map::new();
@@ -543,7 +552,14 @@ impl Preset {
                     .collect(),
             };
             if fire {
-                plan.translate = vox.clone();
+                // The plan holds the translation in its own space.
+                plan.translate = match (self.space, t.unit) {
+                    (Space::Voxel, _) => vox.clone(),
+                    (Space::Mm, Unit::Mm) => vals.clone(),
+                    (Space::Mm, Unit::Voxel) => {
+                        vals.iter().zip(spacing_mm).map(|(v, sp)| v * sp).collect()
+                    }
+                };
             }
             drawn.insert(
                 "translate".into(),

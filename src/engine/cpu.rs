@@ -19,7 +19,7 @@ use crate::augment::{CoordMap, Order, Plan};
 #[derive(Default)]
 pub struct CpuBackend {
     field_cache: Mutex<Option<Arc<ElasticField>>>,
-    /// Field planes of the slice path: ((shape, sigma, seed, axis, index), per-component plane).
+    /// Field planes of the slice path: ((shape, sigmas, seed, axis, index), per-component plane).
     plane_cache: Mutex<Vec<(PlaneKey, Arc<FieldPlane>)>>,
     /// The last cubic coefficients, their key and their (padded) shape.
     coef_cache: Mutex<Option<CachedCoefficients>>,
@@ -31,8 +31,8 @@ type CachedCoefficients = (CoefKey, Arc<Vec<f32>>, Vec<usize>);
 /// One plane of the unit field, per component.
 type FieldPlane = Vec<Vec<f32>>;
 
-/// What a cached field plane depends on: (shape, sigma bits, seed, axis, index).
-type PlaneKey = (Vec<usize>, u64, u64, usize, usize);
+/// What a cached field plane depends on: (shape, per-axis sigma bits, seed, axis, index).
+type PlaneKey = (Vec<usize>, Vec<u64>, u64, usize, usize);
 
 /// Planes kept by the slice path: the three views of the GUI and one spare.
 const PLANE_CACHE: usize = 4;
@@ -49,14 +49,15 @@ impl CpuBackend {
         if e.alpha == 0.0 {
             return None;
         }
+        let sigma = plan.field_sigma_vox(out_shape.len())?;
         let mut cache = self.field_cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = cache.as_ref()
-            && f.matches(out_shape, e.sigma, e.seed)
+            && f.matches(out_shape, &sigma, e.seed)
         {
             return Some((f.clone(), 0.0));
         }
         let t = Instant::now();
-        let f = Arc::new(ElasticField::compute(out_shape, e.sigma, e.seed));
+        let f = Arc::new(ElasticField::compute_axes(out_shape, &sigma, e.seed));
         *cache = Some(f.clone());
         Some((f, t.elapsed().as_secs_f64() * 1e3))
     }
@@ -73,21 +74,23 @@ impl CpuBackend {
         q_index: usize,
     ) -> Option<Arc<FieldPlane>> {
         let e = plan.elastic.filter(|e| e.alpha != 0.0)?;
+        let sigma = plan.field_sigma_vox(out_shape.len())?;
         {
             let cache = self.field_cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(f) = cache.as_ref()
-                && f.matches(out_shape, e.sigma, e.seed)
+                && f.matches(out_shape, &sigma, e.seed)
             {
                 return Some(Arc::new(f.plane(axis, q_index)));
             }
         }
-        let key: PlaneKey = (out_shape.to_vec(), e.sigma.to_bits(), e.seed, axis, q_index);
+        let bits = sigma.iter().map(|s| s.to_bits()).collect();
+        let key: PlaneKey = (out_shape.to_vec(), bits, e.seed, axis, q_index);
         let mut planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, p)) = planes.iter().find(|(k, _)| *k == key) {
             return Some(p.clone());
         }
-        let p = Arc::new(ElasticField::compute_plane(
-            out_shape, e.sigma, e.seed, axis, q_index,
+        let p = Arc::new(ElasticField::compute_plane_axes(
+            out_shape, &sigma, e.seed, axis, q_index,
         ));
         if planes.len() >= PLANE_CACHE {
             planes.remove(0);

@@ -263,7 +263,8 @@ pub struct ResampleParams {
     pub m: [f64; 9],
     pub offset: [f64; 3],
     pub ctr_out: [f64; 3],
-    pub alpha: f64,
+    /// Elastic strength per axis (voxels per unit field value).
+    pub alpha: [f64; 3],
     pub pad: f64,
     pub n_out: i64,
     pub n_in: i64,
@@ -281,7 +282,7 @@ pub struct ResampleParams {
 }
 
 // SAFETY: #[repr(C)], plain old data (f64, i64, i32, f32 only; no pointers), laid out exactly as
-// the C struct in kernels/resample.cu (232 bytes, 8-byte aligned; checked by a test).
+// the C struct in kernels/resample.cu (248 bytes, 8-byte aligned; checked by a test).
 unsafe impl DeviceRepr for ResampleParams {}
 
 /// Kernel parameters of `pad_f32`; must match `struct PadParams` in `kernels/prefilter.cu`.
@@ -373,10 +374,10 @@ fn ensure<'a, T: DeviceRepr>(
         .ok_or_else(|| EngineError::Cuda("workspace buffer missing".into()))
 }
 
-/// The cached unit field of one (seed, sigma, shape).
+/// The cached unit field of one (seed, per-axis sigma in voxels, shape).
 struct CachedField {
     seed: u64,
-    sigma: f64,
+    sigma_vox: Vec<f64>,
     shape: Vec<usize>,
     buf: DevBuf<f32>,
 }
@@ -690,29 +691,32 @@ impl DeviceEngine {
             .map_err(|e| driver_error("cannot record an event", e))
     }
 
-    /// Makes sure the unit field of (seed, sigma, out_shape) is on the device; returns the
-    /// milliseconds its computation took on the device (0 when cached).
+    /// Makes sure the unit field of (seed, per-axis sigma in voxels, out_shape) is on the device;
+    /// returns the milliseconds its computation took on the device (0 when cached).
     fn ensure_field(
         &self,
         st: &mut State,
-        sigma: f64,
+        sigma_vox: &[f64],
         seed: u64,
         shape: &[usize],
     ) -> Result<f64, EngineError> {
         if let Some(f) = &st.field
             && f.seed == seed
-            && f.sigma == sigma
+            && f.sigma_vox == sigma_vox
             && f.shape == shape
         {
             return Ok(0.0);
         }
         st.field = None;
         let ndim = shape.len();
+        if sigma_vox.len() != ndim {
+            return Err(EngineError::Cuda(format!(
+                "the elastic field of a {ndim}D grid needs {ndim} sigmas, got {}",
+                sigma_vox.len()
+            )));
+        }
         let n: usize = shape.iter().product();
         let stream = &self.dev.stream;
-        let defines = field_defines(sigma);
-        let radius = gaussian_kernel(sigma, 4.0).len() / 2;
-        let tiled = radius <= FIELD_TILED_MAX_R;
         let mut buf = DevBuf::<f32>::new(&self.dev, ndim * n, "the elastic field")?;
         let scratch = ensure(
             &self.dev,
@@ -722,53 +726,44 @@ impl DeviceEngine {
         )?;
         let _busy = self.dev.tracker.in_use(buf.bytes() + scratch.bytes());
         let e0 = self.event(stream)?;
-        let mid = self.function(
-            Family::Field,
-            &defines,
-            if tiled {
-                "gauss_mid_f32"
-            } else {
-                "gauss_direct_f32"
-            },
-        )?;
-        let last = self.function(
-            Family::Field,
-            &defines,
-            if tiled {
-                "gauss_last_f32"
-            } else {
-                "gauss_direct_f32"
-            },
-        )?;
-        // The noise pass holds whole columns when they fit the shared tile (COL_ROWS in
-        // kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns it off, for measurements.
-        let use_col = tiled
-            && shape[0] + 2 * radius <= FIELD_COL_ROWS
-            && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
-        let col = if use_col {
-            Some(self.function(Family::Field, &defines, "gauss_col_noise_f32")?)
-        } else {
-            None
-        };
+        // The kernel of each axis's pass, built with that axis's weights (one build when every
+        // axis has the same sigma). The noise pass (axis 0) holds whole columns when they fit the
+        // shared tile (COL_ROWS in kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns that off, for
+        // measurements.
+        let mut kernels = Vec::with_capacity(ndim);
+        for (axis, &sigma) in sigma_vox.iter().enumerate() {
+            let radius = gaussian_kernel(sigma, 4.0).len() / 2;
+            let tiled = radius <= FIELD_TILED_MAX_R;
+            let col = axis == 0
+                && tiled
+                && shape[0] + 2 * radius <= FIELD_COL_ROWS
+                && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
+            let name = match (tiled, col, axis == ndim - 1) {
+                (false, _, _) => "gauss_direct_f32",
+                (true, true, _) => "gauss_col_noise_f32",
+                (true, false, false) => "gauss_mid_f32",
+                (true, false, true) => "gauss_last_f32",
+            };
+            kernels.push((
+                tiled,
+                col,
+                self.function(Family::Field, &field_defines(sigma), name)?,
+            ));
+        }
         for k in 0..ndim {
             let mut comp = buf.s.slice_mut(k * n..(k + 1) * n);
             // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
             // between the component and the scratch so that the last one ends in the component:
             // 3D noise→comp→scratch→comp, 2D noise→scratch→comp.
-            for axis in 0..ndim {
+            for (axis, (tiled, col, f)) in kernels.iter().enumerate() {
                 let pass = FieldPass {
                     shape,
                     axis,
                     gen_noise: (axis == 0) as i32,
                     key: (seed as u32, (seed >> 32) as u32),
                     k: k as u32,
-                    tiled,
-                    col: axis == 0 && col.is_some(),
-                };
-                let f = match &col {
-                    Some(c) if axis == 0 => c,
-                    _ if axis == ndim - 1 => &last,
-                    _ => &mid,
+                    tiled: *tiled,
+                    col: *col,
                 };
                 if (ndim - 1 - axis).is_multiple_of(2) {
                     let src = scratch.s.slice(0..n);
@@ -787,7 +782,7 @@ impl DeviceEngine {
         let ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64;
         st.field = Some(CachedField {
             seed,
-            sigma,
+            sigma_vox: sigma_vox.to_vec(),
             shape: shape.to_vec(),
             buf,
         });
@@ -934,7 +929,8 @@ impl DeviceEngine {
         // 1. The unit elastic field, cached on the device.
         let has_field = match plan.elastic {
             Some(e) if e.alpha != 0.0 => {
-                timings.field_ms = self.ensure_field(st, e.sigma, e.seed, &out_shape)?;
+                let sigma_vox = plan.field_sigma_vox(out_shape.len()).unwrap_or_default();
+                timings.field_ms = self.ensure_field(st, &sigma_vox, e.seed, &out_shape)?;
                 true
             }
             _ => false,
@@ -1231,7 +1227,8 @@ impl DeviceEngine {
         let n: usize = map.out_shape.iter().product();
         let has_field = match plan.elastic {
             Some(e) if e.alpha != 0.0 => {
-                self.ensure_field(&mut st, e.sigma, e.seed, &map.out_shape)?;
+                let sigma_vox = plan.field_sigma_vox(map.ndim).unwrap_or_default();
+                self.ensure_field(&mut st, &sigma_vox, e.seed, &map.out_shape)?;
                 true
             }
             _ => false,
@@ -1272,7 +1269,8 @@ impl DeviceEngine {
         Ok(v)
     }
 
-    /// Largest and RMS displacement (voxels) of the plan's field, from the device.
+    /// Largest and RMS displacement `|alpha| |G|` of the plan's field, from the device: voxels, or
+    /// millimetres when the plan's space is mm.
     fn displacement_stats(
         &self,
         plan: &Plan,
@@ -1282,7 +1280,8 @@ impl DeviceEngine {
             return Ok(None);
         };
         let mut st = lock(&self.state);
-        self.ensure_field(&mut st, e.sigma, e.seed, out_shape)?;
+        let sigma_vox = plan.field_sigma_vox(out_shape.len()).unwrap_or_default();
+        self.ensure_field(&mut st, &sigma_vox, e.seed, out_shape)?;
         let st = &mut *st;
         let n: usize = out_shape.iter().product();
         let stream = &self.dev.stream;
@@ -1293,7 +1292,12 @@ impl DeviceEngine {
         let Some(field) = st.field.as_ref() else {
             return Err(EngineError::Cuda("field missing".into()));
         };
-        let f = self.function(Family::Field, &field_defines(e.sigma), "field_stats_f32")?;
+        // Any build of the field family holds the statistics kernel: the one of axis 0's pass.
+        let f = self.function(
+            Family::Field,
+            &field_defines(sigma_vox[0]),
+            "field_stats_f32",
+        )?;
         let (n_i, ncomp) = (n as i64, out_shape.len() as i32);
         let (mut mx, mut sm) = stats.s.split_at_mut(1);
         // SAFETY: the first f64 of `stats` is reinterpreted as u64 (same size and alignment);
@@ -1466,7 +1470,8 @@ impl CudaBackend {
         self.engines[0].coordinates(plan, in_shape)
     }
 
-    /// Largest and RMS elastic displacement in voxels, from the device's cached field.
+    /// Largest and RMS elastic displacement `|alpha| |G|`, from the device's cached field: voxels,
+    /// or millimetres when the plan's space is mm.
     pub fn displacement_stats(
         &self,
         plan: &Plan,
@@ -1621,7 +1626,7 @@ mod tests {
 
     #[test]
     fn params_have_the_c_layout() {
-        assert_eq!(std::mem::size_of::<ResampleParams>(), 232);
+        assert_eq!(std::mem::size_of::<ResampleParams>(), 248);
         assert_eq!(std::mem::align_of::<ResampleParams>(), 8);
         assert_eq!(std::mem::size_of::<PadParams>(), 40);
     }

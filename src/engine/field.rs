@@ -1,6 +1,7 @@
 //! The smoothed unit elastic field `G_sigma(noise_k)` (DESIGN §4), one component per axis, on the
 //! output grid. It depends only on (seed, sigma, grid shape); alpha merely scales it, so engines
-//! cache it and moving any other parameter never recomputes it.
+//! cache it and moving any other parameter never recomputes it. Sigma is given per axis in
+//! voxels, `[z, y, x]` (one value on every axis in voxel space; `sigma_mm / spacing` in mm space).
 
 use rayon::prelude::*;
 
@@ -11,7 +12,8 @@ use crate::filter::gaussian::{gaussian_kernel, gaussian_zero};
 #[derive(Clone, Debug, PartialEq)]
 pub struct ElasticField {
     pub shape: Vec<usize>,
-    pub sigma: f64,
+    /// The gaussian's sigma per axis, in voxels.
+    pub sigma_vox: Vec<f64>,
     pub seed: u64,
     pub components: Vec<Vec<f32>>,
 }
@@ -20,19 +22,25 @@ impl ElasticField {
     /// Same values as `scipy.ndimage.gaussian_filter(noise_k, sigma, mode="constant", cval=0,
     /// truncate=4.0)` with `noise_k` the Philox noise of component `k`.
     pub fn compute(shape: &[usize], sigma: f64, seed: u64) -> Self {
+        Self::compute_axes(shape, &vec![sigma; shape.len()], seed)
+    }
+
+    /// [`Self::compute`] with one sigma per axis (voxels): same values as
+    /// `scipy.ndimage.gaussian_filter(noise_k, sigma_vox, mode="constant", cval=0, truncate=4.0)`.
+    pub fn compute_axes(shape: &[usize], sigma_vox: &[f64], seed: u64) -> Self {
         let n: usize = shape.iter().product();
         let mut scratch = Vec::new();
         let components = (0..shape.len())
             .map(|k| {
                 let mut c = vec![0f32; n];
                 fill_noise(seed, k as u32, 0, &mut c);
-                gaussian_zero(&mut c, &mut scratch, shape, &vec![sigma; shape.len()]);
+                gaussian_zero(&mut c, &mut scratch, shape, sigma_vox);
                 c
             })
             .collect();
         ElasticField {
             shape: shape.to_vec(),
-            sigma,
+            sigma_vox: sigma_vox.to_vec(),
             seed,
             components,
         }
@@ -50,10 +58,25 @@ impl ElasticField {
         axis: usize,
         index: usize,
     ) -> Vec<Vec<f32>> {
+        Self::compute_plane_axes(shape, &vec![sigma; shape.len()], seed, axis, index)
+    }
+
+    /// [`Self::compute_plane`] with one sigma per axis (voxels).
+    pub fn compute_plane_axes(
+        shape: &[usize],
+        sigma_vox: &[f64],
+        seed: u64,
+        axis: usize,
+        index: usize,
+    ) -> Vec<Vec<f32>> {
         let nd = shape.len();
         let plane_shape: Vec<usize> = (0..nd).filter(|&a| a != axis).map(|a| shape[a]).collect();
+        let plane_sigma: Vec<f64> = (0..nd)
+            .filter(|&a| a != axis)
+            .map(|a| sigma_vox[a])
+            .collect();
         let plane_len: usize = plane_shape.iter().product();
-        let w: Vec<f32> = gaussian_kernel(sigma, 4.0)
+        let w: Vec<f32> = gaussian_kernel(sigma_vox[axis], 4.0)
             .iter()
             .map(|&v| v as f32)
             .collect();
@@ -105,7 +128,7 @@ impl ElasticField {
                             }
                         });
                 }
-                gaussian_zero(&mut plane, &mut scratch, &plane_shape, &vec![sigma; nd - 1]);
+                gaussian_zero(&mut plane, &mut scratch, &plane_shape, &plane_sigma);
                 plane
             })
             .collect()
@@ -127,9 +150,9 @@ impl ElasticField {
             .collect()
     }
 
-    /// Whether this field is the one for (shape, sigma, seed).
-    pub fn matches(&self, shape: &[usize], sigma: f64, seed: u64) -> bool {
-        self.shape == shape && self.sigma == sigma && self.seed == seed
+    /// Whether this field is the one for (shape, per-axis sigma in voxels, seed).
+    pub fn matches(&self, shape: &[usize], sigma_vox: &[f64], seed: u64) -> bool {
+        self.shape == shape && self.sigma_vox == sigma_vox && self.seed == seed
     }
 
     /// The largest and root-mean-square displacement length, in voxels, for strength `alpha`.

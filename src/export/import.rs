@@ -258,6 +258,8 @@ pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetE
         name: name.to_string(),
         source: String::new(),
         description,
+        // batchgenerators and nnU-Net augment in voxel space.
+        space: crate::augment::Space::Voxel,
         flip,
         rotate,
         scale,

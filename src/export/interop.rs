@@ -8,11 +8,19 @@
 //! batchgenerators' `scale` and nnU-Net's `scaling`; MONAI's `scale_range` holds `s - 1`, TorchIO's
 //! `scales` the zoom `1 / s`. Whatever a target cannot express is said in a `# NOTE:` comment in
 //! the snippet, next to the closest documented equivalent that is used instead.
+//!
+//! Space (`space = "mm"`, see [`crate::augment::Space`]): TorchIO works in millimetres natively
+//! (rotation, scale and translation about the centre in world space), so an mm preset maps onto
+//! it directly, and its elastic displacement is computed in mm from `SPACING_MM`.
+//! batchgenerators, nnU-Net and MONAI transform array indices (voxel space) and take one sigma
+//! for all axes; an mm preset's values are passed as voxels there, with a note (exact for 1 mm
+//! isotropic data: resample to it first).
 
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
+use crate::augment::Space;
 use crate::augment::preset::{Preset, PresetError, Range, ScaleDistribution, Unit};
 
 /// A training pipeline that a preset can be exported to.
@@ -126,6 +134,20 @@ fn notes_block(notes: &[String]) -> String {
     notes.iter().map(|n| format!("# NOTE: {n}\n")).collect()
 }
 
+/// The note of a target that transforms array indices, for a preset in mm space (none for a
+/// voxel preset, or one with nothing that depends on the space).
+fn voxel_target_note(p: &Preset, target: &str) -> Option<String> {
+    let spatial = p.rotate.is_some() || p.elastic.is_some();
+    (p.space == Space::Mm && spatial).then(|| {
+        format!(
+            "{target} rotates and deforms array indices (voxel space); the preset's space = \"mm\" \
+             (rotation in physical space, elastic sigma and alpha in mm) is not expressible, so \
+             its angles, sigma and alpha are used as voxels: the same only on 1 mm isotropic \
+             data (resample to it first), otherwise a rotation shears anisotropic voxels"
+        )
+    })
+}
+
 /// The root-mean-square displacement in voxels of `alpha * G_sigma(U(-1, 1))` far from the
 /// border: `alpha / sqrt(3) * (2 sqrt(pi) sigma)^(-ndim / 2)` (the variance of uniform noise times
 /// the sum of the squared normalised gaussian weights).
@@ -137,7 +159,9 @@ pub fn elastic_rms_vox(alpha: f64, sigma: f64, ndim: usize) -> f64 {
 /// the notes on what they cannot hold.
 pub fn batchgenerators_params(p: &Preset, ndim: usize) -> (Map<String, Value>, Vec<String>) {
     let mut m = Map::new();
-    let mut notes = vec![];
+    let mut notes: Vec<String> = voxel_target_note(p, "batchgenerators")
+        .into_iter()
+        .collect();
     match &p.elastic {
         Some(e) => {
             m.insert("do_elastic_deform".into(), json!(true));
@@ -295,7 +319,7 @@ fn tuple_of_pairs(v: &[Range]) -> String {
 }
 
 fn monai(p: &Preset, ndim: usize) -> String {
-    let mut notes = vec![];
+    let mut notes: Vec<String> = voxel_target_note(p, "MONAI").into_iter().collect();
     let s = &p.sampling;
     let mut body = vec![];
     // Image order of augscope's map x = t + S R^T elastic(flip(p)): translate, scale, rotate,
@@ -511,11 +535,14 @@ fn torchio(p: &Preset, ndim: usize) -> String {
             s.mode
         ));
     }
-    notes.push(
-        "TorchIO rotates and scales in world (mm) space about the image centre; for anisotropic \
-         voxels this differs from augscope's voxel space"
-            .into(),
-    );
+    let mm = p.space == Space::Mm;
+    if !mm {
+        notes.push(
+            "TorchIO rotates and scales in world (mm) space about the image centre; for \
+             anisotropic voxels this differs from augscope's voxel space"
+                .into(),
+        );
+    }
     let common = format!(
         "image_interpolation=\"{interp}\", label_interpolation=\"nearest\", default_pad_value={}",
         f(s.cval)
@@ -613,7 +640,26 @@ fn torchio(p: &Preset, ndim: usize) -> String {
             f(r.p)
         ));
     }
-    if let Some(e) = &p.elastic {
+    if let Some(e) = &p.elastic
+        && mm
+    {
+        // alpha G mm with G smoothed by sigma / spacing voxels per axis: the RMS of
+        // elastic_rms_vox with one sigma per axis, evaluated in Python from SPACING_MM.
+        notes.push(format!(
+            "TorchIO has no alpha/sigma elastic deformation: RandomElasticDeformation moves a \
+             B-spline control grid by up to max_displacement (mm). The closest equivalent used \
+             here: control points about 2 sigma apart (sigma {} mm, so num_control_points \
+             depends on the image size; 7 is TorchIO's default) and max_displacement = 3x the \
+             RMS displacement in mm of the strongest preset setting, from SPACING_MM",
+            pair(e.sigma)
+        ));
+        body.push(format!(
+            "        tio.RandomElasticDeformation(num_control_points=7, max_displacement=(3 * {} / math.sqrt(3) * math.prod((2 * math.sqrt(math.pi) * {} / s) ** -0.5 for s in SPACING_MM[:{ndim}]),) * 3, locked_borders=2, image_interpolation=\"{interp}\", label_interpolation=\"nearest\", p={}),",
+            f(e.alpha[1]),
+            f(e.sigma[0]),
+            f(e.p)
+        ));
+    } else if let Some(e) = &p.elastic {
         let rms = elastic_rms_vox(e.alpha[1], e.sigma[0], ndim);
         notes.push(format!(
             "TorchIO has no alpha/sigma elastic deformation: RandomElasticDeformation moves a \
@@ -646,7 +692,16 @@ fn torchio(p: &Preset, ndim: usize) -> String {
         "# TorchIO indexes spatial axes x first (W, H, D): augscope axis a is TorchIO axis\n\
          # ndim-1-a. Angles in degrees; translations and displacements in mm (SPACING_MM, x first).\n",
     );
+    if mm {
+        out.push_str(
+            "# The preset's space = \"mm\" is TorchIO's own: rotation and scale about the centre in\n\
+             # world space, translation in mm, so anisotropic voxels rotate without shearing.\n",
+        );
+    }
     out.push_str(&notes_block(&notes));
+    if mm && p.elastic.is_some() {
+        out.push_str("import math\n\n");
+    }
     let _ = write!(
         out,
         r#"import torchio as tio
@@ -666,7 +721,9 @@ def get_transforms():
 
 fn nnunet(p: &Preset, ndim: usize) -> String {
     let _ = ndim;
-    let mut notes = vec![];
+    let mut notes: Vec<String> = voxel_target_note(p, "nnU-Net (batchgeneratorsv2)")
+        .into_iter()
+        .collect();
     let rot3 = rad(rot_range(p, 3, 0));
     let rot2 = rad(rot_range(p, 2, 0));
     if let Some(r) = &p.rotate {
