@@ -36,6 +36,9 @@ struct ResampleParams {
     int has_field;
     int has_label;
     int reserved;
+    int box_lo[3];      // the computed box of the output grid: voxels box_lo + [0, box_shape),
+    int box_shape[3];   // written compactly (the whole grid, or one plane for the viewer)
+    long long n_box;    // voxels of the box: the channel stride of out and lab_out
 };
 
 struct LoadStore {
@@ -45,24 +48,25 @@ struct LoadF32 {
     __device__ __forceinline__ float operator()(float v) const { return v; }
 };
 
-// The output voxel of this thread from a 3D launch (block (bx, by, bz) of 256 threads, grid
-// (ceil(W/bx), ceil(H/by), ceil(D/bz)); bz = 1 in 2D): no integer division per voxel. Returns false past
-// the edge; `idx` receives the C-order linear index of p.
+// The output voxel of this thread from a 3D launch over the box (block (bx, by, bz) of 256
+// threads, grid (ceil(W/bx), ceil(H/by), ceil(D/bz)) of the box shape; bz = 1 in 2D): no integer
+// division per voxel. Returns false past the edge; `idx` receives the C-order linear index of p
+// in the box (the whole grid unless the viewer asks for one plane).
 __device__ __forceinline__ bool output_voxel(const ResampleParams& p, int* pv, long long* idx) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
 #if NDIM == 3
     const int z = blockIdx.z * blockDim.z + threadIdx.z;
-    if (x >= p.out_shape[2] || y >= p.out_shape[1] || z >= p.out_shape[0]) return false;
-    pv[0] = z;
-    pv[1] = y;
-    pv[2] = x;
-    *idx = ((long long)z * p.out_shape[1] + y) * p.out_shape[2] + x;
+    if (x >= p.box_shape[2] || y >= p.box_shape[1] || z >= p.box_shape[0]) return false;
+    pv[0] = z + p.box_lo[0];
+    pv[1] = y + p.box_lo[1];
+    pv[2] = x + p.box_lo[2];
+    *idx = ((long long)z * p.box_shape[1] + y) * p.box_shape[2] + x;
 #else
-    if (x >= p.out_shape[1] || y >= p.out_shape[0]) return false;
-    pv[0] = y;
-    pv[1] = x;
-    *idx = (long long)y * p.out_shape[1] + x;
+    if (x >= p.box_shape[1] || y >= p.box_shape[0]) return false;
+    pv[0] = y + p.box_lo[0];
+    pv[1] = x + p.box_lo[1];
+    *idx = (long long)y * p.box_shape[1] + x;
 #endif
     return true;
 }
@@ -80,12 +84,12 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
         for (int a = 0; a < NDIM; a++) lin_q = lin_q * p.out_shape[a] + q[a];
 #pragma unroll
         for (int a = 0; a < NDIM; a++) {
-            c[a] = (double)q[a] - p.ctr_out[a];
+            c[a] = small_int_to_double(q[a]) - p.ctr_out[a];
             c[a] += p.alpha[a] * (double)__ldg(field + (long long)a * p.n_out + lin_q);
         }
     } else {
 #pragma unroll
-        for (int a = 0; a < NDIM; a++) c[a] = (double)q[a] - p.ctr_out[a];
+        for (int a = 0; a < NDIM; a++) c[a] = small_int_to_double(q[a]) - p.ctr_out[a];
     }
 #pragma unroll
     for (int i = 0; i < NDIM; i++) {
@@ -111,12 +115,12 @@ __device__ __forceinline__ void resample_edge(const ResampleParams& p, const sto
     Taps<ORDER> t;
     if (make_taps<ORDER>(x, p.in_shape, p.pad, t)) {
         for (int ch = 0; ch < p.channels; ch++) {
-            out[(long long)ch * p.n_out + idx] =
+            out[(long long)ch * p.n_box + idx] =
                 to_store(eval_taps<ORDER>(t, img + (long long)ch * p.n_in, p.cval, LoadStore()));
         }
     } else {
         const store_t cv = to_store(p.cval);
-        for (int ch = 0; ch < p.channels; ch++) out[(long long)ch * p.n_out + idx] = cv;
+        for (int ch = 0; ch < p.channels; ch++) out[(long long)ch * p.n_box + idx] = cv;
     }
 }
 
@@ -128,11 +132,11 @@ __device__ __forceinline__ void label_edge(const ResampleParams& p, const float*
         Taps<0> tl;
         if (make_taps<0>(x, p.lab_shape, 0.0, tl)) {
             for (int ch = 0; ch < p.lab_channels; ch++) {
-                lab_out[(long long)ch * p.n_out + idx] =
+                lab_out[(long long)ch * p.n_box + idx] =
                     eval_taps<0>(tl, lab + (long long)ch * p.n_lab, 0.0f, LoadF32());
             }
         } else {
-            for (int ch = 0; ch < p.lab_channels; ch++) lab_out[(long long)ch * p.n_out + idx] = 0.0f;
+            for (int ch = 0; ch < p.lab_channels; ch++) lab_out[(long long)ch * p.n_box + idx] = 0.0f;
         }
     }
 }
@@ -151,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
     float w[NDIM][ORDER + 1];
     if (interior_taps<ORDER>(x, p.in_shape, p.pad, &base, w)) {
         for (int ch = 0; ch < p.channels; ch++) {
-            out[(long long)ch * p.n_out + idx] =
+            out[(long long)ch * p.n_box + idx] =
                 to_store(eval_interior<ORDER>(img + (long long)ch * p.n_in, base, p.in_shape, w, LoadStore()));
         }
     } else {
@@ -162,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
         float lw[NDIM][1];
         if (interior_taps<0>(x, p.lab_shape, 0.0, &lbase, lw)) {
             for (int ch = 0; ch < p.lab_channels; ch++) {
-                lab_out[(long long)ch * p.n_out + idx] = lab[(long long)ch * p.n_lab + lbase];
+                lab_out[(long long)ch * p.n_box + idx] = lab[(long long)ch * p.n_lab + lbase];
             }
         } else {
             label_edge(p, lab, lab_out, x[0], x[1], x[2], idx);
@@ -181,5 +185,5 @@ extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__
     double x[3];
     input_coordinate(p, field, pv, x);
 #pragma unroll
-    for (int a = 0; a < NDIM; a++) out[(long long)a * p.n_out + idx] = (float)x[a];
+    for (int a = 0; a < NDIM; a++) out[(long long)a * p.n_box + idx] = (float)x[a];
 }

@@ -623,3 +623,97 @@ fn gpu_matches_cpu_in_mm_space_with_anisotropic_sigma() {
     let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
     assert!(t.field_ms > 0.0, "another spacing needs another field");
 }
+
+#[test]
+fn gpu_slice_path_equals_the_planes_of_the_full_volume() {
+    // The viewer's path: one plane per call, the image kept on the device between calls (same
+    // key), planes equal to those of the full transform (and of the CPU's slice path).
+    let Some(g) = gpu(Precision::F32) else { return };
+    let image = random_volume(&[18, 26, 30], 2, 21);
+    let label = random_labels(&[18, 26, 30], 22);
+    let cpu = CpuBackend::new();
+    for (k, order) in [Order::Nearest, Order::Linear, Order::Cubic]
+        .into_iter()
+        .enumerate()
+    {
+        let mut plan = random_plan(3, 40 + k as u64, order, Mode::Mirror);
+        plan.elastic = Some(Elastic {
+            alpha: 60.0,
+            sigma: 3.0,
+            seed: 5 + k as u64,
+        });
+        let (full, full_lab, _) = apply_new(&g, &plan, &image, Some(&label)).unwrap();
+        let full_lab = full_lab.unwrap();
+        let [d, h, w] = [18usize, 26, 30];
+        for (axis, index) in [(0usize, 7usize), (1, 0), (2, 29), (1, 13)] {
+            let plane_n = d * h * w / [d, h, w][axis];
+            let mut got = vec![0f32; 2 * plane_n];
+            let mut got_lab = vec![0f32; plane_n];
+            // Twice with the same key: the second call reuses the device copy of the image.
+            for _ in 0..2 {
+                let job = augscope::engine::Job {
+                    plan: &plan,
+                    image: &image,
+                    label: Some(&label),
+                };
+                g.apply_slice(job, Some(1234), axis, index, &mut got, Some(&mut got_lab))
+                    .unwrap();
+                let mut want = vec![0f32; 2 * plane_n];
+                let mut want_lab = vec![0f32; plane_n];
+                let full_v = Volume::new(full.data.clone(), full.shape.clone(), 2);
+                let full_l = Volume::new(full_lab.data.clone(), full_lab.shape.clone(), 1);
+                plane_of(&full_v, axis, index, &mut want);
+                plane_of(&full_l, axis, index, &mut want_lab);
+                assert_eq!(got, want, "order {order:?} axis {axis} index {index}");
+                assert_eq!(got_lab, want_lab, "labels, axis {axis} index {index}");
+            }
+            // And the CPU's slice path agrees to f32 rounding of the field.
+            let mut cpu_img = vec![0f32; 2 * plane_n];
+            let job = augscope::engine::Job {
+                plan: &plan,
+                image: &image,
+                label: None,
+            };
+            cpu.apply_slice(job, axis, index, &mut cpu_img, None)
+                .unwrap();
+            let (frac, worst, nan) = agreement(&got, &cpu_img, 1e-4);
+            assert!(
+                frac >= 0.9999 && nan == 0,
+                "CPU vs GPU slice, axis {axis}: {frac} within 1e-4, worst {worst}"
+            );
+        }
+    }
+    // A new image under a new key is uploaded again.
+    let other = random_volume(&[18, 26, 30], 2, 99);
+    let plan = random_plan(3, 3, Order::Linear, Mode::Constant);
+    let (full, _, _) = apply_new(&g, &plan, &other, None).unwrap();
+    let mut got = vec![0f32; 2 * 26 * 30];
+    let job = augscope::engine::Job {
+        plan: &plan,
+        image: &other,
+        label: None,
+    };
+    g.apply_slice(job, Some(1235), 0, 4, &mut got, None)
+        .unwrap();
+    let mut want = vec![0f32; 2 * 26 * 30];
+    plane_of(&full, 0, 4, &mut want);
+    assert_eq!(got, want);
+}
+
+/// The plane `index` normal to `axis` of a 3D volume, every channel.
+fn plane_of(v: &Volume, axis: usize, index: usize, dst: &mut [f32]) {
+    let [d, h, w] = [v.shape[0], v.shape[1], v.shape[2]];
+    let mut k = 0;
+    for ch in 0..v.channels {
+        for z in 0..d {
+            for y in 0..h {
+                for x in 0..w {
+                    if [z, y, x][axis] == index {
+                        dst[k] = v.data[ch * d * h * w + (z * h + y) * w + x];
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -28,10 +28,11 @@ use rayon::prelude::*;
 use super::boundary::{Mode, SPLINE_PREPAD};
 use super::device::{self, DeviceContext, MemStats, driver_error};
 use super::{
-    Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job,
+    Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job_region,
 };
 use crate::augment::{CoordMap, Order, Plan};
 use crate::filter::gaussian::gaussian_kernel;
+use crate::volume::Volume;
 
 /// The shared header with the boundary rules and samplers.
 pub const BOUNDARY_CUH: &str = include_str!("../../kernels/boundary.cuh");
@@ -173,6 +174,15 @@ pub fn compile(
     nvrtc_version().map_err(EngineError::CudaUnavailable)?;
     let mut options = defines.to_vec();
     options.push("--std=c++17".into());
+    // Extra -D defines for measurements of kernel variants (e.g. AUGSCOPE_NVRTC_DEFINES=-DX).
+    if let Ok(extra) = std::env::var("AUGSCOPE_NVRTC_DEFINES") {
+        options.extend(
+            extra
+                .split_whitespace()
+                .filter(|d| d.starts_with("-D"))
+                .map(String::from),
+        );
+    }
     let opts = CompileOptions {
         arch,
         // fmad off keeps the sampler's f32 tap sums and the prefilter the CPU's operation for
@@ -279,6 +289,12 @@ pub struct ResampleParams {
     pub has_field: i32,
     pub has_label: i32,
     pub reserved: i32,
+    /// The computed box of the output grid (voxels `box_lo + [0, box_shape)`), written compactly:
+    /// the whole grid, or one plane for the viewer.
+    pub box_lo: [i32; 3],
+    pub box_shape: [i32; 3],
+    /// Voxels of the box: the channel stride of the outputs.
+    pub n_box: i64,
 }
 
 // SAFETY: #[repr(C)], plain old data (f64, i64, i32, f32 only; no pointers), laid out exactly as
@@ -335,6 +351,9 @@ pub fn resample_params(map: &CoordMap, has_field: bool, cval: f32) -> ResamplePa
         has_field: has_field as i32,
         has_label: 0,
         reserved: 0,
+        box_lo: [0; 3],
+        box_shape: shape3(&map.out_shape),
+        n_box: map.out_shape.iter().product::<usize>() as i64,
     }
 }
 
@@ -424,6 +443,19 @@ impl Workspace {
 struct State {
     field: Option<CachedField>,
     ws: Workspace,
+    /// The caller's key of the image (and label) now on the device, with the storage precision
+    /// and whether a label came along: a call with the same key skips the upload.
+    resident: Option<(u64, Precision, bool)>,
+}
+
+/// Which part of the output one call computes and downloads.
+#[derive(Clone, Copy, Default)]
+struct Region {
+    /// One plane `(axis, index)` of a 3D output grid; the whole grid when `None`.
+    plane: Option<(usize, usize)>,
+    /// The caller's key of the image and label content: when it matches the last upload's, the
+    /// device copy is used again (not for order 3, whose prefilter works in place).
+    resident: Option<u64>,
 }
 
 /// One device: its context, compiled kernels and caches. Shared by every [`CudaBackend`] of the
@@ -461,6 +493,30 @@ fn resample_block() -> (u32, u32, u32) {
         });
         parsed.unwrap_or((32, 8, 1))
     })
+}
+
+/// Copies the plane `index` normal to `axis` of a 3D volume (every channel, C order of the other
+/// two axes) into `dst`.
+fn copy_plane(v: &Volume, axis: usize, index: usize, dst: &mut [f32]) {
+    let [d, h, w] = [v.shape[0], v.shape[1], v.shape[2]];
+    let n = d * h * w;
+    let mut k = 0;
+    for ch in 0..v.channels {
+        let c = &v.data[ch * n..(ch + 1) * n];
+        let (zs, ys, xs) = match axis {
+            0 => (index..index + 1, 0..h, 0..w),
+            1 => (0..d, index..index + 1, 0..w),
+            _ => (0..d, 0..h, index..index + 1),
+        };
+        for z in zs {
+            for y in ys.clone() {
+                for x in xs.clone() {
+                    dst[k] = c[(z * h + y) * w + x];
+                    k += 1;
+                }
+            }
+        }
+    }
 }
 
 /// Launch shape of the resample and coordinate kernels: a 3D grid over (x, y, z), so that a thread
@@ -725,7 +781,6 @@ impl DeviceEngine {
             "the elastic field scratch",
         )?;
         let _busy = self.dev.tracker.in_use(buf.bytes() + scratch.bytes());
-        let e0 = self.event(stream)?;
         // The kernel of each axis's pass, built with that axis's weights (one build when every
         // axis has the same sigma). The noise pass (axis 0) holds whole columns when they fit the
         // shared tile (COL_ROWS in kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns that off, for
@@ -750,6 +805,8 @@ impl DeviceEngine {
                 self.function(Family::Field, &field_defines(sigma), name)?,
             ));
         }
+        // Timed from here: the kernel lookups above (string keys) are host work.
+        let e0 = self.event(stream)?;
         for k in 0..ndim {
             let mut comp = buf.s.slice_mut(k * n..(k + 1) * n);
             // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
@@ -885,8 +942,18 @@ impl DeviceEngine {
         out: Outputs<'_>,
         precision: Precision,
     ) -> Result<Timings, EngineError> {
+        self.apply_region(job, out, precision, Region::default())
+    }
+
+    fn apply_region(
+        &self,
+        job: Job<'_>,
+        out: Outputs<'_>,
+        precision: Precision,
+        region: Region,
+    ) -> Result<Timings, EngineError> {
         let mut st = lock(&self.state);
-        match self.apply_locked(&mut st, &job, out, precision) {
+        match self.apply_locked(&mut st, &job, out, precision, region) {
             Err(EngineError::OutOfMemory(m)) => {
                 // Free the caches and say so; the caller retries on the CPU.
                 *st = State::default();
@@ -902,24 +969,38 @@ impl DeviceEngine {
         job: &Job<'_>,
         out: Outputs<'_>,
         precision: Precision,
+        region: Region,
     ) -> Result<Timings, EngineError> {
         let t0 = Instant::now();
-        let out_shape = check_job(job, &out)?;
+        let out_shape = check_job_region(job, &out, region.plane)?;
         let img = job.image;
         let plan = job.plan;
         let map = plan.compose(&img.shape)?;
         let mut timings = Timings::default();
         if plan.is_identity() && out_shape == img.shape {
             // Nothing moves: the input is the exact answer, as on the CPU engine.
-            out.image.copy_from_slice(&img.data);
+            match region.plane {
+                None => out.image.copy_from_slice(&img.data),
+                Some((axis, index)) => copy_plane(img, axis, index, out.image),
+            }
             if let (Some(l), Some(o)) = (job.label, out.label) {
-                o.copy_from_slice(&l.data);
+                match region.plane {
+                    None => o.copy_from_slice(&l.data),
+                    Some((axis, index)) => copy_plane(l, axis, index, o),
+                }
             }
             timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
             return Ok(timings);
         }
         let ndim = map.ndim;
-        let n_out: usize = out_shape.iter().product();
+        // The computed box: the whole grid, or one plane.
+        let mut box_lo = [0usize; 3];
+        let mut box_shape = out_shape.clone();
+        if let Some((axis, index)) = region.plane {
+            box_lo[axis] = index;
+            box_shape[axis] = 1;
+        }
+        let n_out: usize = box_shape.iter().product();
         let n_in: usize = img.shape.iter().product();
         let channels = img.channels;
         let stream = self.dev.stream.clone();
@@ -936,11 +1017,17 @@ impl DeviceEngine {
             _ => false,
         };
 
-        // 2. Upload (f32, or the storage type directly when no prefilter is needed).
+        // 2. Upload (f32, or the storage type directly when no prefilter is needed), unless the
+        // caller's key says the same image (and label) is already on the device.
         let t_up = Instant::now();
+        let key = region.resident.map(|k| (k, precision, job.label.is_some()));
+        let reuse = !cubic && key.is_some() && st.resident == key;
+        st.resident = None;
         let ws = &mut st.ws;
         let img_len = channels * n_in;
-        if half && !cubic {
+        if reuse {
+            // The device copy of the last call with this key is still there.
+        } else if half && !cubic {
             let buf = ensure(&self.dev, &mut ws.img_u16, img_len, "the image")?;
             let data = &img.data;
             let conv: fn(f32) -> u16 = if precision == Precision::F16 {
@@ -961,7 +1048,7 @@ impl DeviceEngine {
                 c.copy_from_slice(&data[s..s + c.len()])
             })?;
         }
-        if let Some(l) = job.label {
+        if let (Some(l), false) = (job.label, reuse) {
             let buf = ensure(&self.dev, &mut ws.lab_in, l.data.len(), "the label map")?;
             let data = &l.data;
             self.upload(&mut ws.pin_f32, &mut buf.s, data.len(), |s, c| {
@@ -969,6 +1056,7 @@ impl DeviceEngine {
             })?;
         }
         timings.upload_ms = t_up.elapsed().as_secs_f64() * 1e3;
+        let now_resident = if cubic { None } else { key };
 
         // 3. Cubic: pad (nearest, grid-constant) and prefilter on the device, then store type.
         let mut coef_shape = img.shape.clone();
@@ -1072,6 +1160,9 @@ impl DeviceEngine {
 
         // 4. The fused resample.
         let mut p = resample_params(&map, has_field, plan.cval);
+        p.box_lo = [box_lo[0] as i32, box_lo[1] as i32, box_lo[2] as i32];
+        p.box_shape = shape3(&box_shape);
+        p.n_box = n_out as i64;
         p.pad = pad;
         p.n_in = coef_shape.iter().product::<usize>() as i64;
         p.in_shape = shape3(&coef_shape);
@@ -1144,7 +1235,7 @@ impl DeviceEngine {
             // 1-element placeholder when has_label = 0, never read), field ndim * n_out (or the
             // placeholder when has_field = 0); all ensured above; one thread per output voxel,
             // bounds-checked against out_shape (output_voxel).
-            unsafe { b.launch(grid_out(&out_shape)?) }.map_err(|e| driver_error(name, e))?;
+            unsafe { b.launch(grid_out(&box_shape)?) }.map_err(|e| driver_error(name, e))?;
         } else {
             let src = if cubic && plan.mode.needs_prepad() {
                 &ws.img_pad
@@ -1167,7 +1258,7 @@ impl DeviceEngine {
             // SAFETY: resample_f32(const float* img, float* out, const float* lab, float* lab_out,
             // const float* field, ResampleParams): the same lengths as above, in f32; all
             // ensured above; bounds-checked against out_shape (output_voxel).
-            unsafe { b.launch(grid_out(&out_shape)?) }.map_err(|e| driver_error(name, e))?;
+            unsafe { b.launch(grid_out(&box_shape)?) }.map_err(|e| driver_error(name, e))?;
         }
         let e_rs1 = self.event(&stream)?;
 
@@ -1216,6 +1307,7 @@ impl DeviceEngine {
         let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes())
             + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
         self.dev.set_pinned_bytes(pinned);
+        st.resident = now_resident;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
     }
@@ -1531,6 +1623,34 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// One output plane of a 3D transform, the plane `index` normal to `axis` (the viewer's path:
+    /// `out_image` holds `channels` planes, `out_label` the label planes), computed on the first
+    /// device: the kernel runs over that plane only and only the plane comes back. With
+    /// `image_key` (the caller's key of the image and label content), the next call with the same
+    /// key reuses the device copy instead of uploading again, so a slider move costs the plane,
+    /// not the volume. Same values as that plane of [`Backend::apply`].
+    pub fn apply_slice(
+        &self,
+        job: Job<'_>,
+        image_key: Option<u64>,
+        axis: usize,
+        index: usize,
+        out_image: &mut [f32],
+        out_label: Option<&mut [f32]>,
+    ) -> Result<Timings, EngineError> {
+        let region = Region {
+            plane: Some((axis, index)),
+            resident: image_key,
+        };
+        let out = Outputs {
+            image: out_image,
+            label: out_label,
+        };
+        self.engines[0].apply_region(job, out, self.precision, region)
+    }
+}
+
 impl Backend for CudaBackend {
     fn name(&self) -> String {
         let ids: Vec<String> = self.ordinals().iter().map(|i| i.to_string()).collect();
@@ -1626,7 +1746,7 @@ mod tests {
 
     #[test]
     fn params_have_the_c_layout() {
-        assert_eq!(std::mem::size_of::<ResampleParams>(), 248);
+        assert_eq!(std::mem::size_of::<ResampleParams>(), 280);
         assert_eq!(std::mem::align_of::<ResampleParams>(), 8);
         assert_eq!(std::mem::size_of::<PadParams>(), 40);
     }

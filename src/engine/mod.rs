@@ -73,6 +73,17 @@ pub trait Backend: Send + Sync {
 
 /// Checks a job's grids and the output buffer sizes; returns the output shape.
 pub fn check_job(job: &Job<'_>, out: &Outputs<'_>) -> Result<Vec<usize>, EngineError> {
+    check_job_region(job, out, None)
+}
+
+/// [`check_job`] for the outputs of one plane `index` normal to `axis` of a 3D output grid
+/// (`plane = Some((axis, index))`; the buffers then hold one plane per channel), or of the whole
+/// grid (`None`). Returns the whole output grid's shape.
+pub fn check_job_region(
+    job: &Job<'_>,
+    out: &Outputs<'_>,
+    plane: Option<(usize, usize)>,
+) -> Result<Vec<usize>, EngineError> {
     let img = job.image;
     job.plan.validate(img.ndim())?;
     let out_shape = job
@@ -80,7 +91,18 @@ pub fn check_job(job: &Job<'_>, out: &Outputs<'_>) -> Result<Vec<usize>, EngineE
         .out_shape
         .clone()
         .unwrap_or_else(|| img.shape.clone());
-    let n_out: usize = out_shape.iter().product();
+    let n_out: usize = match plane {
+        None => out_shape.iter().product(),
+        Some((axis, index)) => {
+            if out_shape.len() != 3 || axis >= 3 || index >= out_shape[axis] {
+                return Err(EngineError::Shape(format!(
+                    "slice {index} along axis {axis} does not exist in a grid of shape \
+                     {out_shape:?}"
+                )));
+            }
+            out_shape.iter().product::<usize>() / out_shape[axis]
+        }
+    };
     if out.image.len() != img.channels * n_out {
         return Err(EngineError::Shape(format!(
             "output buffer holds {} values, the transform writes {}",
