@@ -178,3 +178,77 @@ pub fn apply_cpu(
         Filter::Febds(m) => febds::febds(data, [shape[0], shape[1]], *m),
     })
 }
+
+/// The result of [`run`]: the filtered values, the engine that made them and, when it is not the
+/// one asked for, why.
+pub struct FilterRun {
+    pub out: Vec<f32>,
+    /// `cpu` or `cuda:N`.
+    pub backend: String,
+    /// One line for the user and the report (CUDA unavailable, out of GPU memory).
+    pub note: Option<String>,
+}
+
+/// Applies `filter` to `data` (`data.len() / prod(shape)` arrays of `shape`: channels or batch
+/// items, all in one launch on a GPU) on the engine `spec` asks for (DESIGN §6): `cuda[:N]` runs
+/// on that device, `cpu` and `auto` on the CPU (the data lives on the host). A CUDA request that
+/// cannot be met (no driver, no device, NVRTC failing) and a GPU out of memory fall back to the
+/// CPU with a note, never an error. `precision` is the GPU storage type.
+pub fn run(
+    filter: &Filter,
+    b: Boundary,
+    data: &[f32],
+    shape: &[usize],
+    spec: &crate::engine::BackendSpec,
+    precision: crate::engine::Precision,
+) -> Result<FilterRun, FilterError> {
+    use crate::engine::{BackendSpec, EngineError};
+    let cpu = |note: Option<String>| -> Result<FilterRun, FilterError> {
+        Ok(FilterRun {
+            out: apply_cpu(filter, b, data, shape)?,
+            backend: "cpu".into(),
+            note,
+        })
+    };
+    let ids = match spec {
+        BackendSpec::Cpu | BackendSpec::Auto => return cpu(None),
+        BackendSpec::Cuda(ids) => ids,
+    };
+    // Invalid parameters are the user's error on every engine.
+    let n: usize = shape.iter().product();
+    if n == 0 || data.len() % n != 0 {
+        return apply_cpu(filter, b, data, shape).map(|out| FilterRun {
+            out,
+            backend: "cpu".into(),
+            note: None,
+        });
+    }
+    let f = filter.resolved(shape.len(), data.len() / n)?;
+    let ordinal = ids.first().copied().unwrap_or(0);
+    let result: Result<Vec<f32>, EngineError> = {
+        let _ = (&f, precision);
+        Err(EngineError::CudaUnavailable(
+            "the CUDA filter kernels are not in this build yet".into(),
+        ))
+    };
+    match result {
+        Ok(out) => Ok(FilterRun {
+            out,
+            backend: format!("cuda:{ordinal}"),
+            note: None,
+        }),
+        Err(EngineError::OutOfMemory(why)) => cpu(Some(format!(
+            "cuda:{ordinal} ran out of memory ({why}); retried on the CPU engine"
+        ))),
+        Err(e) => {
+            let why = match &e {
+                EngineError::CudaUnavailable(m) => m.clone(),
+                other => other.to_string(),
+            };
+            let first = why.lines().next().unwrap_or("").trim().to_string();
+            cpu(Some(format!(
+                "CUDA filters unavailable ({first}); using the CPU engine"
+            )))
+        }
+    }
+}
