@@ -52,11 +52,11 @@ impl std::str::FromStr for Method {
     }
 }
 
-const NEAREST: Boundary = Boundary {
+pub(crate) const NEAREST: Boundary = Boundary {
     mode: Mode::Nearest,
     cval: 0.0,
 };
-const MIRROR: Boundary = Boundary {
+pub(crate) const MIRROR: Boundary = Boundary {
     mode: Mode::Mirror,
     cval: 0.0,
 };
@@ -78,7 +78,7 @@ pub fn enhance(img: &[f32], shape: [usize; 2], method: Method) -> Vec<f32> {
 }
 
 /// The 3×3 discrete Laplacian with torch `reflect` (scipy `mirror`) padding.
-fn laplacian3x3(g: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
+pub fn laplacian3x3(g: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
     let mut out = vec![0f32; g.len()];
     let m = |i: i64, n: usize| super::separable::filter_tap(i, n, Mode::Mirror).unwrap_or(0);
     out.par_chunks_mut(w).enumerate().for_each(|(y, row)| {
@@ -335,15 +335,24 @@ pub fn fill_holes(mask: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
     outside.iter().map(|&o| f32::from(!o)).collect()
 }
 
-/// Steps 2–5 after an enhanced image: `|·|`, 5×5 median, gamma, threshold, closing, holes.
-pub fn finish(mut e: Vec<f32>, shape: [usize; 2], method: Method) -> Vec<f32> {
+/// Steps 2–3: `|·|`, the 5×5 median (mirror), gamma 1.25 on the 12-bit scale.
+pub fn denoise(mut e: Vec<f32>, shape: [usize; 2]) -> Vec<f32> {
     e.par_iter_mut().for_each(|v| *v = v.abs());
     let mut m = median(&e, &shape, &[5, 5], MIRROR);
-    drop(e);
-    intensity::gamma(&mut m, 1.25, 4095.0);
+    intensity::gamma(&mut m, GAMMA, SCALE_12BIT);
+    m
+}
+
+/// Gamma of step 3.
+pub const GAMMA: f32 = 1.25;
+/// The 12-bit scale of the gamma of step 3.
+pub const SCALE_12BIT: f32 = 4095.0;
+
+/// Steps 4–5: threshold (Otsu or binarize), 7×7 closing, hole filling.
+pub fn segment(m: &[f32], shape: [usize; 2], method: Method) -> Vec<f32> {
     let bin = match method {
-        Method::Fft => binarize_mask(&m, shape),
-        Method::Dog | Method::Log => otsu_mask(&m),
+        Method::Fft => binarize_mask(m, shape),
+        Method::Dog | Method::Log => otsu_mask(m),
     };
     let closed = closing(&bin, shape, 7);
     fill_holes(&closed, shape)
@@ -355,7 +364,7 @@ pub fn febds(img: &[f32], shape: [usize; 2], method: Method) -> Vec<f32> {
     if img.is_empty() {
         return vec![];
     }
-    finish(enhance(img, shape, method), shape, method)
+    segment(&denoise(enhance(img, shape, method), shape), shape, method)
 }
 
 #[cfg(test)]

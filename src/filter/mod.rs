@@ -7,6 +7,7 @@
 //! One parameter struct, [`Filter`], and two interpreters: [`apply_cpu`] here and the CUDA
 //! engine in `cuda`.
 
+pub mod cuda;
 pub mod febds;
 pub mod fft;
 pub mod gaussian;
@@ -225,12 +226,7 @@ pub fn run(
     }
     let f = filter.resolved(shape.len(), data.len() / n)?;
     let ordinal = ids.first().copied().unwrap_or(0);
-    let result: Result<Vec<f32>, EngineError> = {
-        let _ = (&f, precision);
-        Err(EngineError::CudaUnavailable(
-            "the CUDA filter kernels are not in this build yet".into(),
-        ))
-    };
+    let result = cuda::apply(&f, b, data, shape, ordinal, precision);
     match result {
         Ok(out) => Ok(FilterRun {
             out,
