@@ -83,6 +83,10 @@ struct BenchArgs {
     /// Write the table as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Rows: all, spatial (the transform pipelines over --shape) or filters (gaussian, median,
+    /// FEBDS at fixed sizes).
+    #[arg(long, default_value = "all", value_parser = ["all", "spatial", "filters"])]
+    rows: String,
 }
 
 #[derive(Args)]
@@ -574,6 +578,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         precision: a.precision,
         reps: a.reps,
         cpu_reps: a.cpu_reps,
+        spatial: a.rows != "filters",
+        filters: a.rows != "spatial",
         ..Default::default()
     };
     if !shapes.is_empty() {
@@ -877,7 +883,9 @@ impl FilterArgs {
         } else if let Some(m) = self.febds {
             Filter::Febds(m)
         } else {
-            return Err(usage("give one filter: --gaussian, --dog, --log, --median, --gamma, --contrast or --febds"));
+            return Err(usage(
+                "give one filter: --gaussian, --dog, --log, --median, --gamma, --contrast or --febds",
+            ));
         })
     }
 }

@@ -466,6 +466,17 @@ fn from_bits(bits: &[u16], p: Precision) -> Vec<f32> {
     }
 }
 
+/// Device times of one [`apply_timed`] (CUDA events), in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FilterTimings {
+    /// Host to device, including the widening from the storage type.
+    pub upload_ms: f64,
+    /// The filter's kernels.
+    pub compute_ms: f64,
+    /// The rounding to the storage type and device to host.
+    pub download_ms: f64,
+}
+
 /// Applies a resolved filter (see [`Filter::resolved`]) on device `ordinal` to `data`:
 /// `data.len() / prod(shape)` arrays of `shape`, all in the same launches. Storage in
 /// `precision`; FEBDS keeps its 12-bit input in f32.
@@ -477,6 +488,32 @@ pub fn apply(
     ordinal: usize,
     precision: Precision,
 ) -> Result<Vec<f32>, EngineError> {
+    apply_timed(filter, b, data, shape, ordinal, precision).map(|(v, _)| v)
+}
+
+fn event(s: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, EngineError> {
+    s.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(|e| driver_error("cannot record an event", e))
+}
+
+fn between(
+    a: &cudarc::driver::CudaEvent,
+    b: &cudarc::driver::CudaEvent,
+) -> Result<f64, EngineError> {
+    a.elapsed_ms(b)
+        .map(f64::from)
+        .map_err(|e| driver_error("timing", e))
+}
+
+/// [`apply`] with the device times of its three phases.
+pub fn apply_timed(
+    filter: &Filter,
+    b: Boundary,
+    data: &[f32],
+    shape: &[usize],
+    ordinal: usize,
+    precision: Precision,
+) -> Result<(Vec<f32>, FilterTimings), EngineError> {
     let eng = device_engine(ordinal)?;
     let n: usize = shape.iter().product();
     if n == 0 || data.len() % n != 0 {
@@ -496,7 +533,9 @@ pub fn apply(
         g.precision = Precision::F32;
         return febds_gpu(&mut g, data, [shape[0], shape[1]], *m);
     }
+    let e0 = event(g.stream())?;
     let mut x = g.upload(data, b.mode)?;
+    let e1 = event(g.stream())?;
     let nd = shape.len();
     let y = match filter {
         Filter::Gaussian { sigma } => g.gaussian(&x, shape, count, sigma, &vec![0; nd], b)?,
@@ -533,7 +572,16 @@ pub fn apply(
         }
         Filter::Febds(_) => unreachable!("handled above"),
     };
-    g.download(&y, data.len(), b.mode)
+    let e2 = event(g.stream())?;
+    let out = g.download(&y, data.len(), b.mode)?;
+    let e3 = event(g.stream())?;
+    e3.synchronize().map_err(|e| driver_error("filter", e))?;
+    let t = FilterTimings {
+        upload_ms: between(&e0, &e1)?,
+        compute_ms: between(&e1, &e2)?,
+        download_ms: between(&e2, &e3)?,
+    };
+    Ok((out, t))
 }
 
 /// FEBDS with steps 1–3 on the GPU (the `fft` enhancement on the CPU) and steps 4–5 on the CPU.
@@ -542,8 +590,9 @@ fn febds_gpu(
     img: &[f32],
     shape: [usize; 2],
     m: Method,
-) -> Result<Vec<f32>, EngineError> {
+) -> Result<(Vec<f32>, FilterTimings), EngineError> {
     let near = febds::NEAREST;
+    let e0 = event(g.stream())?;
     let mut e = match m {
         Method::Dog => {
             let x = g.upload(img, near.mode)?;
@@ -569,6 +618,15 @@ fn febds_gpu(
         "gamma_f32",
         Some((febds::GAMMA, febds::SCALE_12BIT)),
     )?;
+    let e1 = event(g.stream())?;
     let den = g.download(&md, img.len(), Mode::Mirror)?;
-    Ok(febds::segment(&den, shape, m))
+    let e2 = event(g.stream())?;
+    e2.synchronize().map_err(|e| driver_error("filter", e))?;
+    // The upload is inside the first phase here (the fft method computes on the host first).
+    let t = FilterTimings {
+        upload_ms: 0.0,
+        compute_ms: between(&e0, &e1)?,
+        download_ms: between(&e1, &e2)?,
+    };
+    Ok((febds::segment(&den, shape, m), t))
 }

@@ -7,6 +7,7 @@
 //! One parameter struct, [`Filter`], and two interpreters: [`apply_cpu`] here and the CUDA
 //! engine in `cuda`.
 
+pub mod bench;
 pub mod cuda;
 pub mod febds;
 pub mod fft;
