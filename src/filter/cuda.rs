@@ -516,7 +516,7 @@ pub fn apply_timed(
 ) -> Result<(Vec<f32>, FilterTimings), EngineError> {
     let eng = device_engine(ordinal)?;
     let n: usize = shape.iter().product();
-    if n == 0 || data.len() % n != 0 {
+    if n == 0 || !data.len().is_multiple_of(n) {
         return Err(EngineError::Shape(format!(
             "{} values do not fill whole arrays of shape {shape:?}",
             data.len()

@@ -149,7 +149,7 @@ pub fn apply_cpu(
     shape: &[usize],
 ) -> Result<Vec<f32>, FilterError> {
     let n: usize = shape.iter().product();
-    if n == 0 || data.len() % n != 0 {
+    if n == 0 || !data.len().is_multiple_of(n) {
         return Err(invalid(format!(
             "{} values do not fill whole arrays of shape {shape:?}",
             data.len()
@@ -218,7 +218,7 @@ pub fn run(
     };
     // Invalid parameters are the user's error on every engine.
     let n: usize = shape.iter().product();
-    if n == 0 || data.len() % n != 0 {
+    if n == 0 || !data.len().is_multiple_of(n) {
         return apply_cpu(filter, b, data, shape).map(|out| FilterRun {
             out,
             backend: "cpu".into(),

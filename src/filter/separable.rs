@@ -217,7 +217,7 @@ fn gaussian_passes(
 fn channel_len(data: &[f32], shape: &[usize]) -> usize {
     let n: usize = shape.iter().product();
     assert!(
-        n == 0 && data.is_empty() || n > 0 && data.len() % n == 0,
+        n == 0 && data.is_empty() || n > 0 && data.len().is_multiple_of(n),
         "data length {} is not a multiple of the shape {shape:?}",
         data.len()
     );
