@@ -3,9 +3,11 @@
 //!
 //! Arrays are C order, axis 0 slowest (`[z, y, x]` or `[y, x]`). One pass correlates a symmetric
 //! kernel along one axis. A pass along a strided axis works on tiles of [`COLS`] neighbouring
-//! columns: the tile's input rows (with the boundary extension already applied) are gathered once
-//! into a small per-thread buffer, then every output row is a sum of contiguous rows, so the
-//! inner loops vectorise and no voxel allocates.
+//! columns: the tile's whole column of input rows (with the boundary extension already applied)
+//! is gathered once into a per-thread buffer, then every output row is a sum of contiguous tile
+//! rows, so the inner loops vectorise, each input value is read once whatever the radius, and no
+//! voxel allocates. Tasks are (slab, column segment) pairs, so even a pass along axis 0 has
+//! enough of them for every thread.
 //!
 //! Boundary modes follow scipy's filter rules (`ni_support.c::NI_ExtendLine` through
 //! `_extend_mode_to_code(mode, is_filter=True)`), which differ from `map_coordinates`: `wrap` is
@@ -102,40 +104,45 @@ pub fn correlate1d(
     }
     let slab = n * inner;
     let outer = src.len() / slab;
-    // Output rows per task: enough tasks for every thread, few redundant halo rows.
+    // A task makes every output row of one slab for a segment of `seg` columns: each input value
+    // is read once (plus the 2r boundary rows), however large the radius. Segments are a multiple
+    // of COLS, small enough for about 8 tasks per thread.
     let threads = rayon::current_num_threads().max(1);
-    let per_slab = (4 * threads).div_ceil(outer).max(1);
-    let rows = n.div_ceil(per_slab).clamp(8, 64).min(n);
+    let want = (inner * outer).div_ceil(8 * threads);
+    let seg = want.div_ceil(COLS).clamp(1, 16) * COLS;
     dst.par_chunks_mut(slab)
         .zip(src.par_chunks(slab))
         .for_each(|(dslab, sslab)| {
-            dslab
-                .par_chunks_mut(rows * inner)
-                .enumerate()
-                .for_each_init(
-                    || vec![0f32; (rows + 2 * r) * COLS],
-                    |tile, (b, dblock)| {
-                        let i0 = b * rows;
-                        let nrows = dblock.len() / inner;
-                        for c0 in (0..inner).step_by(COLS) {
-                            let wdt = COLS.min(inner - c0);
-                            // Tile row t holds input row i0 + t - r, extended by the mode.
-                            for t in 0..nrows + 2 * r {
-                                let dstrow = &mut tile[t * COLS..t * COLS + wdt];
-                                match filter_tap((i0 + t) as i64 - r as i64, n, mode) {
-                                    Some(j) => dstrow.copy_from_slice(
-                                        &sslab[j * inner + c0..j * inner + c0 + wdt],
-                                    ),
-                                    None => dstrow.fill(cval),
-                                }
-                            }
-                            for i in 0..nrows {
-                                let out = &mut dblock[i * inner + c0..i * inner + c0 + wdt];
-                                tile_accumulate(out, tile, i + r, &w);
+            // Row r of the slab, split into column segments: segs[s][i] is row i of segment s.
+            let nseg = inner.div_ceil(seg);
+            let mut segs: Vec<Vec<&mut [f32]>> = (0..nseg).map(|_| Vec::with_capacity(n)).collect();
+            for row in dslab.chunks_mut(inner) {
+                for (sg, part) in segs.iter_mut().zip(row.chunks_mut(seg)) {
+                    sg.push(part);
+                }
+            }
+            segs.into_par_iter().enumerate().for_each_init(
+                || vec![0f32; (n + 2 * r) * COLS],
+                |tile, (si, mut rows)| {
+                    let width = rows.first().map_or(0, |row| row.len());
+                    for k0 in (0..width).step_by(COLS) {
+                        let c0 = si * seg + k0;
+                        let wdt = COLS.min(width - k0);
+                        // Tile row t holds input row t - r, extended by the mode.
+                        for t in 0..n + 2 * r {
+                            let dstrow = &mut tile[t * COLS..t * COLS + wdt];
+                            match filter_tap(t as i64 - r as i64, n, mode) {
+                                Some(j) => dstrow
+                                    .copy_from_slice(&sslab[j * inner + c0..j * inner + c0 + wdt]),
+                                None => dstrow.fill(cval),
                             }
                         }
-                    },
-                );
+                        for (i, row) in rows.iter_mut().enumerate() {
+                            tile_accumulate(&mut row[k0..k0 + wdt], tile, i + r, &w);
+                        }
+                    }
+                },
+            );
         });
 }
 
@@ -335,30 +342,36 @@ mod tests {
     #[test]
     #[allow(clippy::needless_range_loop)] // index arithmetic is the point of this reference
     fn every_axis_and_mode_matches_a_direct_sum() {
-        let shape = [5usize, 7, 9];
-        let n: usize = shape.iter().product();
-        let src: Vec<f32> = (0..n).map(|i| ((i * 37) % 11) as f32 / 11.0).collect();
-        let w = gaussian_kernel1d(1.5, 0, 4.0);
-        let r = (w.len() / 2) as i64;
-        let strides = [63usize, 9, 1];
-        for mode in Mode::ALL {
-            for axis in 0..3 {
-                let mut dst = vec![0f32; n];
-                correlate1d(&src, &mut dst, &shape, axis, &w, mode, 0.25);
-                for idx in 0..n {
-                    let pos = [idx / 63, (idx / 9) % 7, idx % 9];
-                    let mut want = 0f64;
-                    for t in -r..=r {
-                        let v = match filter_tap(pos[axis] as i64 + t, shape[axis], mode) {
-                            Some(j) => src[idx - pos[axis] * strides[axis] + j * strides[axis]],
-                            None => 0.25,
-                        };
-                        want += w[(t + r) as usize] * v as f64;
+        // The second shape has column segments of several tiles on axis 0.
+        for shape in [[5usize, 7, 9], [5, 40, 300]] {
+            let n: usize = shape.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| ((i * 37) % 11) as f32 / 11.0).collect();
+            let w = gaussian_kernel1d(1.5, 0, 4.0);
+            let r = (w.len() / 2) as i64;
+            let strides = [shape[1] * shape[2], shape[2], 1];
+            for mode in Mode::ALL {
+                for axis in 0..3 {
+                    let mut dst = vec![0f32; n];
+                    correlate1d(&src, &mut dst, &shape, axis, &w, mode, 0.25);
+                    for idx in 0..n {
+                        let pos = [
+                            idx / strides[0],
+                            (idx / strides[1]) % shape[1],
+                            idx % shape[2],
+                        ];
+                        let mut want = 0f64;
+                        for t in -r..=r {
+                            let v = match filter_tap(pos[axis] as i64 + t, shape[axis], mode) {
+                                Some(j) => src[idx - pos[axis] * strides[axis] + j * strides[axis]],
+                                None => 0.25,
+                            };
+                            want += w[(t + r) as usize] * v as f64;
+                        }
+                        assert!(
+                            (dst[idx] as f64 - want).abs() < 1e-6,
+                            "{mode} axis {axis} voxel {idx} of {shape:?}"
+                        );
                     }
-                    assert!(
-                        (dst[idx] as f64 - want).abs() < 1e-6,
-                        "{mode} axis {axis} voxel {idx}"
-                    );
                 }
             }
         }
