@@ -281,3 +281,30 @@ extern "C" __global__ void __launch_bounds__(256) median_f32(const float* __rest
 #endif
 }
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// FEBDS `fft`: multiplies the half spectrum X[v][u] (u < w/2 + 1, from cuFFT's R2C of an h x w
+// image) by medical-image-std's Butterworth band-pass H(v, u) = 1 / (1 + ((D^2 - 21^2) /
+// (8 * 32 * D))^6), D the distance of (v, u) from (h/2, w/2) (8 * 32 * D replaced by 1e-6 where
+// it is 0), and by `scale` (1 / (h w): cuFFT's C2R does not normalise). H is even in (v, u) modulo
+// (h, w), so the half spectrum carries all of it. As src/filter/febds.rs::butterworth.
+// Grid: 1D over h * wc.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256) butterworth_mul_f32(float2* __restrict__ X, long long h,
+                                                                      long long w, long long wc,
+                                                                      float scale) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * wc) return;
+    const long long u = k % wc, v = k / wc;
+    const float du = (float)u - (float)w / 2.0f;
+    const float dv = (float)v - (float)h / 2.0f;
+    const float d = sqrtf(du * du + dv * dv);
+    const float band = d * d - 21.0f * 21.0f;
+    float cutoff = 256.0f * d;
+    if (cutoff == 0.0f) cutoff = 1e-6f;
+    const float t = band / cutoff;
+    const float t2 = t * t;
+    const float hk = 1.0f / (1.0f + t2 * t2 * t2) * scale;
+    X[k].x *= hk;
+    X[k].y *= hk;
+}

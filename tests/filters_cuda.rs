@@ -253,7 +253,11 @@ fn gpu_febds_matches_the_cpu_mask() {
         let cpu = apply_cpu(&f, b, &a.data, &a.shape).expect("cpu");
         let gpu = on_gpu(&f, b, &a.data, &a.shape, Precision::F32);
         let differ = cpu.iter().zip(&gpu).filter(|(x, y)| x != y).count();
-        println!("FEBDS {m:?}: {differ} of {} pixels differ", cpu.len());
+        println!(
+            "FEBDS {m:?}: {differ} of {} pixels differ (fft on the GPU through cuFFT: {})",
+            cpu.len(),
+            cuda::cufft_available()
+        );
         assert!(differ * 1000 <= cpu.len(), "{m:?}: {differ} pixels differ");
     }
 }

@@ -164,7 +164,12 @@ pub fn rows(
                 host.push(t.elapsed().as_secs_f64() * 1e3);
                 dev.push(tm.compute_ms);
             }
-            let mut r = row(&shape_s, name, format!("cuda:{ord} {precision:?}"), reps);
+            let variant = match f {
+                Filter::Febds(FebdsMethod::Fft) if cuda::cufft_available() => "febds fft (cuFFT)",
+                Filter::Febds(FebdsMethod::Fft) => "febds fft (host FFT)",
+                _ => name,
+            };
+            let mut r = row(&shape_s, variant, format!("cuda:{ord} {precision:?}"), reps);
             r.device_ms = Some(median(&mut dev));
             r.host_min_ms = host.iter().cloned().fold(f64::INFINITY, f64::min);
             r.host_ms = median(&mut host);
