@@ -451,8 +451,9 @@ pub fn cufft_available() -> bool {
 
 /// cuFFT plans (forward R2C, inverse C2R) per (device, h, w), made once.
 type FftPlans = (Arc<CudaFft>, Arc<CudaFft>);
-fn fft_plans() -> &'static Mutex<HashMap<(usize, usize, usize), FftPlans>> {
-    static P: OnceLock<Mutex<HashMap<(usize, usize, usize), FftPlans>>> = OnceLock::new();
+type PlanCache = Mutex<HashMap<(usize, usize, usize), FftPlans>>;
+fn fft_plans() -> &'static PlanCache {
+    static P: OnceLock<PlanCache> = OnceLock::new();
     P.get_or_init(Mutex::default)
 }
 
