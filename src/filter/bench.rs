@@ -127,9 +127,33 @@ fn row(shape: &str, variant: &str, engine: String, reps: usize) -> BenchRow {
     }
 }
 
-/// Times the filter rows on `gpu` (an ordinal, or none) and on the CPU (`cpu_reps` > 0).
-/// `d2d_bytes_per_s` gives the floor column.
+/// Times the filter rows on `gpu` (an ordinal, or none) and on the CPU (`cpu_reps` > 0) at
+/// [`VOLUME_SHAPE`] and [`MAMMOGRAM_SHAPE`]. `d2d_bytes_per_s` gives the floor column.
 pub fn rows(
+    gpu: Option<usize>,
+    precision: Precision,
+    reps: usize,
+    cpu_reps: usize,
+    d2d_bytes_per_s: Option<f64>,
+    progress: impl FnMut(&BenchRow),
+) -> Result<Vec<BenchRow>, EngineError> {
+    rows_at(
+        &VOLUME_SHAPE,
+        MAMMOGRAM_SHAPE,
+        gpu,
+        precision,
+        reps,
+        cpu_reps,
+        d2d_bytes_per_s,
+        progress,
+    )
+}
+
+/// [`rows`] at other shapes.
+#[allow(clippy::too_many_arguments)] // the bench options, passed through
+pub fn rows_at(
+    volume_shape: &[usize],
+    mammogram_shape: [usize; 2],
     gpu: Option<usize>,
     precision: Precision,
     reps: usize,
@@ -138,14 +162,14 @@ pub fn rows(
     mut progress: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, EngineError> {
     let b = Boundary::default();
-    let vol = xorshift(VOLUME_SHAPE.iter().product(), 3);
-    let mammo = synthetic_mammogram(MAMMOGRAM_SHAPE);
+    let vol = xorshift(volume_shape.iter().product(), 3);
+    let mammo = synthetic_mammogram(mammogram_shape);
     let mut out = vec![];
     for (name, f, is_vol, moved) in cases() {
         let (data, shape): (&[f32], Vec<usize>) = if is_vol {
-            (&vol, VOLUME_SHAPE.to_vec())
+            (&vol, volume_shape.to_vec())
         } else {
-            (&mammo, MAMMOGRAM_SHAPE.to_vec())
+            (&mammo, mammogram_shape.to_vec())
         };
         let shape_s = shape
             .iter()
@@ -208,5 +232,29 @@ mod tests {
         assert!(img.iter().all(|&v| (0.0..=4095.0).contains(&v)));
         let mask = super::super::febds::febds(&img, [256, 208], FebdsMethod::Dog);
         assert!(mask.contains(&1.0));
+    }
+
+    #[test]
+    fn cpu_rows_at_small_shapes() {
+        let mut seen = vec![];
+        let rows = rows_at(
+            &[8, 12, 16],
+            [96, 80],
+            None,
+            Precision::F32,
+            10,
+            1,
+            None,
+            |r| seen.push(r.variant.clone()),
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 6);
+        assert_eq!(seen.len(), 6);
+        assert_eq!(rows[2].variant, "median 5^3");
+        assert_eq!(rows[5].shape, "96x80");
+        assert!(
+            rows.iter()
+                .all(|r| r.host_ms >= 0.0 && r.device_ms.is_none())
+        );
     }
 }
