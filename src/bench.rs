@@ -32,6 +32,10 @@ pub struct BenchOptions {
     pub warmup: usize,
     /// Timed CPU repetitions (0: no CPU rows).
     pub cpu_reps: usize,
+    /// The spatial pipeline rows (over `shapes`).
+    pub spatial: bool,
+    /// The filter rows (`crate::filter::bench`: fixed shapes).
+    pub filters: bool,
 }
 
 impl Default for BenchOptions {
@@ -43,6 +47,8 @@ impl Default for BenchOptions {
             reps: 10,
             warmup: 2,
             cpu_reps: 1,
+            spatial: true,
+            filters: false,
         }
     }
 }
@@ -228,7 +234,8 @@ pub fn run(
         report.d2d_bytes_per_s = Some(bw);
     }
     let reps = opts.reps.max(10);
-    for shape in &opts.shapes {
+    let shapes: &[Vec<usize>] = if opts.spatial { &opts.shapes } else { &[] };
+    for shape in shapes {
         let img = test_volume(shape);
         let n: usize = shape.iter().product();
         let vol_bytes = (n * 4) as f64;
@@ -332,6 +339,18 @@ pub fn run(
         if let Some(g) = &gpu {
             g.clear_cache();
         }
+    }
+    if opts.filters {
+        let ord = gpu.as_ref().map(|g| g.ordinals()[0]);
+        let rows = crate::filter::bench::rows(
+            ord,
+            opts.precision,
+            reps,
+            opts.cpu_reps,
+            report.d2d_bytes_per_s,
+            |r| progress(&format_row(r)),
+        )?;
+        report.rows.extend(rows);
     }
     Ok(report)
 }

@@ -50,6 +50,9 @@ enum Cmd {
     /// Export a preset to a training pipeline, or import one from a parameter dict.
     #[command(subcommand)]
     Preset(PresetCmd),
+    /// Filter scans: gaussian, DoG, LoG, median, gamma, contrast or the FEBDS mask (scipy.ndimage
+    /// results). `filter IN OUT`, or `filter --out-dir DIR IN...` for a batch.
+    Filter(FilterArgs),
 }
 
 /// One `--shape D,H,W`.
@@ -80,6 +83,10 @@ struct BenchArgs {
     /// Write the table as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Rows: all, spatial (the transform pipelines over --shape) or filters (gaussian, median,
+    /// FEBDS at fixed sizes).
+    #[arg(long, default_value = "all", value_parser = ["all", "spatial", "filters"])]
+    rows: String,
 }
 
 #[derive(Args)]
@@ -272,6 +279,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Cmd::Bench(a)) => bench(a),
         Some(Cmd::Batch(a)) => batch(a),
         Some(Cmd::Preset(c)) => preset_cmd(c),
+        Some(Cmd::Filter(a)) => filter_cmd(a),
     }
 }
 
@@ -590,6 +598,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         precision: a.precision,
         reps: a.reps,
         cpu_reps: a.cpu_reps,
+        spatial: a.rows != "filters",
+        filters: a.rows != "spatial",
         ..Default::default()
     };
     if !shapes.is_empty() {
@@ -804,4 +814,225 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
         ));
     }
     Ok(())
+}
+
+#[derive(Args)]
+#[command(group(
+    clap::ArgGroup::new("filter")
+        .required(true)
+        .multiple(false)
+        .args(["gaussian", "dog", "log", "median", "gamma", "contrast", "febds"])
+))]
+struct FilterArgs {
+    /// IN OUT; with --out-dir, any number of inputs.
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Write each input's result into DIR under the input's file name (`.npy` when the input's
+    /// format cannot be written: JPEG, TIFF, DICOM).
+    #[arg(long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+    /// Gaussian smoothing, sigma in voxels: S or S0,S1[,S2] (scipy gaussian_filter, truncate 4).
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, value_name = "S")]
+    gaussian: Option<Numbers>,
+    /// Difference of gaussians G(S1) - G(S2).
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, value_name = "S1,S2")]
+    dog: Option<Numbers>,
+    /// Laplacian of gaussian (scipy gaussian_laplace): S or S0,S1[,S2].
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, value_name = "S")]
+    log: Option<Numbers>,
+    /// Median over an odd box: N or N0,N1[,N2] (scipy median_filter).
+    #[arg(long, value_parser = parse_axes, value_name = "N")]
+    median: Option<Axes>,
+    /// Gamma: SCALE * (x / SCALE)^G, SCALE 1 unless given (4095 for 12-bit mammograms).
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, value_name = "G[,SCALE]")]
+    gamma: Option<Numbers>,
+    /// Contrast and brightness: C * x + B.
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, value_name = "C,B")]
+    contrast: Option<Numbers>,
+    /// The FEBDS micro-calcification mask (medical-image-std's FebdsAlgorithm) of a 2D image.
+    #[arg(long, value_parser = |s: &str| s.parse::<augscope::filter::FebdsMethod>(), value_name = "dog|log|fft")]
+    febds: Option<augscope::filter::FebdsMethod>,
+    /// Boundary mode (scipy.ndimage filter names; wrap = grid-wrap, grid-constant = constant).
+    #[arg(long, default_value = "reflect", value_parser = |s: &str| s.parse::<Mode>())]
+    mode: Mode,
+    /// Value outside the image for the constant modes.
+    #[arg(long, default_value = "0", value_parser = parse_cval, allow_hyphen_values = true)]
+    cval: f32,
+    /// Engine: auto (CPU), cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<BackendSpec>())]
+    backend: BackendSpec,
+    /// GPU storage precision: f32, f16 or bf16.
+    #[arg(long, default_value = "f32", value_parser = |s: &str| s.parse::<Precision>())]
+    precision: Precision,
+    /// The first axis of a .npy input is channels.
+    #[arg(long)]
+    channels: bool,
+    /// Output type: float32 (default) or keep (the input's type).
+    #[arg(long, default_value = "float32", value_parser = ["float32", "keep"])]
+    dtype: String,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> anyhow::Result<augscope::filter::Filter> {
+        use augscope::filter::Filter;
+        let two = |v: &Numbers, what: &str| match v.0[..] {
+            [a, b] => Ok((a, b)),
+            _ => Err(usage(format!("--{what} takes two numbers, got {:?}", v.0))),
+        };
+        Ok(if let Some(s) = &self.gaussian {
+            Filter::Gaussian { sigma: s.0.clone() }
+        } else if let Some(s) = &self.dog {
+            let (s1, s2) = two(s, "dog")?;
+            Filter::Dog {
+                sigma1: vec![s1],
+                sigma2: vec![s2],
+            }
+        } else if let Some(s) = &self.log {
+            Filter::Log { sigma: s.0.clone() }
+        } else if let Some(n) = &self.median {
+            Filter::Median { size: n.0.clone() }
+        } else if let Some(g) = &self.gamma {
+            let (gamma, scale) = match g.0[..] {
+                [g] => (g, 1.0),
+                [g, s] => (g, s),
+                _ => return Err(usage("--gamma takes G or G,SCALE")),
+            };
+            Filter::Gamma {
+                gamma: gamma as f32,
+                scale: scale as f32,
+            }
+        } else if let Some(c) = &self.contrast {
+            let (c, b) = two(c, "contrast")?;
+            Filter::Contrast {
+                contrast: c as f32,
+                brightness: b as f32,
+            }
+        } else if let Some(m) = self.febds {
+            Filter::Febds(m)
+        } else {
+            return Err(usage(
+                "give one filter: --gaussian, --dog, --log, --median, --gamma, --contrast or --febds",
+            ));
+        })
+    }
+}
+
+/// Where the batch output of `input` goes: `dir/<input's file name>`, or `.npy` appended when
+/// that format cannot be written.
+fn batch_output(dir: &Path, input: &Path) -> anyhow::Result<PathBuf> {
+    let name = input
+        .file_name()
+        .ok_or_else(|| usage(format!("input has no file name: {}", input.display())))?;
+    let out = dir.join(name);
+    Ok(match io::Format::from_path(&out) {
+        Ok(io::Format::Nifti | io::Format::Npy | io::Format::Png) => out,
+        _ => dir.join(format!("{}.npy", name.to_string_lossy())),
+    })
+}
+
+fn filter_cmd(a: FilterArgs) -> anyhow::Result<()> {
+    let filter = a.filter()?;
+    // (input, output) pairs, checked before anything is read.
+    let pairs: Vec<(PathBuf, PathBuf)> = match &a.out_dir {
+        None => match &a.paths[..] {
+            [i, o] => vec![(i.clone(), o.clone())],
+            _ => {
+                return Err(usage(format!(
+                    "filter takes IN OUT ({} paths given); for many inputs use --out-dir DIR IN...",
+                    a.paths.len()
+                )));
+            }
+        },
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(usage(format!(
+                    "--out-dir is not a folder: {}",
+                    dir.display()
+                )));
+            }
+            a.paths
+                .iter()
+                .map(|i| Ok((i.clone(), batch_output(dir, i)?)))
+                .collect::<anyhow::Result<_>>()?
+        }
+    };
+    for (k, (i, o)) in pairs.iter().enumerate() {
+        io::Format::from_path(o)?;
+        if pairs.iter().any(|(i2, _)| resolved(i2) == resolved(o)) {
+            return Err(usage(format!(
+                "output would overwrite an input: {}",
+                o.display()
+            )));
+        }
+        if pairs[..k].iter().any(|(_, o2)| resolved(o2) == resolved(o)) {
+            return Err(usage(format!(
+                "two inputs would write the same output: {}",
+                o.display()
+            )));
+        }
+        if !i.exists() {
+            return Err(usage(format!("input does not exist: {}", i.display())));
+        }
+    }
+    let boundary = augscope::filter::Boundary {
+        mode: a.mode,
+        cval: a.cval,
+    };
+    let load_opts = LoadOptions {
+        channels_first: a.channels,
+    };
+    let save = SaveOptions {
+        keep_dtype: a.dtype == "keep",
+    };
+    // Same-shape inputs go to the engine together (one launch on a GPU), up to 512 MiB.
+    const BATCH_BYTES: usize = 512 << 20;
+    let mut pending: Vec<(augscope::Volume, &PathBuf)> = vec![];
+    let mut noted = false;
+    let mut flush = |pending: &mut Vec<(augscope::Volume, &PathBuf)>| -> anyhow::Result<()> {
+        let Some((first, _)) = pending.first() else {
+            return Ok(());
+        };
+        let shape = first.shape.clone();
+        let data: Vec<f32> = pending
+            .iter()
+            .flat_map(|(v, _)| v.data.iter().copied())
+            .collect();
+        let run = augscope::filter::run(&filter, boundary, &data, &shape, &a.backend, a.precision)
+            .map_err(|e| usage(e.to_string()))?;
+        if let Some(note) = &run.note
+            && !noted
+        {
+            eprintln!("augscope: {note}");
+            noted = true;
+        }
+        let mut at = 0;
+        for (v, out) in pending.drain(..) {
+            let n = v.data.len();
+            let mut o = v.clone_meta();
+            o.data = run.out[at..at + n].to_vec();
+            at += n;
+            io::save(out, &o, &save)?;
+        }
+        Ok(())
+    };
+    for (input, output) in &pairs {
+        let v = io::load(input, &load_opts)?;
+        // Filter parameters against this input, so a bad input fails before anything is written
+        // for it (one line naming the file).
+        filter
+            .resolved(v.ndim(), v.channels)
+            .map_err(|e| usage(format!("{e}: {}", input.display())))?;
+        let fits = pending.first().is_some_and(|(p, _)| {
+            p.shape == v.shape
+                && (pending.iter().map(|(q, _)| q.data.len()).sum::<usize>() + v.data.len()) * 4
+                    <= BATCH_BYTES
+        });
+        // FEBDS works on one image at a time.
+        let batchable = !matches!(filter, augscope::filter::Filter::Febds(_));
+        if !(fits && batchable) {
+            flush(&mut pending)?;
+        }
+        pending.push((v, output));
+    }
+    flush(&mut pending)
 }

@@ -46,16 +46,24 @@ pub enum Family {
     Field,
     /// `pad_f32`, `prefilter_axis_f32`, `to_store_f32`.
     Prefilter,
+    /// The filters (`sep_line_f32`, `median_f32`, …); host code in `crate::filter::cuda`.
+    Filter,
 }
 
 impl Family {
-    pub const ALL: [Family; 3] = [Family::Resample, Family::Field, Family::Prefilter];
+    pub const ALL: [Family; 4] = [
+        Family::Resample,
+        Family::Field,
+        Family::Prefilter,
+        Family::Filter,
+    ];
 
     pub fn file(self) -> &'static str {
         match self {
             Family::Resample => "kernels/resample.cu",
             Family::Field => "kernels/field.cu",
             Family::Prefilter => "kernels/prefilter.cu",
+            Family::Filter => "kernels/filter.cu",
         }
     }
 
@@ -64,6 +72,7 @@ impl Family {
             Family::Resample => include_str!("../../kernels/resample.cu"),
             Family::Field => include_str!("../../kernels/field.cu"),
             Family::Prefilter => include_str!("../../kernels/prefilter.cu"),
+            Family::Filter => include_str!("../../kernels/filter.cu"),
         }
     }
 
@@ -71,7 +80,7 @@ impl Family {
     /// `.cu` file's `#include "boundary.cuh"` is skipped) followed by the family's file.
     pub fn program(self) -> String {
         match self {
-            Family::Field => self.source().to_string(),
+            Family::Field | Family::Filter => self.source().to_string(),
             _ => format!(
                 "{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}",
                 self.file(),

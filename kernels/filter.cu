@@ -1,0 +1,310 @@
+// Filters on the GPU: the twin of src/filter/{separable,median,intensity}.rs, same results as
+// scipy.ndimage's gaussian_filter, gaussian_laplace and median_filter (to f32 rounding; the
+// median exactly).
+//
+// Arrays are C order, axis 0 slowest ([z, y, x] or [y, x]); a batch (channels, or many images of
+// one shape) is one more leading axis, so every launch covers the whole batch.
+//
+// Defines (from the host, src/filter/cuda.rs): the MODE_* values and MODE (augscope::Mode), one of
+// STORE_F32 / STORE_F16 / STORE_BF16 (storage of the input and output; compute is f32), and for
+// the median MED_K0, MED_K1, MED_K2 (odd window sizes, 1 on missing axes).
+//
+// Boundary: scipy's *filter* rule (ni_support.c NI_ExtendLine via
+// _extend_mode_to_code(mode, is_filter=True)), not map_coordinates': wrap and grid-wrap are periodic
+// with period n, constant and grid-constant read cval, reflect has period 2n, mirror 2n - 2 (n = 1:
+// the one value), nearest clamps.
+
+#if !defined(MODE_CONSTANT) || !defined(MODE_GRID_CONSTANT) || !defined(MODE_NEAREST) || \
+    !defined(MODE_REFLECT) || !defined(MODE_MIRROR) || !defined(MODE_GRID_WRAP) || !defined(MODE_WRAP)
+#error "the MODE_* values must be passed as -D defines from augscope::Mode"
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Storage: f16 / bf16 as bit patterns in an unsigned short, round to nearest even.
+// ---------------------------------------------------------------------------------------------
+#if defined(STORE_F16)
+typedef unsigned short store_t;
+__device__ __forceinline__ float load_store(store_t v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+__device__ __forceinline__ store_t to_store(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+#elif defined(STORE_BF16)
+typedef unsigned short store_t;
+__device__ __forceinline__ float load_store(store_t v) { return __int_as_float(((unsigned int)v) << 16); }
+__device__ __forceinline__ store_t to_store(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+#else
+typedef float store_t;
+__device__ __forceinline__ float load_store(store_t v) { return v; }
+__device__ __forceinline__ store_t to_store(float v) { return v; }
+#endif
+
+// The input index of tap i on an axis of length n, or -1 for cval (scipy's filter rule).
+__device__ __forceinline__ long long filter_tap(long long i, long long n) {
+    if (i >= 0 && i < n) return i;
+#if MODE == MODE_CONSTANT || MODE == MODE_GRID_CONSTANT
+    return -1;
+#else
+    if (n <= 1) return 0;
+#if MODE == MODE_NEAREST
+    return i < 0 ? 0 : n - 1;
+#elif MODE == MODE_WRAP || MODE == MODE_GRID_WRAP
+    long long j = i % n;
+    return j < 0 ? j + n : j;
+#elif MODE == MODE_REFLECT
+    const long long p = 2 * n;
+    long long j = i % p;
+    if (j < 0) j += p;
+    return j < n ? j : p - 1 - j;
+#else  // MODE_MIRROR
+    const long long p = 2 * n - 2;
+    long long j = i % p;
+    if (j < 0) j += p;
+    return j < n ? j : p - j;
+#endif
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions between the storage type and the f32 work buffers.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256) from_store_f32(const store_t* __restrict__ src,
+                                                                 float* __restrict__ dst, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = load_store(src[i]);
+}
+
+extern "C" __global__ void __launch_bounds__(256) to_store_f32(const float* __restrict__ src,
+                                                               store_t* __restrict__ dst, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_store(src[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Separable passes: out = w[0] x[i] + sum_j w[j] (x[i - j] + x[i + j]) along one axis, the array
+// seen as [outer, n, inner]. w holds the half kernel w[0..=r] (symmetric kernels only: gaussian
+// and its second derivative).
+// ---------------------------------------------------------------------------------------------
+
+// Contiguous axis (inner == 1): a block of LINE_T threads makes LINE_T outputs of one line from a
+// shared tile of LINE_T + 2r inputs, loaded coalesced with the boundary already applied.
+// Grid: (lines, ceil(n / LINE_T)). Dynamic shared memory: (LINE_T + 2r) floats.
+#define LINE_T 256
+extern "C" __global__ void __launch_bounds__(LINE_T) sep_line_f32(const float* __restrict__ src,
+                                                                  float* __restrict__ dst,
+                                                                  const float* __restrict__ w, int r,
+                                                                  long long n, float cval) {
+    extern __shared__ float tile[];
+    const long long line = blockIdx.x;
+    const long long i0 = (long long)blockIdx.y * LINE_T;
+    const float* in = src + line * n;
+    for (int t = threadIdx.x; t < LINE_T + 2 * r; t += LINE_T) {
+        const long long j = filter_tap(i0 + t - r, n);
+        tile[t] = j < 0 ? cval : in[j];
+    }
+    __syncthreads();
+    const long long i = i0 + threadIdx.x;
+    if (i >= n) return;
+    const float* c = tile + threadIdx.x + r;
+    float acc = w[0] * c[0];
+    for (int j = 1; j <= r; j++) acc += w[j] * (c[-j] + c[j]);
+    dst[line * n + i] = acc;
+}
+
+// Strided axis (inner > 1): a block of (32, STR_Y) threads makes 32 neighbouring columns (coalesced
+// along x) times STR_L outputs along the axis, from a shared tile of (STR_L + 2r) rows of 32.
+// Grid: (ceil(inner / 32), ceil(n / STR_L), outer). Dynamic shared memory: (STR_L + 2r) * 32 floats.
+#define STR_Y 8
+#define STR_L 64
+extern "C" __global__ void __launch_bounds__(32 * STR_Y) sep_strided_f32(const float* __restrict__ src,
+                                                                         float* __restrict__ dst,
+                                                                         const float* __restrict__ w,
+                                                                         int r, long long n,
+                                                                         long long inner, float cval) {
+    extern __shared__ float tile[];
+    const long long col = (long long)blockIdx.x * 32 + threadIdx.x;
+    const long long i0 = (long long)blockIdx.y * STR_L;
+    const long long base = (long long)blockIdx.z * n * inner;
+    const bool live = col < inner;
+    for (int t = threadIdx.y; t < STR_L + 2 * r; t += STR_Y) {
+        const long long j = filter_tap(i0 + t - r, n);
+        tile[t * 32 + threadIdx.x] = (j < 0 || !live) ? cval : src[base + j * inner + col];
+    }
+    __syncthreads();
+    if (!live) return;
+    for (int o = threadIdx.y; o < STR_L; o += STR_Y) {
+        const long long i = i0 + o;
+        if (i >= n) break;
+        const float* c = tile + (o + r) * 32 + threadIdx.x;
+        float acc = w[0] * c[0];
+        for (int j = 1; j <= r; j++) acc += w[j] * (c[-j * 32] + c[j * 32]);
+        dst[base + i * inner + col] = acc;
+    }
+}
+
+// Any axis, without shared memory (radii too large for a tile): one thread per output.
+// Grid: 1D over outer * n * inner.
+extern "C" __global__ void __launch_bounds__(256) sep_direct_f32(const float* __restrict__ src,
+                                                                 float* __restrict__ dst,
+                                                                 const float* __restrict__ w, int r,
+                                                                 long long n, long long inner,
+                                                                 long long total, float cval) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const long long col = k % inner;
+    const long long i = (k / inner) % n;
+    const long long base = (k / (inner * n)) * n * inner + col;
+    auto at = [&](long long t) {
+        const long long j = filter_tap(t, n);
+        return j < 0 ? cval : src[base + j * inner];
+    };
+    float acc = w[0] * at(i);
+    for (int j = 1; j <= r; j++) acc += w[j] * (at(i - j) + at(i + j));
+    dst[k] = acc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point-wise: acc += x (LoG terms), acc -= x (DoG), |x|, gamma, contrast.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256) axpy_f32(float* __restrict__ acc,
+                                                           const float* __restrict__ x, float a,
+                                                           long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += a * x[i];
+}
+
+extern "C" __global__ void __launch_bounds__(256) abs_f32(float* __restrict__ x, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = fabsf(x[i]);
+}
+
+// scale * (max(x, 0) / scale)^g, as src/filter/intensity.rs.
+extern "C" __global__ void __launch_bounds__(256) gamma_f32(float* __restrict__ x, float g, float scale,
+                                                            long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = powf(fmaxf(x[i], 0.0f) / scale, g) * scale;
+}
+
+// c * x + b (fmad off: the CPU's multiply then add).
+extern "C" __global__ void __launch_bounds__(256) contrast_f32(float* __restrict__ x, float c, float b,
+                                                               long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(__fmul_rn(c, x[i]), b);
+}
+
+// The 3x3 Laplacian [[0,1,0],[1,-4,1],[0,1,0]] of FEBDS `log` on [batch, h, w], mirror boundary
+// (torch's "reflect" padding), as src/filter/febds.rs. Grid: 1D over batch * h * w.
+extern "C" __global__ void __launch_bounds__(256) laplace3x3_f32(const float* __restrict__ g,
+                                                                 float* __restrict__ out, long long h,
+                                                                 long long w, long long total) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= total) return;
+    const long long x = k % w, y = (k / w) % h, b = k / (w * h);
+    auto m = [](long long i, long long n) {
+        if (i >= 0 && i < n) return i;
+        if (n <= 1) return 0LL;
+        const long long p = 2 * n - 2;
+        long long j = i % p;
+        if (j < 0) j += p;
+        return j < n ? j : p - j;
+    };
+    const float* p = g + b * h * w;
+    const float c = p[y * w + x];
+    const float up = p[m(y - 1, h) * w + x], dn = p[m(y + 1, h) * w + x];
+    const float l = p[y * w + m(x - 1, w)], r = p[y * w + m(x + 1, w)];
+    out[k] = (((up + l) + c * -4.0f) + r) + dn;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Median over a MED_K0 x MED_K1 x MED_K2 box (odd sizes), by forgetful selection: of the
+// N = 2k + 1 window values, keep the first k + 2; repeatedly drop the smallest and the largest
+// (neither can be the median) and take in the next value; the one value left is the median. It
+// needs k + 2 registers/local slots instead of N and about (k + 2)^2 / 2 comparisons, and the
+// result is one of the inputs, exactly scipy's.
+// Shape [outer, d, h, w] with d = 1 for 2D. Grid: (ceil(w / 32), ceil(h / 8), outer * d); block
+// (32, 8).
+// ---------------------------------------------------------------------------------------------
+#ifdef MED_K0
+#define MED_N (MED_K0 * MED_K1 * MED_K2)
+#define MED_KEEP (MED_N / 2 + 2)
+extern "C" __global__ void __launch_bounds__(256) median_f32(const float* __restrict__ src,
+                                                             float* __restrict__ dst, long long d,
+                                                             long long h, long long w, float cval) {
+    const long long x = (long long)blockIdx.x * 32 + threadIdx.x;
+    const long long y = (long long)blockIdx.y * 8 + threadIdx.y;
+    if (x >= w || y >= h) return;
+    const long long z = blockIdx.z % d;
+    const long long b = blockIdx.z / d;
+    const float* p = src + b * d * h * w;
+    // The window in C order, tap t -> (t / (K1 K2), (t / K2) % K1, t % K2).
+    auto tap = [&](int t) {
+        const long long zz = filter_tap(z + t / (MED_K1 * MED_K2) - MED_K0 / 2, d);
+        const long long yy = filter_tap(y + (t / MED_K2) % MED_K1 - MED_K1 / 2, h);
+        const long long xx = filter_tap(x + t % MED_K2 - MED_K2 / 2, w);
+        return (zz < 0 || yy < 0 || xx < 0) ? cval : p[(zz * h + yy) * w + xx];
+    };
+#if MED_N == 1
+    dst[((b * d + z) * h + y) * w + x] = tap(0);
+#else
+    float a[MED_KEEP];
+    int len = MED_KEEP;
+    for (int t = 0; t < MED_KEEP; t++) a[t] = tap(t);
+    int next = MED_KEEP;
+    while (true) {
+        // Drop the smallest and the largest of a[0..len).
+        int lo = 0, hi = 0;
+        for (int t = 1; t < len; t++) {
+            if (a[t] < a[lo]) lo = t;
+            if (a[t] > a[hi]) hi = t;
+        }
+        if (lo == hi) hi = (lo == 0) ? 1 : 0;  // all equal: drop any two
+        // Remove hi then lo by moving the last elements into their slots.
+        const int first = lo > hi ? lo : hi, second = lo > hi ? hi : lo;
+        a[first] = a[len - 1];
+        len--;
+        a[second] = a[len - 1];
+        len--;
+        if (next >= MED_N) break;
+        a[len++] = tap(next++);
+    }
+    dst[((b * d + z) * h + y) * w + x] = a[0];
+#endif
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// FEBDS `fft`: multiplies the half spectrum X[v][u] (u < w/2 + 1, from cuFFT's R2C of an h x w
+// image) by medical-image-std's Butterworth band-pass H(v, u) = 1 / (1 + ((D^2 - 21^2) /
+// (8 * 32 * D))^6), D the distance of (v, u) from (h/2, w/2) (8 * 32 * D replaced by 1e-6 where
+// it is 0), and by `scale` (1 / (h w): cuFFT's C2R does not normalise). H is even in (v, u) modulo
+// (h, w), so the half spectrum carries all of it. As src/filter/febds.rs::butterworth.
+// Grid: 1D over h * wc.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256) butterworth_mul_f32(float2* __restrict__ X, long long h,
+                                                                      long long w, long long wc,
+                                                                      float scale) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * wc) return;
+    const long long u = k % wc, v = k / wc;
+    const float du = (float)u - (float)w / 2.0f;
+    const float dv = (float)v - (float)h / 2.0f;
+    const float d = sqrtf(du * du + dv * dv);
+    const float band = d * d - 21.0f * 21.0f;
+    float cutoff = 256.0f * d;
+    if (cutoff == 0.0f) cutoff = 1e-6f;
+    const float t = band / cutoff;
+    const float t2 = t * t;
+    const float hk = 1.0f / (1.0f + t2 * t2 * t2) * scale;
+    X[k].x *= hk;
+    X[k].y *= hk;
+}

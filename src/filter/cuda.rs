@@ -1,0 +1,731 @@
+//! The filters on CUDA: host side of `kernels/filter.cu` (NVRTC through
+//! [`crate::engine::cuda::compile`], [`Family::Filter`]), interpreting the same [`Filter`] as
+//! [`super::apply_cpu`] and giving the same numbers to f32 rounding (the median exactly).
+//!
+//! Arrays are `[z, y, x]` (2D `[y, x]`); channels and batch items are one more leading axis, so
+//! every kernel launch covers the whole batch ("many images in one launch"). The input and the
+//! output are stored on the device in the requested [`Precision`] (f32, f16 or bf16; compute and
+//! intermediates are f32). Device memory is counted by the device's tracker, so
+//! `AUGSCOPE_GPU_MEM_LIMIT` and a real out-of-memory both surface as
+//! [`EngineError::OutOfMemory`], which [`super::run`] retries on the CPU.
+//!
+//! FEBDS: the enhancement (`dog`, `log`), `|·|`, the 5×5 median and the gamma run on the GPU; the
+//! threshold (a 4096-bin histogram), the closing and the hole filling on the CPU after one
+//! download. The `fft` method's FFT runs on the GPU through cuFFT (cudarc, f32 R2C/C2R, plans
+//! cached per shape); where libcufft cannot be loaded, on the CPU (augscope's own
+//! radix-2/Bluestein in `super::fft`, f64).
+#![allow(unsafe_code)] // Kernel launches are FFI (cudarc's `launch` is unsafe); each block says what it checked. The rest of the CUDA code is in engine/cuda.rs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cufft::CudaFft;
+use cudarc::cufft::sys::{cufftType, float2};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+
+use super::febds::{self, Method};
+use super::separable::{TRUNCATE, gaussian_kernel1d};
+use super::{Boundary, Filter};
+use crate::engine::boundary::Mode;
+use crate::engine::cuda::{DeviceEngine, Family, compile, device_engine, mode_defines};
+use crate::engine::device::{Reservation, driver_error};
+use crate::engine::{EngineError, Precision};
+
+/// Threads of the contiguous-axis tile (LINE_T in kernels/filter.cu).
+const LINE_T: usize = 256;
+/// Outputs along the axis per block of the strided pass (STR_L), columns per block (32).
+const STR_L: usize = 64;
+/// Dynamic shared memory a tile may use (the default limit without opt-in).
+const SMEM_MAX: usize = 48 * 1024;
+
+/// Defines of one filter build: the mode values, the mode, the storage type, the median window.
+pub fn filter_defines(mode: Mode, store: Precision, median: Option<[usize; 3]>) -> Vec<String> {
+    let mut d = mode_defines(mode);
+    d.push(
+        match store {
+            Precision::F32 => "-DSTORE_F32",
+            Precision::F16 => "-DSTORE_F16",
+            Precision::Bf16 => "-DSTORE_BF16",
+        }
+        .into(),
+    );
+    if let Some([k0, k1, k2]) = median {
+        d.push(format!("-DMED_K0={k0}"));
+        d.push(format!("-DMED_K1={k1}"));
+        d.push(format!("-DMED_K2={k2}"));
+    }
+    d
+}
+
+/// Compiles the filter programs (the CI compile check, no GPU needed): each mode × storage type,
+/// the 5³ median in each mode and the 3×3, 5×5, 3³ and 7³ medians in one. Returns the number of
+/// programs.
+pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
+    let mut n = 0;
+    for mode in Mode::ALL {
+        for p in [Precision::F32, Precision::F16, Precision::Bf16] {
+            compile(Family::Filter, &filter_defines(mode, p, None), arch)?;
+            n += 1;
+        }
+        let d = filter_defines(mode, Precision::F32, Some([5, 5, 5]));
+        compile(Family::Filter, &d, arch)?;
+        n += 1;
+    }
+    for k in [[1, 3, 3], [1, 5, 5], [3, 3, 3], [7, 7, 7]] {
+        let d = filter_defines(Mode::Reflect, Precision::F32, Some(k));
+        compile(Family::Filter, &d, arch)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Kernels compiled for (device, define set, entry), loaded once per process.
+fn cache() -> &'static Mutex<HashMap<String, CudaFunction>> {
+    static C: OnceLock<Mutex<HashMap<String, CudaFunction>>> = OnceLock::new();
+    C.get_or_init(Mutex::default)
+}
+
+/// One device's view for one filter call.
+struct Gpu {
+    eng: Arc<DeviceEngine>,
+    ordinal: usize,
+    precision: Precision,
+    /// Reservations of the buffers alive in this call.
+    held: Vec<Reservation>,
+}
+
+fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
+    let blocks = n.div_ceil(256).max(1);
+    if blocks > i32::MAX as usize {
+        return Err(EngineError::Shape(format!(
+            "{n} voxels are too many for one launch"
+        )));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+impl Gpu {
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.eng.dev.stream
+    }
+
+    fn function(&self, defines: &[String], name: &str) -> Result<CudaFunction, EngineError> {
+        let key = format!("{}|{}|{name}", self.ordinal, defines.join(" "));
+        let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = c.get(&key) {
+            return Ok(f.clone());
+        }
+        let ptx = compile(Family::Filter, defines, self.eng.dev.arch)?;
+        let module = self
+            .eng
+            .dev
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| driver_error("cannot load the filter kernels", e))?;
+        let f = module
+            .load_function(name)
+            .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
+        c.insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// A zeroed f32 buffer of `n` values, counted by the device's tracker.
+    fn alloc(&mut self, n: usize, what: &str) -> Result<CudaSlice<f32>, EngineError> {
+        self.held
+            .push(self.eng.dev.tracker.reserve(n.max(1) * 4, what)?);
+        self.stream()
+            .alloc_zeros::<f32>(n.max(1))
+            .map_err(|e| driver_error(what, e))
+    }
+
+    /// Uploads `data` in the storage precision and widens it to f32 on the device.
+    fn upload(&mut self, data: &[f32], mode: Mode) -> Result<CudaSlice<f32>, EngineError> {
+        let what = "the filter input";
+        if self.precision == Precision::F32 {
+            self.held
+                .push(self.eng.dev.tracker.reserve(data.len() * 4, what)?);
+            return self
+                .stream()
+                .clone_htod(data)
+                .map_err(|e| driver_error(what, e));
+        }
+        let bits = to_bits(data, self.precision);
+        self.held
+            .push(self.eng.dev.tracker.reserve(bits.len() * 2, what)?);
+        let stored = self
+            .stream()
+            .clone_htod(&bits)
+            .map_err(|e| driver_error(what, e))?;
+        let mut x = self.alloc(data.len(), what)?;
+        let f = self.function(
+            &filter_defines(mode, self.precision, None),
+            "from_store_f32",
+        )?;
+        let n = data.len() as i64;
+        let mut b = self.stream().launch_builder(&f);
+        b.arg(&stored).arg(&mut x).arg(&n);
+        // SAFETY: from_store_f32(const store_t*, float*, long long n): `stored` holds n values of
+        // the build's store_t (u16 bits), `x` n floats; threads with i >= n return.
+        unsafe { b.launch(grid_1d(data.len())?) }.map_err(|e| driver_error("from_store_f32", e))?;
+        Ok(x)
+    }
+
+    /// Rounds `x` to the storage precision on the device and downloads it as f32.
+    fn download(
+        &mut self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        mode: Mode,
+    ) -> Result<Vec<f32>, EngineError> {
+        let what = "the filter output";
+        let out = if self.precision == Precision::F32 {
+            self.stream()
+                .clone_dtoh(&x.slice(0..n))
+                .map_err(|e| driver_error(what, e))?
+        } else {
+            self.held.push(self.eng.dev.tracker.reserve(n * 2, what)?);
+            let mut stored = self
+                .stream()
+                .alloc_zeros::<u16>(n.max(1))
+                .map_err(|e| driver_error(what, e))?;
+            let f = self.function(&filter_defines(mode, self.precision, None), "to_store_f32")?;
+            let nn = n as i64;
+            let mut b = self.stream().launch_builder(&f);
+            b.arg(x).arg(&mut stored).arg(&nn);
+            // SAFETY: to_store_f32(const float*, store_t*, long long n): `x` holds >= n floats,
+            // `stored` >= n u16 (store_t is unsigned short in the half builds); i >= n returns.
+            unsafe { b.launch(grid_1d(n)?) }.map_err(|e| driver_error("to_store_f32", e))?;
+            let bits = self
+                .stream()
+                .clone_dtoh(&stored.slice(0..n))
+                .map_err(|e| driver_error(what, e))?;
+            from_bits(&bits, self.precision)
+        };
+        self.stream()
+            .synchronize()
+            .map_err(|e| driver_error("filter", e))?;
+        Ok(out)
+    }
+
+    /// One separable pass along `axis` of `count` arrays of `shape`, `src` into `dst`.
+    #[allow(clippy::too_many_arguments)] // one launch's geometry; a struct would only rename them
+    fn pass(
+        &self,
+        src: &CudaSlice<f32>,
+        dst: &mut CudaSlice<f32>,
+        shape: &[usize],
+        count: usize,
+        axis: usize,
+        weights: &[f64],
+        b: Boundary,
+    ) -> Result<(), EngineError> {
+        let r = weights.len() / 2;
+        let half: Vec<f32> = weights[r..].iter().map(|&v| v as f32).collect();
+        let w = self
+            .stream()
+            .clone_htod(&half)
+            .map_err(|e| driver_error("filter weights", e))?;
+        let defs = filter_defines(b.mode, Precision::F32, None);
+        let outer = count * shape[..axis].iter().product::<usize>();
+        let n = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        let (ri, nl, il) = (r as i32, n as i64, inner as i64);
+        let line_smem = (LINE_T + 2 * r) * 4;
+        let str_smem = (STR_L + 2 * r) * 32 * 4;
+        if inner == 1 && line_smem <= SMEM_MAX && n.div_ceil(LINE_T) <= 65535 {
+            let f = self.function(&defs, "sep_line_f32")?;
+            let cfg = LaunchConfig {
+                grid_dim: (outer as u32, n.div_ceil(LINE_T) as u32, 1),
+                block_dim: (LINE_T as u32, 1, 1),
+                shared_mem_bytes: line_smem as u32,
+            };
+            if outer > i32::MAX as usize {
+                return Err(EngineError::Shape("too many lines for one launch".into()));
+            }
+            let mut lb = self.stream().launch_builder(&f);
+            lb.arg(src).arg(dst).arg(&w).arg(&ri).arg(&nl).arg(&b.cval);
+            // SAFETY: sep_line_f32(const float* src, float* dst, const float* w, int r,
+            // long long n, float cval): src and dst hold outer * n floats (grid.x = outer lines,
+            // grid.y * 256 >= n, i >= n returns), w holds r + 1 floats, the dynamic shared memory
+            // is the (256 + 2r)-float tile.
+            unsafe { lb.launch(cfg) }.map_err(|e| driver_error("sep_line_f32", e))?;
+        } else if inner > 1 && str_smem <= SMEM_MAX && outer <= 65535 && n.div_ceil(STR_L) <= 65535
+        {
+            let f = self.function(&defs, "sep_strided_f32")?;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    inner.div_ceil(32) as u32,
+                    n.div_ceil(STR_L) as u32,
+                    outer as u32,
+                ),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: str_smem as u32,
+            };
+            if inner.div_ceil(32) > i32::MAX as usize {
+                return Err(EngineError::Shape("rows too long for one launch".into()));
+            }
+            let mut lb = self.stream().launch_builder(&f);
+            lb.arg(src)
+                .arg(dst)
+                .arg(&w)
+                .arg(&ri)
+                .arg(&nl)
+                .arg(&il)
+                .arg(&b.cval);
+            // SAFETY: sep_strided_f32(src, dst, w, int r, long long n, long long inner, cval):
+            // src and dst hold outer * n * inner floats (grid.z = outer, columns >= inner and
+            // rows >= n are skipped), w holds r + 1 floats, shared memory is the
+            // (64 + 2r) x 32-float tile.
+            unsafe { lb.launch(cfg) }.map_err(|e| driver_error("sep_strided_f32", e))?;
+        } else {
+            let f = self.function(&defs, "sep_direct_f32")?;
+            let total = outer * n * inner;
+            let tl = total as i64;
+            let mut lb = self.stream().launch_builder(&f);
+            lb.arg(src)
+                .arg(dst)
+                .arg(&w)
+                .arg(&ri)
+                .arg(&nl)
+                .arg(&il)
+                .arg(&tl)
+                .arg(&b.cval);
+            // SAFETY: sep_direct_f32(src, dst, w, r, n, inner, total, cval): src and dst hold
+            // total = outer * n * inner floats, one thread per output, k >= total returns; w
+            // holds r + 1 floats.
+            unsafe { lb.launch(grid_1d(total)?) }.map_err(|e| driver_error("sep_direct_f32", e))?;
+        }
+        Ok(())
+    }
+
+    /// Gaussian (derivative `orders[a]` on axis `a`) of `src` into a new buffer.
+    fn gaussian(
+        &mut self,
+        src: &CudaSlice<f32>,
+        shape: &[usize],
+        count: usize,
+        sigma: &[f64],
+        orders: &[u32],
+        b: Boundary,
+    ) -> Result<CudaSlice<f32>, EngineError> {
+        let total = src.len();
+        let mut a = self.alloc(total, "a gaussian buffer")?;
+        self.stream()
+            .memcpy_dtod(src, &mut a)
+            .map_err(|e| driver_error("copy", e))?;
+        let mut t = self.alloc(total, "a gaussian buffer")?;
+        for axis in 0..shape.len() {
+            if sigma[axis] <= 1e-15 {
+                continue;
+            }
+            let w = gaussian_kernel1d(sigma[axis], orders[axis], TRUNCATE);
+            self.pass(&a, &mut t, shape, count, axis, &w, b)?;
+            std::mem::swap(&mut a, &mut t);
+        }
+        Ok(a)
+    }
+
+    /// `acc += alpha * x` over `n` values.
+    fn axpy(
+        &self,
+        acc: &mut CudaSlice<f32>,
+        x: &CudaSlice<f32>,
+        alpha: f32,
+    ) -> Result<(), EngineError> {
+        let f = self.function(
+            &filter_defines(Mode::Reflect, Precision::F32, None),
+            "axpy_f32",
+        )?;
+        let n = acc.len().min(x.len());
+        let nl = n as i64;
+        let mut lb = self.stream().launch_builder(&f);
+        lb.arg(acc).arg(x).arg(&alpha).arg(&nl);
+        // SAFETY: axpy_f32(float* acc, const float* x, float a, long long n): both hold >= n
+        // floats; i >= n returns.
+        unsafe { lb.launch(grid_1d(n)?) }.map_err(|e| driver_error("axpy_f32", e))?;
+        Ok(())
+    }
+
+    /// A point-wise kernel `name(float* x, float p0, float p1, long long n)` (or without
+    /// parameters for `abs_f32`).
+    fn pointwise(
+        &self,
+        x: &mut CudaSlice<f32>,
+        name: &str,
+        p: Option<(f32, f32)>,
+    ) -> Result<(), EngineError> {
+        let f = self.function(&filter_defines(Mode::Reflect, Precision::F32, None), name)?;
+        let nl = x.len() as i64;
+        let n = x.len();
+        let mut lb = self.stream().launch_builder(&f);
+        lb.arg(x);
+        if let Some((a, c)) = &p {
+            lb.arg(a).arg(c);
+        }
+        lb.arg(&nl);
+        // SAFETY: gamma_f32 / contrast_f32 (float* x, float, float, long long n) and
+        // abs_f32(float* x, long long n): x holds n floats; i >= n returns.
+        unsafe { lb.launch(grid_1d(n)?) }.map_err(|e| driver_error(name, e))?;
+        Ok(())
+    }
+
+    /// Median over the odd box `size` of `count` arrays of `shape` (1 to 3 axes).
+    fn median(
+        &mut self,
+        src: &CudaSlice<f32>,
+        shape: &[usize],
+        count: usize,
+        size: &[usize],
+        b: Boundary,
+    ) -> Result<CudaSlice<f32>, EngineError> {
+        let mut s = [1usize; 3];
+        let mut k = [1usize; 3];
+        let off = 3 - shape.len();
+        s[off..].copy_from_slice(shape);
+        k[off..].copy_from_slice(size);
+        let [d, h, w] = s;
+        if count * d > 65535 || h.div_ceil(8) > 65535 {
+            return Err(EngineError::Shape(format!(
+                "{count} arrays of {shape:?} are too many for one median launch"
+            )));
+        }
+        let f = self.function(
+            &filter_defines(b.mode, Precision::F32, Some(k)),
+            "median_f32",
+        )?;
+        let mut out = self.alloc(src.len(), "the median output")?;
+        let (dl, hl, wl) = (d as i64, h as i64, w as i64);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                w.div_ceil(32) as u32,
+                h.div_ceil(8) as u32,
+                (count * d) as u32,
+            ),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut lb = self.stream().launch_builder(&f);
+        lb.arg(src)
+            .arg(&mut out)
+            .arg(&dl)
+            .arg(&hl)
+            .arg(&wl)
+            .arg(&b.cval);
+        // SAFETY: median_f32(const float* src, float* dst, long long d, h, w, float cval): src
+        // and dst hold count * d * h * w floats (grid.z = count * d, x >= w or y >= h return);
+        // the window sizes are the build's MED_K* defines.
+        unsafe { lb.launch(cfg) }.map_err(|e| driver_error("median_f32", e))?;
+        Ok(out)
+    }
+
+    /// FEBDS `log`'s 3×3 Laplacian of `count` 2D images.
+    fn laplace3x3(
+        &mut self,
+        g: &CudaSlice<f32>,
+        [h, w]: [usize; 2],
+    ) -> Result<CudaSlice<f32>, EngineError> {
+        let f = self.function(
+            &filter_defines(Mode::Mirror, Precision::F32, None),
+            "laplace3x3_f32",
+        )?;
+        let mut out = self.alloc(g.len(), "the Laplacian")?;
+        let (hl, wl, tl) = (h as i64, w as i64, g.len() as i64);
+        let mut lb = self.stream().launch_builder(&f);
+        lb.arg(g).arg(&mut out).arg(&hl).arg(&wl).arg(&tl);
+        // SAFETY: laplace3x3_f32(const float* g, float* out, long long h, w, total): both hold
+        // total = batch * h * w floats; k >= total returns.
+        unsafe { lb.launch(grid_1d(g.len())?) }.map_err(|e| driver_error("laplace3x3_f32", e))?;
+        Ok(out)
+    }
+}
+
+/// Whether FEBDS `fft` runs its FFT on the GPU (libcufft loadable) rather than on the host.
+pub fn cufft_available() -> bool {
+    // SAFETY: a probe of the dynamic library only.
+    unsafe { cudarc::cufft::sys::is_culib_present() }
+}
+
+/// cuFFT plans (forward R2C, inverse C2R) per (device, h, w), made once.
+type FftPlans = (Arc<CudaFft>, Arc<CudaFft>);
+type PlanCache = Mutex<HashMap<(usize, usize, usize), FftPlans>>;
+fn fft_plans() -> &'static PlanCache {
+    static P: OnceLock<PlanCache> = OnceLock::new();
+    P.get_or_init(Mutex::default)
+}
+
+fn cufft_error(what: &str, e: cudarc::cufft::result::CufftError) -> EngineError {
+    let text = format!("{e:?}");
+    if text.contains("ALLOC_FAILED") {
+        EngineError::OutOfMemory(format!("{what}: {text}"))
+    } else {
+        EngineError::Cuda(format!("{what}: {text}"))
+    }
+}
+
+/// FEBDS `fft` step 1 on the GPU: `C2R(R2C(x) · H) / (h w)` with cuFFT (f32), which is the real
+/// part of `ifft2(fft2(x) · H)` because H is even (see `butterworth_mul_f32`).
+fn bandpass_cufft(
+    g: &mut Gpu,
+    img: &[f32],
+    [h, w]: [usize; 2],
+) -> Result<CudaSlice<f32>, EngineError> {
+    // cudarc panics on first use of a missing library: probe it first.
+    if !cufft_available() {
+        return Err(EngineError::CudaUnavailable(
+            "libcufft is not loadable".into(),
+        ));
+    }
+    if h > i32::MAX as usize || w > i32::MAX as usize {
+        return Err(EngineError::Shape("image too large for cuFFT".into()));
+    }
+    let plans = {
+        let mut p = fft_plans().lock().unwrap_or_else(|e| e.into_inner());
+        match p.get(&(g.ordinal, h, w)) {
+            Some(pl) => pl.clone(),
+            None => {
+                let stream = g.stream().clone();
+                let fwd =
+                    CudaFft::plan_2d(h as i32, w as i32, cufftType::CUFFT_R2C, stream.clone())
+                        .map_err(|e| cufft_error("cuFFT R2C plan", e))?;
+                let inv = CudaFft::plan_2d(h as i32, w as i32, cufftType::CUFFT_C2R, stream)
+                    .map_err(|e| cufft_error("cuFFT C2R plan", e))?;
+                let pl = (Arc::new(fwd), Arc::new(inv));
+                p.insert((g.ordinal, h, w), pl.clone());
+                pl
+            }
+        }
+    };
+    let x = g.upload(img, Mode::Mirror)?;
+    let wc = w / 2 + 1;
+    g.held.push(
+        g.eng
+            .dev
+            .tracker
+            .reserve(h * wc * 8, "the FEBDS spectrum")?,
+    );
+    let mut spec = g
+        .stream()
+        .alloc_zeros::<float2>(h * wc)
+        .map_err(|e| driver_error("the FEBDS spectrum", e))?;
+    plans
+        .0
+        .exec_r2c(&x, &mut spec)
+        .map_err(|e| cufft_error("cuFFT R2C", e))?;
+    let f = g.function(
+        &filter_defines(Mode::Mirror, Precision::F32, None),
+        "butterworth_mul_f32",
+    )?;
+    let (hl, wl, wcl) = (h as i64, w as i64, wc as i64);
+    let scale = (1.0 / (h as f64 * w as f64)) as f32;
+    let mut lb = g.stream().launch_builder(&f);
+    lb.arg(&mut spec).arg(&hl).arg(&wl).arg(&wcl).arg(&scale);
+    // SAFETY: butterworth_mul_f32(float2* X, long long h, w, wc, float scale): X holds h * wc
+    // float2 (cuFFT's R2C layout of an h x w image); k >= h * wc returns.
+    unsafe { lb.launch(grid_1d(h * wc)?) }.map_err(|e| driver_error("butterworth_mul_f32", e))?;
+    let mut out = g.alloc(h * w, "the FEBDS band-pass")?;
+    plans
+        .1
+        .exec_c2r(&mut spec, &mut out)
+        .map_err(|e| cufft_error("cuFFT C2R", e))?;
+    Ok(out)
+}
+
+fn to_bits(data: &[f32], p: Precision) -> Vec<u16> {
+    match p {
+        Precision::F16 => data
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect(),
+        _ => data
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_bits())
+            .collect(),
+    }
+}
+
+fn from_bits(bits: &[u16], p: Precision) -> Vec<f32> {
+    match p {
+        Precision::F16 => bits
+            .iter()
+            .map(|&b| half::f16::from_bits(b).to_f32())
+            .collect(),
+        _ => bits
+            .iter()
+            .map(|&b| half::bf16::from_bits(b).to_f32())
+            .collect(),
+    }
+}
+
+/// Device times of one [`apply_timed`] (CUDA events), in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FilterTimings {
+    /// Host to device, including the widening from the storage type.
+    pub upload_ms: f64,
+    /// The filter's kernels.
+    pub compute_ms: f64,
+    /// The rounding to the storage type and device to host.
+    pub download_ms: f64,
+}
+
+/// Applies a resolved filter (see [`Filter::resolved`]) on device `ordinal` to `data`:
+/// `data.len() / prod(shape)` arrays of `shape`, all in the same launches. Storage in
+/// `precision`; FEBDS keeps its 12-bit input in f32.
+pub fn apply(
+    filter: &Filter,
+    b: Boundary,
+    data: &[f32],
+    shape: &[usize],
+    ordinal: usize,
+    precision: Precision,
+) -> Result<Vec<f32>, EngineError> {
+    apply_timed(filter, b, data, shape, ordinal, precision).map(|(v, _)| v)
+}
+
+fn event(s: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, EngineError> {
+    s.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(|e| driver_error("cannot record an event", e))
+}
+
+fn between(
+    a: &cudarc::driver::CudaEvent,
+    b: &cudarc::driver::CudaEvent,
+) -> Result<f64, EngineError> {
+    a.elapsed_ms(b)
+        .map(f64::from)
+        .map_err(|e| driver_error("timing", e))
+}
+
+/// [`apply`] with the device times of its three phases.
+pub fn apply_timed(
+    filter: &Filter,
+    b: Boundary,
+    data: &[f32],
+    shape: &[usize],
+    ordinal: usize,
+    precision: Precision,
+) -> Result<(Vec<f32>, FilterTimings), EngineError> {
+    let eng = device_engine(ordinal)?;
+    let n: usize = shape.iter().product();
+    if n == 0 || !data.len().is_multiple_of(n) {
+        return Err(EngineError::Shape(format!(
+            "{} values do not fill whole arrays of shape {shape:?}",
+            data.len()
+        )));
+    }
+    let count = data.len() / n;
+    let mut g = Gpu {
+        eng,
+        ordinal,
+        precision,
+        held: vec![],
+    };
+    if let Filter::Febds(m) = filter {
+        g.precision = Precision::F32;
+        return febds_gpu(&mut g, data, [shape[0], shape[1]], *m);
+    }
+    let e0 = event(g.stream())?;
+    let mut x = g.upload(data, b.mode)?;
+    let e1 = event(g.stream())?;
+    let nd = shape.len();
+    let y = match filter {
+        Filter::Gaussian { sigma } => g.gaussian(&x, shape, count, sigma, &vec![0; nd], b)?,
+        Filter::Dog { sigma1, sigma2 } => {
+            let mut a = g.gaussian(&x, shape, count, sigma1, &vec![0; nd], b)?;
+            let c = g.gaussian(&x, shape, count, sigma2, &vec![0; nd], b)?;
+            g.axpy(&mut a, &c, -1.0)?;
+            a
+        }
+        Filter::Log { sigma } => {
+            let mut acc: Option<CudaSlice<f32>> = None;
+            for axis in 0..nd {
+                let mut orders = vec![0; nd];
+                orders[axis] = 2;
+                let t = g.gaussian(&x, shape, count, sigma, &orders, b)?;
+                match &mut acc {
+                    None => acc = Some(t),
+                    Some(a) => g.axpy(a, &t, 1.0)?,
+                }
+            }
+            acc.ok_or_else(|| EngineError::Shape("no axes".into()))?
+        }
+        Filter::Median { size } => g.median(&x, shape, count, size, b)?,
+        Filter::Gamma { gamma, scale } => {
+            g.pointwise(&mut x, "gamma_f32", Some((*gamma, *scale)))?;
+            x
+        }
+        Filter::Contrast {
+            contrast,
+            brightness,
+        } => {
+            g.pointwise(&mut x, "contrast_f32", Some((*contrast, *brightness)))?;
+            x
+        }
+        Filter::Febds(_) => unreachable!("handled above"),
+    };
+    let e2 = event(g.stream())?;
+    let out = g.download(&y, data.len(), b.mode)?;
+    let e3 = event(g.stream())?;
+    e3.synchronize().map_err(|e| driver_error("filter", e))?;
+    let t = FilterTimings {
+        upload_ms: between(&e0, &e1)?,
+        compute_ms: between(&e1, &e2)?,
+        download_ms: between(&e2, &e3)?,
+    };
+    Ok((out, t))
+}
+
+/// FEBDS with steps 1–3 on the GPU (the `fft` enhancement on the CPU) and steps 4–5 on the CPU.
+fn febds_gpu(
+    g: &mut Gpu,
+    img: &[f32],
+    shape: [usize; 2],
+    m: Method,
+) -> Result<(Vec<f32>, FilterTimings), EngineError> {
+    let near = febds::NEAREST;
+    let e0 = event(g.stream())?;
+    let mut e = match m {
+        Method::Dog => {
+            let x = g.upload(img, near.mode)?;
+            let mut a = g.gaussian(&x, &shape, 1, &[1.7, 1.7], &[0, 0], near)?;
+            let c = g.gaussian(&x, &shape, 1, &[2.0, 2.0], &[0, 0], near)?;
+            g.axpy(&mut a, &c, -1.0)?;
+            a
+        }
+        Method::Log => {
+            let x = g.upload(img, near.mode)?;
+            let s = g.gaussian(&x, &shape, 1, &[2.0, 2.0], &[0, 0], near)?;
+            g.laplace3x3(&s, shape)?
+        }
+        Method::Fft => match bandpass_cufft(g, img, shape) {
+            Ok(e) => e,
+            // No libcufft (or a cuFFT failure other than memory): the same band-pass on the host.
+            Err(EngineError::OutOfMemory(why)) => return Err(EngineError::OutOfMemory(why)),
+            Err(_) => {
+                let e = febds::butterworth_bandpass(img, shape);
+                g.upload(&e, near.mode)?
+            }
+        },
+    };
+    g.pointwise(&mut e, "abs_f32", None)?;
+    let mut md = g.median(&e, &shape, 1, &[5, 5], febds::MIRROR)?;
+    g.pointwise(
+        &mut md,
+        "gamma_f32",
+        Some((febds::GAMMA, febds::SCALE_12BIT)),
+    )?;
+    let e1 = event(g.stream())?;
+    let den = g.download(&md, img.len(), Mode::Mirror)?;
+    let e2 = event(g.stream())?;
+    e2.synchronize().map_err(|e| driver_error("filter", e))?;
+    // The upload is inside the first phase here (the fft method computes on the host first).
+    let t = FilterTimings {
+        upload_ms: 0.0,
+        compute_ms: between(&e0, &e1)?,
+        download_ms: between(&e1, &e2)?,
+    };
+    Ok((febds::segment(&den, shape, m), t))
+}

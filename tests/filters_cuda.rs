@@ -1,0 +1,296 @@
+//! The CUDA filters against the CPU filters (which tests/filters.rs checks against scipy):
+//! every filter, every mode, 2D, 3D, RGB and batches, f16/bf16 storage, FEBDS, the out-of-memory
+//! retry. Without a GPU (CI) the kernels still compile with NVRTC when libnvrtc can be loaded,
+//! and a CUDA request falls back to the CPU with a note; tests whose name says `gpu` need a CUDA
+//! device and skip with a printed reason where there is none. Arrays are `[z, y, x]`.
+
+mod filter_common;
+
+use std::process::Command;
+
+use augscope::Mode;
+use augscope::engine::cuda::nvrtc_version;
+use augscope::engine::device;
+use augscope::engine::{BackendSpec, Precision};
+use augscope::filter::{Boundary, FebdsMethod, Filter, apply_cpu, cuda, run};
+use filter_common::{compare, load_fixtures};
+
+/// Why there is no usable device, printed by the caller, or None when there is one.
+fn no_gpu() -> Option<String> {
+    device::discover().unavailable_reason()
+}
+
+macro_rules! need_gpu {
+    () => {
+        if let Some(why) = no_gpu() {
+            eprintln!("skipped: no usable CUDA device ({why})");
+            return;
+        }
+    };
+}
+
+/// Runs on cuda:0 and insists that the GPU, not the CPU fallback, made the result.
+fn on_gpu(f: &Filter, b: Boundary, data: &[f32], shape: &[usize], p: Precision) -> Vec<f32> {
+    let r = run(f, b, data, shape, &BackendSpec::Cuda(vec![0]), p)
+        .unwrap_or_else(|e| panic!("{f:?}: {e}"));
+    assert_eq!(r.backend, "cuda:0", "fell back: {:?}", r.note);
+    r.out
+}
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+#[test]
+fn every_filter_kernel_compiles_with_nvrtc() {
+    if let Err(why) = nvrtc_version() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let n = cuda::compile_all(Some("sm_90")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(n, Mode::ALL.len() * 4 + 4);
+}
+
+#[test]
+fn cuda_filter_request_without_a_device_falls_back_with_a_note() {
+    let data = random(6 * 7, 1);
+    let f = Filter::Gaussian { sigma: vec![1.0] };
+    let b = Boundary::default();
+    let r = run(
+        &f,
+        b,
+        &data,
+        &[6, 7],
+        &BackendSpec::Cuda(vec![0]),
+        Precision::F32,
+    )
+    .expect("never an error");
+    match no_gpu() {
+        Some(_) => {
+            assert_eq!(r.backend, "cpu");
+            assert!(
+                r.note.as_deref().unwrap_or("").contains("CPU"),
+                "{:?}",
+                r.note
+            );
+            assert_eq!(r.out, apply_cpu(&f, b, &data, &[6, 7]).expect("cpu"));
+        }
+        None => assert_eq!(r.backend, "cuda:0"),
+    }
+    // A missing ordinal falls back too, with the reason.
+    let r = run(
+        &f,
+        b,
+        &data,
+        &[6, 7],
+        &BackendSpec::Cuda(vec![999]),
+        Precision::F32,
+    )
+    .expect("never an error");
+    assert_eq!(r.backend, "cpu");
+    assert!(r.note.is_some());
+    // Bad parameters stay the user's error.
+    let bad = Filter::Median { size: vec![2] };
+    assert!(
+        run(
+            &bad,
+            b,
+            &data,
+            &[6, 7],
+            &BackendSpec::Cuda(vec![0]),
+            Precision::F32
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn gpu_filters_match_cpu_on_every_fixture() {
+    need_gpu!();
+    let fx = load_fixtures();
+    let mut failures = vec![];
+    let mut worst = 0f64;
+    for case in &fx.cases {
+        let (data, shape) = case.input();
+        let f = case.filter();
+        let cpu = apply_cpu(&f, case.boundary(), &data, &shape).expect("cpu");
+        let gpu = on_gpu(&f, case.boundary(), &data, &shape, Precision::F32);
+        let tol = if case.op == "median" { 0.0 } else { 1e-5 };
+        let (bad, err) = compare(&gpu, &cpu, tol);
+        worst = worst.max(err);
+        if bad > 0 {
+            failures.push(format!("{}: {bad} voxels off, max {err:e}", case.name));
+        }
+    }
+    println!("{} cases, worst |gpu - cpu| {worst:e}", fx.cases.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn gpu_filters_match_cpu_on_larger_volumes_every_path() {
+    need_gpu!();
+    // 3D with small and large radii (shared tiles), a radius too large for a tile (the direct
+    // kernel), batches of 2D and 3D arrays (channels) in one launch.
+    let cases: Vec<(Vec<usize>, usize, Filter)> = vec![
+        (vec![40, 64, 96], 1, Filter::Gaussian { sigma: vec![2.0] }),
+        (vec![40, 64, 96], 1, Filter::Gaussian { sigma: vec![12.0] }),
+        (
+            vec![24, 40, 300],
+            1,
+            Filter::Gaussian {
+                sigma: vec![1.0, 70.0, 70.0],
+            },
+        ),
+        (
+            vec![30, 50, 70],
+            2,
+            Filter::Log {
+                sigma: vec![1.5, 2.0, 2.5],
+            },
+        ),
+        (
+            vec![30, 50, 70],
+            1,
+            Filter::Dog {
+                sigma1: vec![1.0],
+                sigma2: vec![3.0],
+            },
+        ),
+        (vec![33, 47, 61], 1, Filter::Median { size: vec![5] }),
+        (
+            vec![33, 47, 61],
+            2,
+            Filter::Median {
+                size: vec![3, 5, 7],
+            },
+        ),
+        (vec![120, 200], 3, Filter::Median { size: vec![5] }),
+        (
+            vec![120, 200],
+            8,
+            Filter::Gaussian {
+                sigma: vec![3.0, 1.0],
+            },
+        ),
+        (
+            vec![120, 200],
+            3,
+            Filter::Gamma {
+                gamma: 0.7,
+                scale: 1.0,
+            },
+        ),
+        (
+            vec![120, 200],
+            3,
+            Filter::Contrast {
+                contrast: 1.3,
+                brightness: -0.1,
+            },
+        ),
+    ];
+    let mut worst = 0f64;
+    for (k, (shape, count, f)) in cases.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let data = random(n * count, k as u64 + 10);
+        for mode in [
+            Mode::Reflect,
+            Mode::Constant,
+            Mode::Nearest,
+            Mode::Mirror,
+            Mode::Wrap,
+        ] {
+            let b = Boundary { mode, cval: 0.3 };
+            let cpu = apply_cpu(f, b, &data, shape).expect("cpu");
+            let gpu = on_gpu(f, b, &data, shape, Precision::F32);
+            let tol = if matches!(f, Filter::Median { .. }) {
+                0.0
+            } else {
+                1e-5
+            };
+            let (bad, err) = compare(&gpu, &cpu, tol);
+            worst = worst.max(err);
+            assert_eq!(
+                bad, 0,
+                "{f:?} {mode} on {count} x {shape:?}: max error {err:e}"
+            );
+        }
+    }
+    println!("worst |gpu - cpu| {worst:e}");
+}
+
+#[test]
+fn gpu_half_precision_storage_stays_close() {
+    need_gpu!();
+    let shape = [20usize, 48, 64];
+    let data = random(shape.iter().product(), 3);
+    let f = Filter::Gaussian { sigma: vec![2.0] };
+    let b = Boundary::default();
+    let cpu = apply_cpu(&f, b, &data, &shape).expect("cpu");
+    for (p, tol) in [(Precision::F16, 2e-3), (Precision::Bf16, 1.6e-2)] {
+        let gpu = on_gpu(&f, b, &data, &shape, p);
+        let (bad, err) = compare(&gpu, &cpu, tol);
+        assert_eq!(bad, 0, "{p:?}: max error {err:e}");
+    }
+}
+
+#[test]
+fn gpu_febds_matches_the_cpu_mask() {
+    need_gpu!();
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/febds/input.npy");
+    let a = augscope::io::npy::read(&p).expect("fixture");
+    for m in [FebdsMethod::Dog, FebdsMethod::Log, FebdsMethod::Fft] {
+        let f = Filter::Febds(m);
+        let b = Boundary::default();
+        let cpu = apply_cpu(&f, b, &a.data, &a.shape).expect("cpu");
+        let gpu = on_gpu(&f, b, &a.data, &a.shape, Precision::F32);
+        let differ = cpu.iter().zip(&gpu).filter(|(x, y)| x != y).count();
+        println!(
+            "FEBDS {m:?}: {differ} of {} pixels differ (fft on the GPU through cuFFT: {})",
+            cpu.len(),
+            cuda::cufft_available()
+        );
+        assert!(differ * 1000 <= cpu.len(), "{m:?}: {differ} pixels differ");
+    }
+}
+
+#[test]
+fn gpu_out_of_memory_retries_on_the_cpu() {
+    need_gpu!();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let shape = [16usize, 32, 32];
+    let data = random(shape.iter().product(), 5);
+    let inp = tmp.path().join("in.npy");
+    augscope::io::npy::write(&inp, &data, &shape, augscope::DType::F32).expect("write");
+    let out = tmp.path().join("out.npy");
+    let o = Command::new(env!("CARGO_BIN_EXE_augscope"))
+        .args([
+            "filter",
+            inp.to_str().expect("utf-8"),
+            out.to_str().expect("utf-8"),
+        ])
+        .args(["--gaussian", "2", "--backend", "cuda"])
+        .env(device::MEM_LIMIT_ENV, "1K")
+        .output()
+        .expect("augscope runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("out of memory") && err.contains("CPU"),
+        "{err}"
+    );
+    let got = augscope::io::npy::read(&out).expect("output");
+    let f = Filter::Gaussian { sigma: vec![2.0] };
+    assert_eq!(
+        got.data,
+        apply_cpu(&f, Boundary::default(), &data, &shape).expect("cpu")
+    );
+}
