@@ -754,6 +754,7 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
         keep_dtype: a.dtype == "keep",
         progress: !a.quiet,
         stop: stop.clone(),
+        counter: Default::default(),
         writers: 0,
     };
     let summary = match batch::run(&opts) {
