@@ -3,7 +3,8 @@
 //! worker computes on the chosen engine and wakes the UI with `ctx.request_repaint()`.
 //!
 //! While a slider moves, the CPU path first computes only the planes on screen, then, once no
-//! newer request has arrived for a moment, the whole volume.
+//! newer request has arrived for a moment, the whole volume, one plane at a time: a newer request
+//! abandons that fill between two planes, so the next slice-only answer is not held up.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -13,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use crate::augment::Plan;
 use crate::engine::cpu::CpuBackend;
+use crate::engine::cuda::CudaBackend;
 use crate::engine::device::{DevicesReport, MemStats};
-use crate::engine::{self, Backend, BackendSpec, Job, Precision, Timings};
+use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Timings};
 use crate::io::{self, LoadOptions};
 use crate::volume::Volume;
 
@@ -83,9 +85,14 @@ pub struct Comparison {
 pub enum Reply {
     Loaded(Result<Loaded, String>),
     Slices(SliceSet),
+    /// The whole volume of this generation is being computed (after its slices, on the CPU).
+    Filling(u64),
     Full(FullResult),
     Compared(Comparison),
-    Failed { generation: u64, message: String },
+    Failed {
+        generation: u64,
+        message: String,
+    },
     Devices(DevicesReport),
     Memory(Vec<MemStats>),
 }
@@ -163,6 +170,11 @@ impl Worker {
     pub fn try_recv(&self) -> Option<Reply> {
         self.replies.try_recv().ok()
     }
+
+    /// The next reply, waiting at most `timeout` (headless callers: tests, the latency bench).
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Reply> {
+        self.replies.recv_timeout(timeout).ok()
+    }
 }
 
 impl Drop for Worker {
@@ -176,8 +188,8 @@ impl Drop for Worker {
     }
 }
 
-/// A GPU engine made for (spec, precision), with the note of its selection.
-type GpuEngine = (BackendSpec, Precision, Box<dyn Backend>, Option<String>);
+/// The CUDA engine made for (spec, precision), or why there is none (the CPU engine runs then).
+type GpuEngine = (BackendSpec, Precision, Result<Arc<CudaBackend>, String>);
 /// (sigma, seed, shape, alpha) of a displacement readout.
 type DisplacementKey = (f64, u64, Vec<usize>, f64);
 
@@ -257,20 +269,35 @@ impl WorkerLoop {
         }
     }
 
-    /// The engine for a request: the CPU engine, or the GPU engine (made once per spec).
+    /// The engine for a request: whether it runs on a GPU (made once per spec), and the note to
+    /// show when a CUDA request falls back to the CPU.
     fn backend(&mut self, spec: &BackendSpec, precision: Precision) -> (bool, Option<String>) {
-        if matches!(spec, BackendSpec::Cpu | BackendSpec::Auto) {
+        let BackendSpec::Cuda(ids) = spec else {
             return (false, None);
-        }
-        let fresh = !matches!(&self.gpu, Some((s, p, _, _)) if s == spec && *p == precision);
+        };
+        let fresh = !matches!(&self.gpu, Some((s, p, _)) if s == spec && *p == precision);
         if fresh {
-            let sel = engine::cuda::select(spec, precision);
-            self.gpu = Some((spec.clone(), precision, sel.backend, sel.note));
+            let made = CudaBackend::new(ids, precision).map(Arc::new).map_err(|e| {
+                let why = match &e {
+                    EngineError::CudaUnavailable(m) => m.clone(),
+                    other => other.to_string(),
+                };
+                let first = why.lines().next().unwrap_or("").trim().to_string();
+                format!("CUDA engine unavailable ({first}); using the CPU engine")
+            });
+            self.gpu = Some((spec.clone(), precision, made));
         }
         match &self.gpu {
-            Some((_, _, b, note)) => (b.name() != "cpu", note.clone()),
+            Some((_, _, Ok(_))) => (true, None),
+            Some((_, _, Err(note))) => (false, Some(note.clone())),
             None => (false, None),
         }
+    }
+
+    /// Whether a newer request (or a shutdown) waits: a running fill is then abandoned.
+    fn superseded(&self) -> bool {
+        let s = self.shared.lock();
+        s.shutdown || s.load.is_some() || s.compute.is_some()
     }
 
     fn compute(&mut self, c: Compute) {
@@ -310,20 +337,41 @@ impl WorkerLoop {
                 return;
             }
         }
-        let backend: &dyn Backend = match (&self.gpu, on_gpu) {
-            (Some((_, _, b, _)), true) => b.as_ref(),
-            _ => self.cpu.as_ref(),
+        let gpu = match (&self.gpu, on_gpu) {
+            (Some((_, _, Ok(b))), true) => Some(b.clone()),
+            _ => None,
         };
-        let result =
-            engine::cuda::apply_new_with_fallback(backend, &c.plan, &image, label.as_deref());
+        let result = match &gpu {
+            Some(b) => {
+                engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, &image, label.as_deref())
+                    .map(|(img, lab, t, fallback)| {
+                        let name = if fallback.is_some() {
+                            "cpu".to_string()
+                        } else {
+                            b.name()
+                        };
+                        Some((img, lab, t, name, fallback))
+                    })
+            }
+            None => {
+                self.send(Reply::Filling(c.generation));
+                let cpu = self.cpu.clone();
+                fill_volume(&cpu, &c.plan, &image, label.as_deref(), &|| {
+                    self.superseded()
+                })
+                .map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
+            }
+        };
         match result {
-            Ok((img, lab, timings, fallback)) => {
-                let name = if fallback.is_some() {
-                    "cpu".to_string()
-                } else {
-                    backend.name()
+            // Superseded: the newer request is served next; this one tells nothing.
+            Ok(None) => {}
+            Ok(Some((img, lab, timings, name, fallback))) => {
+                let displacement_vox = match &gpu {
+                    Some(b) if fallback.is_none() => {
+                        b.displacement_stats(&c.plan, &image.shape).ok().flatten()
+                    }
+                    _ => self.displacement(&c.plan, &image.shape),
                 };
-                let displacement_vox = self.displacement(&c.plan, &image.shape);
                 self.send(Reply::Full(FullResult {
                     generation: c.generation,
                     image: Arc::new(img),
@@ -381,7 +429,7 @@ impl WorkerLoop {
         };
         let (on_gpu, note) = self.backend(&spec, c.precision);
         let gpu = match (&self.gpu, on_gpu) {
-            (Some((_, _, b, _)), true) => {
+            (Some((_, _, Ok(b))), true) => {
                 // Once to compile and upload, once to time.
                 let warm = engine::apply_new(b.as_ref(), &c.plan, &image, None);
                 let t = Instant::now();
@@ -533,4 +581,64 @@ pub fn compute_slices(
         label: labs,
         elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+/// The whole transformed volume on the CPU engine, one axis-0 plane at a time with
+/// [`CpuBackend::apply_slice`], asking `superseded` before each plane: `Ok(None)` when it said
+/// yes, so a stale fill stops within one plane. The planes read the engine's cached volume field
+/// (computed first), so the values are those of [`Backend::apply`]. 2D images, identity plans
+/// and other output shapes are computed whole.
+pub fn fill_volume(
+    cpu: &CpuBackend,
+    plan: &Plan,
+    image: &Volume,
+    label: Option<&Volume>,
+    superseded: &dyn Fn() -> bool,
+) -> Result<Option<(Volume, Option<Volume>, Timings)>, EngineError> {
+    if image.ndim() != 3 || plan.is_identity() || plan.out_shape.is_some() {
+        return engine::apply_new(cpu, plan, image, label).map(Some);
+    }
+    let t0 = Instant::now();
+    let mut timings = Timings::default();
+    if let Some((_, ms)) = cpu.field(plan, &image.shape) {
+        timings.field_ms = ms;
+    }
+    let shape = &image.shape;
+    let n: usize = shape.iter().product();
+    let plane = shape[1] * shape[2];
+    let mut img = vec![0f32; image.channels * n];
+    let mut lab = label.map(|l| vec![0f32; l.channels * n]);
+    let mut img_plane = vec![0f32; image.channels * plane];
+    let mut lab_plane = label.map(|l| vec![0f32; l.channels * plane]);
+    let job = Job { plan, image, label };
+    // Channel c of plane z goes to [c][z] of the volume.
+    let scatter = |src: &[f32], dst: &mut [f32], z: usize| {
+        for (c, p) in src.chunks_exact(plane).enumerate() {
+            dst[c * n + z * plane..c * n + (z + 1) * plane].copy_from_slice(p);
+        }
+    };
+    for z in 0..shape[0] {
+        if superseded() {
+            return Ok(None);
+        }
+        let t = cpu.apply_slice(job, 0, z, &mut img_plane, lab_plane.as_deref_mut())?;
+        timings.prefilter_ms += t.prefilter_ms;
+        timings.resample_ms += t.resample_ms;
+        scatter(&img_plane, &mut img, z);
+        if let (Some(src), Some(dst)) = (&lab_plane, lab.as_deref_mut()) {
+            scatter(src, dst, z);
+        }
+    }
+    timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mk = |src: &Volume, data: Vec<f32>| {
+        let mut v = src.clone_meta();
+        v.shape = shape.clone();
+        v.data = data;
+        v
+    };
+    let out_label = match (label, lab) {
+        (Some(l), Some(d)) => Some(mk(l, d)),
+        _ => None,
+    };
+    Ok(Some((mk(image, img), out_label, timings)))
 }
