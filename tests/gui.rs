@@ -204,7 +204,7 @@ fn a_2d_rgb_image_shows_one_plane() {
 #[ignore = "a measurement; run with --release --ignored --nocapture"]
 fn latency_slice_path() {
     use augscope::app::slices;
-    use augscope::app::worker::{Compute, compute_slices};
+    use augscope::app::worker::{Compute, SliceEngines, compute_slices};
     use augscope::engine::BackendSpec;
     use augscope::engine::cpu::CpuBackend;
     use augscope::io::{LoadOptions, load};
@@ -217,7 +217,7 @@ fn latency_slice_path() {
     .expect("labels");
     let views = slices::views(&image);
     let cursor: Vec<usize> = image.shape.iter().map(|n| n / 2).collect();
-    let cpu = CpuBackend::new();
+    let cpu = SliceEngines::new(std::sync::Arc::new(CpuBackend::new()));
     let mut params = app::Params::default();
     let mut run = |name: &str, change: &dyn Fn(&mut app::Params, usize)| {
         let mut ms = vec![];
@@ -420,7 +420,9 @@ fn export_dialog_writes_a_batch_like_the_cli() {
     };
     assert_eq!((summary.written, summary.total), (3, 3));
     assert!(!summary.interrupted);
-    let lines = manifest(&out);
+    // Parallel writers append in the order they finish.
+    let mut lines = manifest(&out);
+    lines.sort_by_key(|l| l["seed"].as_u64());
     let seeds: Vec<u64> = lines
         .iter()
         .map(|l| l["seed"].as_u64().unwrap_or(0))
@@ -667,4 +669,67 @@ fn worker_abandons_a_superseded_fill() {
     let full_2 = seen.len() - 1;
     assert!(slices_2 < full_2);
     println!("request 2 served: volume after {:?}", posted.elapsed());
+}
+
+/// The slice-only path (views on their own engines at once, or all on the main engine when it
+/// holds the volume field) shows the planes of the whole transform.
+#[test]
+fn slice_path_planes_match_the_whole_volume() {
+    use augscope::app::worker::{Compute, SliceEngines, compute_slices};
+    use augscope::augment::{Elastic, Plan};
+    use augscope::engine::cpu::CpuBackend;
+    use augscope::engine::{BackendSpec, apply_new};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [13, 11, 15]);
+    let image = augscope::io::load(&img, &Default::default()).expect("image");
+    let label = augscope::io::load(&lab, &Default::default()).expect("label");
+    let plan = Plan {
+        rotate_rad: vec![0.3, 0.0, -0.2],
+        elastic: Some(Elastic {
+            alpha: 40.0,
+            sigma: 2.5,
+            seed: 3,
+        }),
+        ..Default::default()
+    };
+    let views = augscope::app::slices::views(&image);
+    let cursor = vec![4, 7, 9];
+    let c = Compute {
+        generation: 1,
+        plan: plan.clone(),
+        backend: BackendSpec::Cpu,
+        precision: Default::default(),
+        cursor: cursor.clone(),
+        views: views.clone(),
+        slices_first: true,
+    };
+    let main = std::sync::Arc::new(CpuBackend::new());
+    let (want, want_lab, _) = apply_new(main.as_ref(), &plan, &image, Some(&label)).expect("apply");
+    let mut engines = SliceEngines::new(main);
+    for main_has_field in [false, true] {
+        if main_has_field {
+            engines.main_field = Some((2.5f64.to_bits(), 3, image.shape.clone()));
+        }
+        let got = compute_slices(&engines, &c, &image, Some(&label)).expect("slices");
+        for (i, v) in views.iter().enumerate() {
+            let idx = cursor[v.normal.expect("3D")];
+            let sp = &image.spacing_mm;
+            let w = augscope::app::slices::extract(&want.data, &want.shape, 1, sp, v, idx);
+            let g = &got.image[i];
+            assert_eq!((g.width, g.height), (w.width, w.height));
+            let worst = g
+                .data
+                .iter()
+                .zip(&w.data)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            // The plane's own field equals the volume field to f32 rounding.
+            assert!(worst < 1e-4, "{} view {i}: {worst}", main_has_field);
+            let wl = want_lab.as_ref().expect("label");
+            let wl = augscope::app::slices::extract(&wl.data, &wl.shape, 1, sp, v, idx);
+            let gl = got.label[i].as_ref().expect("label plane");
+            let differ = gl.data.iter().zip(&wl.data).filter(|(a, b)| a != b).count();
+            assert!(differ <= 2, "{differ} label voxels differ in view {i}");
+        }
+    }
 }

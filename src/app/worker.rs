@@ -199,9 +199,11 @@ struct WorkerLoop {
     repaint: Box<dyn Fn() + Send>,
     image: Option<Arc<Volume>>,
     label: Option<Arc<Volume>>,
-    /// The one CPU engine: it keeps the smoothed elastic field, so moving alpha, an angle or the
+    /// The CPU engine: it keeps the smoothed elastic field, so moving alpha, an angle or the
     /// mode never recomputes it.
     cpu: Arc<CpuBackend>,
+    /// The engines of the slice-only path (the main one is `cpu`).
+    slicing: SliceEngines,
     /// The GPU engine for (spec, precision), made on first use.
     gpu: Option<GpuEngine>,
     /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
@@ -214,13 +216,15 @@ const FILL_DELAY: Duration = Duration::from_millis(120);
 
 impl WorkerLoop {
     fn new(shared: Arc<Shared>, tx: Sender<Reply>, repaint: Box<dyn Fn() + Send>) -> Self {
+        let cpu = Arc::new(CpuBackend::new());
         WorkerLoop {
             shared,
             tx,
             repaint,
             image: None,
             label: None,
-            cpu: Arc::new(CpuBackend::new()),
+            cpu: cpu.clone(),
+            slicing: SliceEngines::new(cpu),
             gpu: None,
             displacement: None,
         }
@@ -314,7 +318,7 @@ impl WorkerLoop {
         }
         let (on_gpu, note) = self.backend(&c.backend, c.precision);
         if c.slices_first && !on_gpu {
-            match compute_slices(&self.cpu, &c, &image, label.as_deref()) {
+            match compute_slices(&self.slicing, &c, &image, label.as_deref()) {
                 Ok(s) => self.send(Reply::Slices(s)),
                 Err(message) => {
                     self.send(Reply::Failed {
@@ -356,10 +360,12 @@ impl WorkerLoop {
             None => {
                 self.send(Reply::Filling(c.generation));
                 let cpu = self.cpu.clone();
-                fill_volume(&cpu, &c.plan, &image, label.as_deref(), &|| {
+                let r = fill_volume(&cpu, &c.plan, &image, label.as_deref(), &|| {
                     self.superseded()
-                })
-                .map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
+                });
+                // The fill made the volume field first, also when it was then abandoned.
+                self.slicing.main_field = field_key(&c.plan, &image.shape);
+                r.map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
             }
         };
         match result {
@@ -402,6 +408,7 @@ impl WorkerLoop {
             return Some(*v);
         }
         let (field, _) = self.cpu.field(plan, shape)?;
+        self.slicing.main_field = field_key(plan, shape);
         let v = field.displacement_stats(e.alpha);
         self.displacement = Some((key, v));
         Some(v)
@@ -412,7 +419,9 @@ impl WorkerLoop {
             return;
         };
         let t = Instant::now();
-        let cpu = match engine::apply_new(self.cpu.as_ref(), &c.plan, &image, None) {
+        let cpu = engine::apply_new(self.cpu.as_ref(), &c.plan, &image, None);
+        self.slicing.main_field = field_key(&c.plan, &image.shape);
+        let cpu = match cpu {
             Ok((v, _, _)) => v,
             Err(e) => {
                 self.send(Reply::Failed {
@@ -515,41 +524,73 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
     })
 }
 
+/// What a CPU engine's cached volume field is for: (sigma bits, seed, shape).
+type FieldKey = (u64, u64, Vec<usize>);
+
+fn field_key(plan: &Plan, shape: &[usize]) -> Option<FieldKey> {
+    plan.elastic
+        .filter(|e| e.alpha != 0.0)
+        .map(|e| (e.sigma.to_bits(), e.seed, shape.to_vec()))
+}
+
+/// The CPU engines of the slice-only path: the worker's main engine, whose cached volume field
+/// and cubic coefficients serve every view, and one engine per view, so that the views' field
+/// planes (after a new sigma or seed) are computed at the same time instead of one after the
+/// other (an engine holds its plane cache while it computes a plane).
+pub struct SliceEngines {
+    pub main: Arc<CpuBackend>,
+    pub per_view: Vec<CpuBackend>,
+    /// The volume field the main engine holds, when the worker knows of one.
+    pub main_field: Option<FieldKey>,
+}
+
+impl SliceEngines {
+    pub fn new(main: Arc<CpuBackend>) -> Self {
+        SliceEngines {
+            main,
+            per_view: (0..3).map(|_| CpuBackend::new()).collect(),
+            main_field: None,
+        }
+    }
+}
+
 /// The planes through `c.cursor` of the transformed image and label, each computed on its own
-/// with [`CpuBackend::apply_slice`] (3D); a 2D image is computed whole.
+/// with [`CpuBackend::apply_slice`] (3D); a 2D image is computed whole. The views run at once on
+/// their own engines, unless the main engine serves them better: it holds the volume field
+/// already (planes are then copies of it), or the interpolation is cubic (one set of
+/// coefficients, not one per view).
 pub fn compute_slices(
-    cpu: &CpuBackend,
+    engines: &SliceEngines,
     c: &Compute,
     image: &Volume,
     label: Option<&Volume>,
 ) -> Result<SliceSet, String> {
+    use rayon::prelude::*;
+    type Planes = (Vec<Arc<DisplaySlice>>, Vec<Option<Arc<DisplaySlice>>>);
     let t = Instant::now();
-    let mut imgs = Vec::new();
-    let mut labs = Vec::new();
     let job = Job {
         plan: &c.plan,
         image,
         label,
     };
-    if image.ndim() != 3 {
-        let (img, lab, _) =
-            engine::apply_new(cpu, &c.plan, image, label).map_err(|e| e.to_string())?;
-        for v in &c.views {
-            imgs.push(slices::extract(
-                &img.data,
-                &img.shape,
-                img.channels,
-                &image.spacing_mm,
-                v,
-                0,
-            ));
-            labs.push(
-                lab.as_ref()
-                    .map(|l| slices::extract(&l.data, &l.shape, 1, &image.spacing_mm, v, 0)),
-            );
-        }
+    let sp = &image.spacing_mm;
+    let (imgs, labs): Planes = if image.ndim() != 3 {
+        let (img, lab, _) = engine::apply_new(engines.main.as_ref(), &c.plan, image, label)
+            .map_err(|e| e.to_string())?;
+        c.views
+            .iter()
+            .map(|v| {
+                let l = lab
+                    .as_ref()
+                    .map(|l| slices::extract(&l.data, &l.shape, 1, sp, v, 0));
+                (
+                    slices::extract(&img.data, &img.shape, img.channels, sp, v, 0),
+                    l,
+                )
+            })
+            .unzip()
     } else {
-        for v in &c.views {
+        let one = |cpu: &CpuBackend, v: &ViewGeom| -> Result<_, String> {
             let Some(axis) = v.normal else {
                 return Err("a 3D view without a normal axis".into());
             };
@@ -562,18 +603,32 @@ pub fn compute_slices(
             let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
             cpu.apply_slice(job, axis, index, &mut out, lab.as_deref_mut())
                 .map_err(|e| e.to_string())?;
-            imgs.push(slices::extract_from_plane(
-                &out,
-                &image.shape,
-                image.channels,
-                &image.spacing_mm,
-                v,
-            ));
-            labs.push(
-                lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, &image.spacing_mm, v)),
-            );
-        }
-    }
+            let l = lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v));
+            Ok((
+                slices::extract_from_plane(&out, &image.shape, image.channels, sp, v),
+                l,
+            ))
+        };
+        let needs_field = field_key(&c.plan, &image.shape);
+        let on_main = c.plan.order == crate::augment::Order::Cubic
+            || needs_field.is_none()
+            || needs_field == engines.main_field
+            || engines.per_view.len() < c.views.len();
+        let planes: Vec<Result<_, String>> = if on_main {
+            c.views.iter().map(|v| one(&engines.main, v)).collect()
+        } else {
+            c.views
+                .par_iter()
+                .zip(&engines.per_view)
+                .map(|(v, cpu)| one(cpu, v))
+                .collect()
+        };
+        planes
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip()
+    };
     Ok(SliceSet {
         generation: c.generation,
         cursor: c.cursor.clone(),
