@@ -59,6 +59,15 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
             // Preset parameters for scripted screenshots (scripts/screenshots.sh).
             if let Ok(spec) = std::env::var("AUGSCOPE_SHOT") {
                 app.state.params = preset_params(&spec, app.state.params.clone());
+                // `export=DIR`: the batch export dialog open on that folder.
+                if let Some(dir) = spec
+                    .split(';')
+                    .find_map(|p| p.trim().strip_prefix("export="))
+                {
+                    app.state.export.out_dir = dir.to_string();
+                    app.state.export.seed = app.state.params.seed;
+                    app.rt.export.open = true;
+                }
             }
             Ok(Box::new(app))
         }),
