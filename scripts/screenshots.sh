@@ -2,7 +2,8 @@
 # Screenshots of the real augscope window under Xvfb (software Vulkan, lavapipe), for the README.
 # Needs: apt-get install -y xvfb mesa-vulkan-drivers libvulkan1 imagemagick xdotool
 # Usage: scripts/screenshots.sh [path/to/augscope]   (default: target/release/augscope)
-# Writes docs/explorer.png (the bundled sample, rotated with elastic on) and docs/compare.png.
+# Writes docs/explorer.png (the bundled sample, rotated with elastic on), docs/compare.png and
+# docs/export.png (the batch export dialog).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/augscope}
@@ -10,30 +11,43 @@ BIN=${1:-target/release/augscope}
 DISP=:97
 export DISPLAY=$DISP XDG_RUNTIME_DIR=/tmp/augscope-xdg
 mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
-# A fresh profile each run, so the screenshots do not depend on saved state.
-export XDG_DATA_HOME=$(mktemp -d) XDG_CONFIG_HOME=$(mktemp -d)
 Xvfb $DISP -screen 0 1600x1000x24 >/dev/null 2>&1 &
 XVFB=$!
+APP=""
 trap 'kill $APP $XVFB 2>/dev/null || true' EXIT
 sleep 1
-# The environment presets the parameters (read by the app only for screenshots).
-AUGSCOPE_SHOT="rotate=12,-8,5;elastic=900,11;translate=0,6,-4" "$BIN" view assets/mni152_t1.nii.gz \
-  --label assets/mni152_tissue_labels.nii.gz &
-APP=$!
-WID=""
-for _ in $(seq 1 120); do
-  WID=$(xdotool search --onlyvisible --name '^augscope' 2>/dev/null | head -1 || true)
-  [ -n "$WID" ] && break
-  sleep 0.5
-done
-[ -n "$WID" ] || { echo "no augscope window appeared" >&2; exit 1; }
-xdotool windowmove "$WID" 0 0 || true
-xdotool windowsize "$WID" 1600 1000 || true
-xdotool windowfocus "$WID" 2>/dev/null || true
+SHOT="rotate=12,-8,5;elastic=900,11;translate=0,6,-4"
+
+# Starts the app with AUGSCOPE_SHOT=$1 (parameters, read by the app only for screenshots) and
+# waits for its window. A fresh profile each time, so the screenshots do not depend on saved state.
+start() {
+  export XDG_DATA_HOME=$(mktemp -d) XDG_CONFIG_HOME=$(mktemp -d)
+  AUGSCOPE_SHOT="$1" "$BIN" view assets/mni152_t1.nii.gz \
+    --label assets/mni152_tissue_labels.nii.gz &
+  APP=$!
+  WID=""
+  for _ in $(seq 1 120); do
+    WID=$(xdotool search --onlyvisible --name '^augscope' 2>/dev/null | head -1 || true)
+    [ -n "$WID" ] && break
+    sleep 0.5
+  done
+  [ -n "$WID" ] || { echo "no augscope window appeared" >&2; exit 1; }
+  xdotool windowmove "$WID" 0 0 || true
+  xdotool windowsize "$WID" 1600 1000 || true
+  xdotool windowfocus "$WID" 2>/dev/null || true
+}
+
+start "$SHOT"
 sleep 12   # load, transform (elastic field on the CPU), and draw
 import -window root docs/explorer.png
 # The CPU vs GPU comparison: the toggle in the menu bar's right corner.
 xdotool mousemove 1520 12 mousedown 1; sleep 0.2; xdotool mouseup 1
 sleep 8
 import -window root docs/compare.png
-echo "wrote docs/explorer.png docs/compare.png"
+kill $APP; wait $APP 2>/dev/null || true
+
+# The batch export dialog, opened on a folder.
+start "$SHOT;export=$HOME/augscope-batch"
+sleep 12
+import -window root docs/export.png
+echo "wrote docs/explorer.png docs/compare.png docs/export.png"

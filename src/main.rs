@@ -87,6 +87,17 @@ struct BenchArgs {
     /// FEBDS at fixed sizes).
     #[arg(long, default_value = "all", value_parser = ["all", "spatial", "filters"])]
     rows: String,
+    /// Instead of the pipelines: the explorer's latency, slider change to the three planes
+    /// ready, through the same worker as the window (no display needed). On the bundled sample,
+    /// or `--input FILE`, or a synthetic volume of the first `--shape`.
+    #[arg(long)]
+    latency: bool,
+    /// The scan for `--latency`.
+    #[arg(long, requires = "latency")]
+    input: Option<PathBuf>,
+    /// Timed changes per kind for `--latency` (angle, alpha, sigma, seed).
+    #[arg(long, default_value_t = 20, requires = "latency")]
+    steps: usize,
 }
 
 #[derive(Args)]
@@ -587,11 +598,14 @@ fn devices(json: bool) -> anyhow::Result<()> {
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
-    let shapes: Vec<Vec<usize>> = a.shape.into_iter().map(|s| s.0).collect();
+    let shapes: Vec<Vec<usize>> = a.shape.iter().map(|s| s.0.clone()).collect();
     if let Some(s) = shapes.iter().find(|s| s.len() != 3 || s.contains(&0)) {
         return Err(usage(format!(
             "--shape takes three positive sizes D,H,W, got {s:?}"
         )));
+    }
+    if a.latency {
+        return bench_latency(&a, shapes.first().cloned());
     }
     let mut opts = augscope::bench::BenchOptions {
         backend: a.backend,
@@ -615,6 +629,43 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(feature = "gui")]
+fn bench_latency(a: &BenchArgs, shape: Option<Vec<usize>>) -> anyhow::Result<()> {
+    use augscope::app::latency;
+    if let Some(p) = &a.input
+        && !p.exists()
+    {
+        return Err(usage(format!("no such file or folder: {}", p.display())));
+    }
+    let opts = latency::LatencyOptions {
+        backend: a.backend.clone(),
+        precision: a.precision,
+        shape,
+        input: a.input.clone(),
+        steps: a.steps.max(1),
+        ..Default::default()
+    };
+    let rows = latency::run(&opts, |line| eprintln!("{line}"))
+        .map_err(|e| anyhow::anyhow!(e))
+        .context("the latency measurement failed")?;
+    println!("{}", latency::table(&rows));
+    if let Some(p) = &a.json {
+        let text = serde_json::to_string_pretty(&rows).context("cannot encode the table")?;
+        io::atomic_write(p, "JSON table", |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "gui"))]
+fn bench_latency(_: &BenchArgs, _: Option<Vec<usize>>) -> anyhow::Result<()> {
+    Err(usage(
+        "--latency measures the explorer's worker, which this build leaves out: build with the \
+         default features (cargo build --release)",
+    ))
 }
 
 #[derive(Args)]
@@ -791,6 +842,7 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
         keep_dtype: a.dtype == "keep",
         progress: !a.quiet,
         stop: stop.clone(),
+        counter: Default::default(),
         writers: 0,
     };
     let summary = match batch::run(&opts) {

@@ -73,6 +73,7 @@ fn opts(dir: &Path, img: &Path, lab: &Path, count: usize) -> BatchOptions {
         keep_dtype: false,
         progress: false,
         stop: Arc::new(AtomicBool::new(false)),
+        counter: Default::default(),
         writers: 2,
     }
 }

@@ -204,7 +204,7 @@ fn a_2d_rgb_image_shows_one_plane() {
 #[ignore = "a measurement; run with --release --ignored --nocapture"]
 fn latency_slice_path() {
     use augscope::app::slices;
-    use augscope::app::worker::{Compute, compute_slices};
+    use augscope::app::worker::{Compute, SliceEngines, compute_slices};
     use augscope::engine::BackendSpec;
     use augscope::engine::cpu::CpuBackend;
     use augscope::io::{LoadOptions, load};
@@ -217,7 +217,7 @@ fn latency_slice_path() {
     .expect("labels");
     let views = slices::views(&image);
     let cursor: Vec<usize> = image.shape.iter().map(|n| n / 2).collect();
-    let cpu = CpuBackend::new();
+    let cpu = SliceEngines::new(std::sync::Arc::new(CpuBackend::new()));
     let mut params = app::Params::default();
     let mut run = |name: &str, change: &dyn Fn(&mut app::Params, usize)| {
         let mut ms = vec![];
@@ -312,4 +312,424 @@ fn sample_from_a_bundled_preset() {
         );
     }
     assert!(app.rt.error.is_none());
+}
+
+/// A small scan with a label map, written as NIfTI into `dir`: values vary along every axis, so
+/// a wrong plane or a shifted sample shows.
+fn small_scan(dir: &std::path::Path, shape: [usize; 3]) -> (PathBuf, PathBuf) {
+    use augscope::io::{SaveOptions, save};
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|i| {
+            let (z, y, x) = (
+                i / (shape[1] * shape[2]),
+                (i / shape[2]) % shape[1],
+                i % shape[2],
+            );
+            ((z * 31 + y * 7 + x * 3) % 23) as f32 / 23.0 + 0.01 * x as f32
+        })
+        .collect();
+    let labels: Vec<f32> = (0..n)
+        .map(|i| {
+            ((i / shape[2]) % shape[1] > shape[1] / 2) as u8 as f32 + (i % 5 == 0) as u8 as f32
+        })
+        .collect();
+    let img = dir.join("small.nii.gz");
+    let lab = dir.join("small_labels.nii.gz");
+    save(
+        &img,
+        &augscope::Volume::new(data, shape.to_vec(), 1),
+        &SaveOptions::default(),
+    )
+    .expect("write image");
+    save(
+        &lab,
+        &augscope::Volume::new(labels, shape.to_vec(), 1),
+        &SaveOptions { keep_dtype: true },
+    )
+    .expect("write labels");
+    (img, lab)
+}
+
+fn manifest(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("manifest.jsonl"))
+        .expect("manifest")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a whole JSON line"))
+        .collect()
+}
+
+/// Opens File → Export batch… and returns with the dialog shown.
+fn open_export_dialog(h: &mut Harness<'_, App>) {
+    h.get_by_label("File").click();
+    h.run_steps(2);
+    h.get_by_label("Export batch…").click();
+    // Command applied, then the window's sizing pass, then drawn.
+    h.run_steps(4);
+    assert!(h.state().rt.export.open, "the dialog opens");
+}
+
+#[test]
+fn export_dialog_writes_a_batch_like_the_cli() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    {
+        let p = &mut h.state_mut().state.params;
+        p.rotate_deg = [10.0, 0.0, -5.0];
+        p.translate_vox = [0.0, 1.5, 0.0];
+        p.elastic = true;
+        p.alpha = 40.0;
+        p.sigma_vox = 2.0;
+        p.seed = 7;
+    }
+    settle(&mut h);
+    open_export_dialog(&mut h);
+    let out = dir.path().join("batch");
+    // The dialog's own fields, as a user fills them.
+    h.get_all_by_role_and_label(Role::SpinButton, "samples")
+        .next()
+        .expect("samples field")
+        .set_value_accesskit(3.0);
+    h.run_steps(2);
+    h.get_by_label("view's seed").click();
+    h.run_steps(2);
+    let folder = h
+        .get_all_by_role_and_label(Role::TextInput, "output folder")
+        .next()
+        .expect("folder field");
+    folder.focus();
+    folder.type_text(&out.display().to_string());
+    h.run_steps(2);
+    let s = &h.state().state.export;
+    assert_eq!((s.count, s.seed, s.from_preset), (3, 7, false));
+    assert_eq!(s.out_dir, out.display().to_string());
+    h.get_by_label("Export").click();
+    h.run_steps(1);
+    assert!(h.state().rt.export.running() || h.state().rt.export.last.is_some());
+    settle(&mut h);
+
+    let app = h.state();
+    let summary = match &app.rt.export.last {
+        Some(Ok(s)) => s.clone(),
+        other => panic!(
+            "the export did not finish: {:?}",
+            other.as_ref().map(|_| ())
+        ),
+    };
+    assert_eq!((summary.written, summary.total), (3, 3));
+    assert!(!summary.interrupted);
+    // Parallel writers append in the order they finish.
+    let mut lines = manifest(&out);
+    lines.sort_by_key(|l| l["seed"].as_u64());
+    let seeds: Vec<u64> = lines
+        .iter()
+        .map(|l| l["seed"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(seeds, [7, 8, 9]);
+    for l in &lines {
+        assert_eq!(l["preset"], "current parameters");
+        for key in ["output", "label_output"] {
+            let p = PathBuf::from(l[key].as_str().expect("a path"));
+            assert!(p.is_file(), "{}", p.display());
+        }
+    }
+    // The first sample uses the view's seed: it is the volume on screen, voxel for voxel.
+    let load = |p: &str| {
+        augscope::io::load(std::path::Path::new(p), &Default::default()).expect("reads back")
+    };
+    let first = load(lines[0]["output"].as_str().unwrap_or_default());
+    let first_label = load(lines[0]["label_output"].as_str().unwrap_or_default());
+    let full = app.rt.full.as_ref().expect("the view's volume");
+    assert_eq!(first.shape, full.image.shape);
+    assert!(
+        first.data == full.image.data,
+        "sample 0 differs from the view"
+    );
+    assert!(
+        Some(&first_label.data) == full.label.as_ref().map(|l| &l.data),
+        "label 0 differs from the view"
+    );
+    // Other seeds draw other elastic noise.
+    let second = load(lines[1]["output"].as_str().unwrap_or_default());
+    assert!(second.data != first.data);
+}
+
+#[test]
+fn export_cancel_leaves_whole_files_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    h.state_mut().state.params.rotate_deg = [5.0, 0.0, 0.0];
+    settle(&mut h);
+    let out = dir.path().join("batch");
+    {
+        let e = &mut h.state_mut().state.export;
+        e.count = 100_000;
+        e.out_dir = out.display().to_string();
+        e.from_preset = true;
+    }
+    h.state_mut().state.preset = "nnunet-v2".into();
+    open_export_dialog(&mut h);
+    h.get_by_label("Export").click();
+    // Wait for some samples, then cancel through the dialog.
+    let start = Instant::now();
+    loop {
+        h.step();
+        let written = h
+            .state()
+            .rt
+            .export
+            .job
+            .as_ref()
+            .map_or(0, |j| j.counter.get().0);
+        if written >= 2 {
+            break;
+        }
+        assert!(
+            h.state().rt.export.running(),
+            "{:?}",
+            h.state().rt.export.last.as_ref().map(|r| r.as_ref().err())
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no sample written"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.get_by_label("Cancel").click();
+    settle(&mut h);
+    let summary = match &h.state().rt.export.last {
+        Some(Ok(s)) => s.clone(),
+        _ => panic!("the export did not end cleanly"),
+    };
+    assert!(summary.interrupted);
+    assert!(summary.written >= 2 && summary.written < 100_000);
+    // The manifest lists exactly the files in the folder, and each reads back whole.
+    let lines = manifest(&out);
+    assert_eq!(lines.len(), summary.written);
+    let mut listed: Vec<String> = vec!["manifest.jsonl".into()];
+    for l in &lines {
+        assert_eq!(l["preset"], "nnU-Net v2 default");
+        for key in ["output", "label_output"] {
+            let p = PathBuf::from(l[key].as_str().expect("a path"));
+            augscope::io::load(&p, &Default::default()).expect("a whole file");
+            listed.push(p.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&out)
+        .expect("folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    listed.sort();
+    present.sort();
+    assert_eq!(present, listed, "only whole, listed files (no temporaries)");
+}
+
+/// The worker's whole-volume fill (one plane at a time, for cancellation) gives the values of
+/// the engine's whole-volume transform, bit for bit.
+#[test]
+fn fill_volume_equals_the_whole_transform() {
+    use augscope::app::worker::fill_volume;
+    use augscope::augment::{Elastic, Order, Plan};
+    use augscope::engine::{apply_new, cpu::CpuBackend};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [9, 11, 13]);
+    let image = augscope::io::load(&img, &Default::default()).expect("image");
+    let label = augscope::io::load(&lab, &Default::default()).expect("label");
+    let plans = [
+        Plan {
+            rotate_rad: vec![0.2, -0.1, 0.3],
+            elastic: Some(Elastic {
+                alpha: 30.0,
+                sigma: 2.0,
+                seed: 5,
+            }),
+            ..Default::default()
+        },
+        Plan {
+            flip: vec![0, 2],
+            scale: vec![1.1, 0.9, 1.0],
+            translate: vec![1.0, -2.0, 0.5],
+            order: Order::Cubic,
+            mode: Mode::Mirror,
+            ..Default::default()
+        },
+    ];
+    for plan in plans {
+        let cpu = CpuBackend::new();
+        let (want, want_lab, _) = apply_new(&cpu, &plan, &image, Some(&label)).expect("apply");
+        let (got, got_lab, _) =
+            fill_volume(&CpuBackend::new(), &plan, &image, Some(&label), &|| false)
+                .expect("fill")
+                .expect("not superseded");
+        assert!(got.data == want.data, "{plan:?}");
+        assert!(
+            got_lab.map(|l| l.data) == want_lab.map(|l| l.data),
+            "{plan:?}"
+        );
+    }
+}
+
+/// A fill that is superseded stops within a plane and gives nothing.
+#[test]
+fn fill_volume_stops_between_planes() {
+    use augscope::app::worker::fill_volume;
+    use augscope::engine::cpu::CpuBackend;
+    use std::cell::Cell;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, _) = small_scan(dir.path(), [20, 11, 13]);
+    let image = augscope::io::load(&img, &Default::default()).expect("image");
+    let plan = augscope::Plan {
+        rotate_rad: vec![0.2, 0.0, 0.0],
+        ..Default::default()
+    };
+    let asked = Cell::new(0);
+    let r = fill_volume(&CpuBackend::new(), &plan, &image, None, &|| {
+        asked.set(asked.get() + 1);
+        asked.get() > 3
+    })
+    .expect("no error");
+    assert!(r.is_none());
+    assert_eq!(asked.get(), 4, "asked before every plane, stopped at once");
+}
+
+/// Through the worker thread: a newer request while the whole volume is being filled abandons
+/// that fill (its volume never arrives) and is served at once.
+#[test]
+fn worker_abandons_a_superseded_fill() {
+    use augscope::app::worker::{Compute, Reply, Worker};
+    use augscope::engine::BackendSpec;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Large enough that the fill (field, then 96 planes) outlasts posting the next request.
+    let (img, _) = small_scan(dir.path(), [96, 120, 120]);
+    let w = Worker::spawn(|| {}).expect("worker");
+    w.load(img, None);
+    let wait = |what: &str, pick: &dyn Fn(&Reply) -> bool| -> Vec<Reply> {
+        let start = Instant::now();
+        let mut seen = vec![];
+        loop {
+            let r = w
+                .recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|| panic!("no {what}"));
+            let done = pick(&r);
+            seen.push(r);
+            if done {
+                return seen;
+            }
+            assert!(start.elapsed() < Duration::from_secs(300), "no {what}");
+        }
+    };
+    let loaded = wait("load", &|r| matches!(r, Reply::Loaded(_)));
+    let Some(Reply::Loaded(Ok(l))) = loaded.last() else {
+        panic!("not loaded")
+    };
+    let views = augscope::app::slices::views(&l.image);
+    let cursor: Vec<usize> = l.image.shape.iter().map(|n| n / 2).collect();
+    let mut params = app::Params {
+        elastic: true,
+        alpha: 200.0,
+        sigma_vox: 6.0,
+        ..Default::default()
+    };
+    let request = |generation: u64, params: &app::Params| Compute {
+        generation,
+        plan: params.to_plan(3),
+        backend: BackendSpec::Cpu,
+        precision: Default::default(),
+        cursor: cursor.clone(),
+        views: views.clone(),
+        slices_first: true,
+    };
+    w.compute(request(1, &params));
+    wait(
+        "slices of 1",
+        &|r| matches!(r, Reply::Slices(s) if s.generation == 1),
+    );
+    wait("fill of 1", &|r| matches!(r, Reply::Filling(1)));
+    params.seed += 1;
+    let posted = Instant::now();
+    w.compute(request(2, &params));
+    let seen = wait(
+        "volume of 2",
+        &|r| matches!(r, Reply::Full(f) if f.generation == 2),
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|r| matches!(r, Reply::Full(f) if f.generation == 1)),
+        "the superseded fill delivered its volume"
+    );
+    let slices_2 = seen
+        .iter()
+        .position(|r| matches!(r, Reply::Slices(s) if s.generation == 2))
+        .expect("slices of 2");
+    let full_2 = seen.len() - 1;
+    assert!(slices_2 < full_2);
+    println!("request 2 served: volume after {:?}", posted.elapsed());
+}
+
+/// The slice-only path (views on their own engines at once, or all on the main engine when it
+/// holds the volume field) shows the planes of the whole transform.
+#[test]
+fn slice_path_planes_match_the_whole_volume() {
+    use augscope::app::worker::{Compute, SliceEngines, compute_slices};
+    use augscope::augment::{Elastic, Plan};
+    use augscope::engine::cpu::CpuBackend;
+    use augscope::engine::{BackendSpec, apply_new};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [13, 11, 15]);
+    let image = augscope::io::load(&img, &Default::default()).expect("image");
+    let label = augscope::io::load(&lab, &Default::default()).expect("label");
+    let plan = Plan {
+        rotate_rad: vec![0.3, 0.0, -0.2],
+        elastic: Some(Elastic {
+            alpha: 40.0,
+            sigma: 2.5,
+            seed: 3,
+        }),
+        ..Default::default()
+    };
+    let views = augscope::app::slices::views(&image);
+    let cursor = vec![4, 7, 9];
+    let c = Compute {
+        generation: 1,
+        plan: plan.clone(),
+        backend: BackendSpec::Cpu,
+        precision: Default::default(),
+        cursor: cursor.clone(),
+        views: views.clone(),
+        slices_first: true,
+    };
+    let main = std::sync::Arc::new(CpuBackend::new());
+    let (want, want_lab, _) = apply_new(main.as_ref(), &plan, &image, Some(&label)).expect("apply");
+    let mut engines = SliceEngines::new(main);
+    for main_has_field in [false, true] {
+        if main_has_field {
+            engines.main_field = Some((2.5f64.to_bits(), 3, image.shape.clone()));
+        }
+        let got = compute_slices(&engines, &c, &image, Some(&label)).expect("slices");
+        for (i, v) in views.iter().enumerate() {
+            let idx = cursor[v.normal.expect("3D")];
+            let sp = &image.spacing_mm;
+            let w = augscope::app::slices::extract(&want.data, &want.shape, 1, sp, v, idx);
+            let g = &got.image[i];
+            assert_eq!((g.width, g.height), (w.width, w.height));
+            let worst = g
+                .data
+                .iter()
+                .zip(&w.data)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            // The plane's own field equals the volume field to f32 rounding.
+            assert!(worst < 1e-4, "{} view {i}: {worst}", main_has_field);
+            let wl = want_lab.as_ref().expect("label");
+            let wl = augscope::app::slices::extract(&wl.data, &wl.shape, 1, sp, v, idx);
+            let gl = got.label[i].as_ref().expect("label plane");
+            let differ = gl.data.iter().zip(&wl.data).filter(|(a, b)| a != b).count();
+            assert!(differ <= 2, "{differ} label voxels differ in view {i}");
+        }
+    }
 }

@@ -6,6 +6,9 @@
 //! Structure (STYLE.md): a persisted serde [`State`] apart from the [`Runtime`] (worker, loaded
 //! volumes, slices on screen); panels return [`Command`]s that the app applies once per frame.
 
+pub mod export;
+pub mod format;
+pub mod latency;
 pub mod panels;
 pub mod render;
 pub mod slices;
@@ -56,6 +59,15 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
             // Preset parameters for scripted screenshots (scripts/screenshots.sh).
             if let Ok(spec) = std::env::var("AUGSCOPE_SHOT") {
                 app.state.params = preset_params(&spec, app.state.params.clone());
+                // `export=DIR`: the batch export dialog open on that folder.
+                if let Some(dir) = spec
+                    .split(';')
+                    .find_map(|p| p.trim().strip_prefix("export="))
+                {
+                    app.state.export.out_dir = dir.to_string();
+                    app.state.export.seed = app.state.params.seed;
+                    app.rt.export.open = true;
+                }
             }
             Ok(Box::new(app))
         }),
@@ -101,6 +113,12 @@ pub enum Command {
     SamplePreset,
     PresetDialog,
     SetPreset(String),
+    /// Show the batch export dialog.
+    OpenExport,
+    StartExport,
+    CancelExport,
+    ExportFolderDialog,
+    SetExportFolder(PathBuf),
 }
 
 /// A loaded scan and where the views are.
@@ -164,6 +182,10 @@ pub struct Runtime {
     pub sampled: Option<(Params, Vec<crate::augment::Done>)>,
     /// Show no timings (snapshot tests: they differ from run to run).
     pub hide_timings: bool,
+    /// The generation whose whole volume the worker is filling in.
+    pub filling: Option<u64>,
+    /// The batch export dialog and its running batch.
+    pub export: export::ExportRuntime,
 }
 
 pub struct App {
@@ -218,6 +240,8 @@ impl App {
                 dialogs: channel(),
                 sampled: None,
                 hide_timings: false,
+                filling: None,
+                export: export::ExportRuntime::default(),
             },
         };
         if let Some((image, label)) = open {
@@ -240,7 +264,7 @@ impl App {
                 .comparison
                 .as_ref()
                 .is_none_or(|c| c.generation != rt.generation);
-        rt.loading.is_none() && !busy_worker && !computing && !comparing
+        rt.loading.is_none() && !busy_worker && !computing && !comparing && !rt.export.running()
     }
 
     pub fn plan(&self) -> Plan {
@@ -328,6 +352,27 @@ impl App {
                 }
             }
             Command::SetPreset(p) => state.preset = p,
+            Command::OpenExport => rt.export.open = true,
+            Command::StartExport => {
+                if let Err(e) = export::start(state, rt) {
+                    rt.export.last = Some(Err(e));
+                }
+            }
+            Command::CancelExport => rt.export.cancel(),
+            Command::ExportFolderDialog => {
+                let tx = rt.dialogs.0.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("augscope-file-dialog".into())
+                    .spawn(move || {
+                        if let Some(p) = rfd::FileDialog::new().pick_folder() {
+                            let _ = tx.send(Command::SetExportFolder(p));
+                        }
+                    });
+                if let Err(e) = spawned {
+                    rt.error = Some(format!("cannot open the folder dialog: {e}"));
+                }
+            }
+            Command::SetExportFolder(p) => state.export.out_dir = p.display().to_string(),
             Command::Undo => {
                 if let Some(p) = rt.history.undo(&state.params) {
                     state.params = p;
@@ -400,6 +445,7 @@ impl App {
             self.apply(cmd);
         }
         let App { state, rt } = self;
+        rt.export.poll();
         for r in replies {
             match r {
                 Reply::Loaded(Ok(l)) => {
@@ -447,6 +493,7 @@ impl App {
                         rt.shown = Some(s);
                     }
                 }
+                Reply::Filling(g) => rt.filling = Some(g),
                 Reply::Full(f) => {
                     if f.generation == rt.generation {
                         if let Some((g, _, t)) = &rt.sent
@@ -653,6 +700,9 @@ impl eframe::App for App {
         cmds.extend(views::central(ui, &mut self.state, &mut self.rt));
         if self.state.show_compare {
             cmds.extend(views::compare_window(ui, &mut self.state, &mut self.rt));
+        }
+        if self.rt.export.open {
+            cmds.extend(export::export_window(ui, &mut self.state, &mut self.rt));
         }
         for c in cmds {
             self.apply(c);

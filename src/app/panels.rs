@@ -70,6 +70,14 @@ pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 if ui.button("Open the bundled sample").clicked() {
                     out.push(Command::Open(super::SAMPLE.into(), None));
                 }
+                ui.separator();
+                if ui
+                    .add_enabled(has_scan, egui::Button::new("Export batch…"))
+                    .on_hover_text("N augmented samples and a manifest, as `augscope batch`")
+                    .clicked()
+                {
+                    out.push(Command::OpenExport);
+                }
                 ui.menu_button("Recent", |ui| {
                     if state.recent.is_empty() {
                         ui.label("(none)");
@@ -153,7 +161,11 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     .is_none_or(|f| f.generation != rt.generation);
                 if busy {
                     ui.spinner();
-                    ui.label("computing…");
+                    if rt.filling == Some(rt.generation) {
+                        ui.label("filling in the whole volume…");
+                    } else {
+                        ui.label("computing…");
+                    }
                 } else if let Some(f) = &rt.full {
                     ui.label(format!(
                         "{} in {} on {}",
@@ -320,6 +332,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
             ui.add(
                 egui::Slider::new(&mut p.rotate_deg[a], -180.0..=180.0)
                     .step_by(0.5)
+                    .max_decimals(2)
                     .suffix("°")
                     .text(format!("about {}", axis_name(rt, a))),
             );
@@ -328,6 +341,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
         ui.add(
             egui::Slider::new(&mut p.rotate_deg[2], -180.0..=180.0)
                 .step_by(0.5)
+                .max_decimals(2)
                 .suffix("°")
                 .text("in plane"),
         );
@@ -343,6 +357,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
         ui.add(
             egui::Slider::new(&mut p.scale[0], 0.5..=2.0)
                 .logarithmic(true)
+                .max_decimals(3)
                 .text("all axes"),
         );
     } else {
@@ -351,6 +366,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
             ui.add(
                 egui::Slider::new(&mut p.scale[a], 0.5..=2.0)
                     .logarithmic(true)
+                    .max_decimals(3)
                     .text(axis_name(rt, arr)),
             );
         }
@@ -362,6 +378,8 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
         ui.add(
             egui::Slider::new(&mut p.translate_vox[a], -half..=half)
                 .step_by(0.5)
+                .max_decimals(2)
+                .suffix(" vox")
                 .text(axis_name(rt, arr)),
         );
     }
@@ -371,11 +389,17 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
     let mut out = vec![];
     ui.checkbox(&mut p.elastic, "enabled");
     ui.add_enabled_ui(p.elastic, |ui| {
-        ui.add(egui::Slider::new(&mut p.alpha, 0.0..=2000.0).text("alpha"));
+        ui.add(
+            egui::Slider::new(&mut p.alpha, 0.0..=2000.0)
+                .max_decimals(1)
+                .text("alpha"),
+        );
         ui.add(
             egui::Slider::new(&mut p.sigma_vox, 1.0..=30.0)
                 .step_by(0.5)
-                .text("sigma (voxels)"),
+                .max_decimals(2)
+                .suffix(" vox")
+                .text("sigma"),
         );
         ui.horizontal(|ui| {
             let l = ui.label("seed");
@@ -397,11 +421,15 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
         match readout {
             Some((max, rms)) => {
                 ui.label(format!(
-                    "realised displacement: max {max:.2} vox ({:.2} mm), RMS {rms:.2} vox ({:.2} mm)",
-                    max * mean_mm,
-                    rms * mean_mm
+                    "realised displacement: max {} vox ({} mm), RMS {} vox ({} mm)",
+                    num2(max),
+                    num2(max * mean_mm),
+                    num2(rms),
+                    num2(rms * mean_mm)
                 ))
-                .on_hover_text("length of alpha·G_sigma(noise) over the grid; mm with the mean voxel spacing");
+                .on_hover_text(
+                    "length of alpha·G_sigma(noise) over the grid; mm with the mean voxel spacing",
+                );
             }
             None if p.elastic => {
                 ui.weak("realised displacement: computing…");
@@ -435,7 +463,7 @@ fn sampling_ui(ui: &mut egui::Ui, p: &mut Params) {
             .response
             .labelled_by(l.id);
         let l = ui.label("cval");
-        ui.add(egui::DragValue::new(&mut p.cval).speed(1.0))
+        ui.add(egui::DragValue::new(&mut p.cval).speed(1.0).max_decimals(3))
             .labelled_by(l.id);
     });
 }
@@ -562,8 +590,11 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             ui.label(format!("{:?}", v.shape));
                             ui.end_row();
                             ui.label("spacing");
-                            let sp: Vec<String> =
-                                v.spacing_mm.iter().map(|s| format!("{s:.3}")).collect();
+                            let sp: Vec<String> = v
+                                .spacing_mm
+                                .iter()
+                                .map(|s| super::format::num(*s))
+                                .collect();
                             ui.label(format!("{} mm", sp.join(" × ")));
                             ui.end_row();
                             ui.label("orientation");
@@ -628,10 +659,18 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                         if done.is_empty() {
                             ui.label("identity (nothing fires)");
                         }
-                        for d in done {
-                            ui.label(RichText::new(&d.transform).strong());
-                            ui.label(RichText::new(d.values.to_string()).monospace().small());
-                        }
+                        let spacing = rt
+                            .scan
+                            .as_ref()
+                            .map_or(vec![], |s| s.loaded.image.spacing_mm.clone());
+                        egui::Grid::new("done").num_columns(2).show(ui, |ui| {
+                            for d in done {
+                                ui.label(RichText::new(&d.transform).strong());
+                                ui.label(super::format::done_line(&d, &spacing))
+                                    .on_hover_text(d.values.to_string());
+                                ui.end_row();
+                            }
+                        });
                     });
                 egui::CollapsingHeader::new("GPU memory")
                     .default_open(true)
@@ -640,6 +679,11 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                     });
             });
         });
+}
+
+/// A displacement for display: two decimals at most, trailing zeros trimmed.
+fn num2(x: f64) -> String {
+    super::format::num((x * 100.0).round() / 100.0)
 }
 
 /// Milliseconds for display; hidden in snapshot tests, where they differ from run to run.

@@ -246,6 +246,8 @@ pub struct State {
     /// A bundled preset's name or a preset file, and the seed of the next sample.
     pub preset: String,
     pub preset_seed: u64,
+    /// The batch export dialog's settings.
+    pub export: super::export::ExportSettings,
 }
 
 impl State {

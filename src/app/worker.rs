@@ -3,7 +3,8 @@
 //! worker computes on the chosen engine and wakes the UI with `ctx.request_repaint()`.
 //!
 //! While a slider moves, the CPU path first computes only the planes on screen, then, once no
-//! newer request has arrived for a moment, the whole volume.
+//! newer request has arrived for a moment, the whole volume, one plane at a time: a newer request
+//! abandons that fill between two planes, so the next slice-only answer is not held up.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -13,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use crate::augment::Plan;
 use crate::engine::cpu::CpuBackend;
+use crate::engine::cuda::CudaBackend;
 use crate::engine::device::{DevicesReport, MemStats};
-use crate::engine::{self, Backend, BackendSpec, Job, Precision, Timings};
+use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Timings};
 use crate::io::{self, LoadOptions};
 use crate::volume::Volume;
 
@@ -83,9 +85,14 @@ pub struct Comparison {
 pub enum Reply {
     Loaded(Result<Loaded, String>),
     Slices(SliceSet),
+    /// The whole volume of this generation is being computed (after its slices, on the CPU).
+    Filling(u64),
     Full(FullResult),
     Compared(Comparison),
-    Failed { generation: u64, message: String },
+    Failed {
+        generation: u64,
+        message: String,
+    },
     Devices(DevicesReport),
     Memory(Vec<MemStats>),
 }
@@ -163,6 +170,11 @@ impl Worker {
     pub fn try_recv(&self) -> Option<Reply> {
         self.replies.try_recv().ok()
     }
+
+    /// The next reply, waiting at most `timeout` (headless callers: tests, the latency bench).
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Reply> {
+        self.replies.recv_timeout(timeout).ok()
+    }
 }
 
 impl Drop for Worker {
@@ -176,8 +188,8 @@ impl Drop for Worker {
     }
 }
 
-/// A GPU engine made for (spec, precision), with the note of its selection.
-type GpuEngine = (BackendSpec, Precision, Box<dyn Backend>, Option<String>);
+/// The CUDA engine made for (spec, precision), or why there is none (the CPU engine runs then).
+type GpuEngine = (BackendSpec, Precision, Result<Arc<CudaBackend>, String>);
 /// (sigma, seed, shape, alpha) of a displacement readout.
 type DisplacementKey = (f64, u64, Vec<usize>, f64);
 
@@ -187,9 +199,11 @@ struct WorkerLoop {
     repaint: Box<dyn Fn() + Send>,
     image: Option<Arc<Volume>>,
     label: Option<Arc<Volume>>,
-    /// The one CPU engine: it keeps the smoothed elastic field, so moving alpha, an angle or the
+    /// The CPU engine: it keeps the smoothed elastic field, so moving alpha, an angle or the
     /// mode never recomputes it.
     cpu: Arc<CpuBackend>,
+    /// The engines of the slice-only path (the main one is `cpu`).
+    slicing: SliceEngines,
     /// The GPU engine for (spec, precision), made on first use.
     gpu: Option<GpuEngine>,
     /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
@@ -202,13 +216,15 @@ const FILL_DELAY: Duration = Duration::from_millis(120);
 
 impl WorkerLoop {
     fn new(shared: Arc<Shared>, tx: Sender<Reply>, repaint: Box<dyn Fn() + Send>) -> Self {
+        let cpu = Arc::new(CpuBackend::new());
         WorkerLoop {
             shared,
             tx,
             repaint,
             image: None,
             label: None,
-            cpu: Arc::new(CpuBackend::new()),
+            cpu: cpu.clone(),
+            slicing: SliceEngines::new(cpu),
             gpu: None,
             displacement: None,
         }
@@ -257,20 +273,35 @@ impl WorkerLoop {
         }
     }
 
-    /// The engine for a request: the CPU engine, or the GPU engine (made once per spec).
+    /// The engine for a request: whether it runs on a GPU (made once per spec), and the note to
+    /// show when a CUDA request falls back to the CPU.
     fn backend(&mut self, spec: &BackendSpec, precision: Precision) -> (bool, Option<String>) {
-        if matches!(spec, BackendSpec::Cpu | BackendSpec::Auto) {
+        let BackendSpec::Cuda(ids) = spec else {
             return (false, None);
-        }
-        let fresh = !matches!(&self.gpu, Some((s, p, _, _)) if s == spec && *p == precision);
+        };
+        let fresh = !matches!(&self.gpu, Some((s, p, _)) if s == spec && *p == precision);
         if fresh {
-            let sel = engine::cuda::select(spec, precision);
-            self.gpu = Some((spec.clone(), precision, sel.backend, sel.note));
+            let made = CudaBackend::new(ids, precision).map(Arc::new).map_err(|e| {
+                let why = match &e {
+                    EngineError::CudaUnavailable(m) => m.clone(),
+                    other => other.to_string(),
+                };
+                let first = why.lines().next().unwrap_or("").trim().to_string();
+                format!("CUDA engine unavailable ({first}); using the CPU engine")
+            });
+            self.gpu = Some((spec.clone(), precision, made));
         }
         match &self.gpu {
-            Some((_, _, b, note)) => (b.name() != "cpu", note.clone()),
+            Some((_, _, Ok(_))) => (true, None),
+            Some((_, _, Err(note))) => (false, Some(note.clone())),
             None => (false, None),
         }
+    }
+
+    /// Whether a newer request (or a shutdown) waits: a running fill is then abandoned.
+    fn superseded(&self) -> bool {
+        let s = self.shared.lock();
+        s.shutdown || s.load.is_some() || s.compute.is_some()
     }
 
     fn compute(&mut self, c: Compute) {
@@ -287,7 +318,7 @@ impl WorkerLoop {
         }
         let (on_gpu, note) = self.backend(&c.backend, c.precision);
         if c.slices_first && !on_gpu {
-            match compute_slices(&self.cpu, &c, &image, label.as_deref()) {
+            match compute_slices(&self.slicing, &c, &image, label.as_deref()) {
                 Ok(s) => self.send(Reply::Slices(s)),
                 Err(message) => {
                     self.send(Reply::Failed {
@@ -310,20 +341,43 @@ impl WorkerLoop {
                 return;
             }
         }
-        let backend: &dyn Backend = match (&self.gpu, on_gpu) {
-            (Some((_, _, b, _)), true) => b.as_ref(),
-            _ => self.cpu.as_ref(),
+        let gpu = match (&self.gpu, on_gpu) {
+            (Some((_, _, Ok(b))), true) => Some(b.clone()),
+            _ => None,
         };
-        let result =
-            engine::cuda::apply_new_with_fallback(backend, &c.plan, &image, label.as_deref());
+        let result = match &gpu {
+            Some(b) => {
+                engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, &image, label.as_deref())
+                    .map(|(img, lab, t, fallback)| {
+                        let name = if fallback.is_some() {
+                            "cpu".to_string()
+                        } else {
+                            b.name()
+                        };
+                        Some((img, lab, t, name, fallback))
+                    })
+            }
+            None => {
+                self.send(Reply::Filling(c.generation));
+                let cpu = self.cpu.clone();
+                let r = fill_volume(&cpu, &c.plan, &image, label.as_deref(), &|| {
+                    self.superseded()
+                });
+                // The fill made the volume field first, also when it was then abandoned.
+                self.slicing.main_field = field_key(&c.plan, &image.shape);
+                r.map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
+            }
+        };
         match result {
-            Ok((img, lab, timings, fallback)) => {
-                let name = if fallback.is_some() {
-                    "cpu".to_string()
-                } else {
-                    backend.name()
+            // Superseded: the newer request is served next; this one tells nothing.
+            Ok(None) => {}
+            Ok(Some((img, lab, timings, name, fallback))) => {
+                let displacement_vox = match &gpu {
+                    Some(b) if fallback.is_none() => {
+                        b.displacement_stats(&c.plan, &image.shape).ok().flatten()
+                    }
+                    _ => self.displacement(&c.plan, &image.shape),
                 };
-                let displacement_vox = self.displacement(&c.plan, &image.shape);
                 self.send(Reply::Full(FullResult {
                     generation: c.generation,
                     image: Arc::new(img),
@@ -354,6 +408,7 @@ impl WorkerLoop {
             return Some(*v);
         }
         let (field, _) = self.cpu.field(plan, shape)?;
+        self.slicing.main_field = field_key(plan, shape);
         let v = field.displacement_stats(e.alpha);
         self.displacement = Some((key, v));
         Some(v)
@@ -364,7 +419,9 @@ impl WorkerLoop {
             return;
         };
         let t = Instant::now();
-        let cpu = match engine::apply_new(self.cpu.as_ref(), &c.plan, &image, None) {
+        let cpu = engine::apply_new(self.cpu.as_ref(), &c.plan, &image, None);
+        self.slicing.main_field = field_key(&c.plan, &image.shape);
+        let cpu = match cpu {
             Ok((v, _, _)) => v,
             Err(e) => {
                 self.send(Reply::Failed {
@@ -381,7 +438,7 @@ impl WorkerLoop {
         };
         let (on_gpu, note) = self.backend(&spec, c.precision);
         let gpu = match (&self.gpu, on_gpu) {
-            (Some((_, _, b, _)), true) => {
+            (Some((_, _, Ok(b))), true) => {
                 // Once to compile and upload, once to time.
                 let warm = engine::apply_new(b.as_ref(), &c.plan, &image, None);
                 let t = Instant::now();
@@ -467,41 +524,73 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
     })
 }
 
+/// What a CPU engine's cached volume field is for: (sigma bits, seed, shape).
+type FieldKey = (u64, u64, Vec<usize>);
+
+fn field_key(plan: &Plan, shape: &[usize]) -> Option<FieldKey> {
+    plan.elastic
+        .filter(|e| e.alpha != 0.0)
+        .map(|e| (e.sigma.to_bits(), e.seed, shape.to_vec()))
+}
+
+/// The CPU engines of the slice-only path: the worker's main engine, whose cached volume field
+/// and cubic coefficients serve every view, and one engine per view, so that the views' field
+/// planes (after a new sigma or seed) are computed at the same time instead of one after the
+/// other (an engine holds its plane cache while it computes a plane).
+pub struct SliceEngines {
+    pub main: Arc<CpuBackend>,
+    pub per_view: Vec<CpuBackend>,
+    /// The volume field the main engine holds, when the worker knows of one.
+    pub main_field: Option<FieldKey>,
+}
+
+impl SliceEngines {
+    pub fn new(main: Arc<CpuBackend>) -> Self {
+        SliceEngines {
+            main,
+            per_view: (0..3).map(|_| CpuBackend::new()).collect(),
+            main_field: None,
+        }
+    }
+}
+
 /// The planes through `c.cursor` of the transformed image and label, each computed on its own
-/// with [`CpuBackend::apply_slice`] (3D); a 2D image is computed whole.
+/// with [`CpuBackend::apply_slice`] (3D); a 2D image is computed whole. The views run at once on
+/// their own engines, unless the main engine serves them better: it holds the volume field
+/// already (planes are then copies of it), or the interpolation is cubic (one set of
+/// coefficients, not one per view).
 pub fn compute_slices(
-    cpu: &CpuBackend,
+    engines: &SliceEngines,
     c: &Compute,
     image: &Volume,
     label: Option<&Volume>,
 ) -> Result<SliceSet, String> {
+    use rayon::prelude::*;
+    type Planes = (Vec<Arc<DisplaySlice>>, Vec<Option<Arc<DisplaySlice>>>);
     let t = Instant::now();
-    let mut imgs = Vec::new();
-    let mut labs = Vec::new();
     let job = Job {
         plan: &c.plan,
         image,
         label,
     };
-    if image.ndim() != 3 {
-        let (img, lab, _) =
-            engine::apply_new(cpu, &c.plan, image, label).map_err(|e| e.to_string())?;
-        for v in &c.views {
-            imgs.push(slices::extract(
-                &img.data,
-                &img.shape,
-                img.channels,
-                &image.spacing_mm,
-                v,
-                0,
-            ));
-            labs.push(
-                lab.as_ref()
-                    .map(|l| slices::extract(&l.data, &l.shape, 1, &image.spacing_mm, v, 0)),
-            );
-        }
+    let sp = &image.spacing_mm;
+    let (imgs, labs): Planes = if image.ndim() != 3 {
+        let (img, lab, _) = engine::apply_new(engines.main.as_ref(), &c.plan, image, label)
+            .map_err(|e| e.to_string())?;
+        c.views
+            .iter()
+            .map(|v| {
+                let l = lab
+                    .as_ref()
+                    .map(|l| slices::extract(&l.data, &l.shape, 1, sp, v, 0));
+                (
+                    slices::extract(&img.data, &img.shape, img.channels, sp, v, 0),
+                    l,
+                )
+            })
+            .unzip()
     } else {
-        for v in &c.views {
+        let one = |cpu: &CpuBackend, v: &ViewGeom| -> Result<_, String> {
             let Some(axis) = v.normal else {
                 return Err("a 3D view without a normal axis".into());
             };
@@ -514,18 +603,32 @@ pub fn compute_slices(
             let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
             cpu.apply_slice(job, axis, index, &mut out, lab.as_deref_mut())
                 .map_err(|e| e.to_string())?;
-            imgs.push(slices::extract_from_plane(
-                &out,
-                &image.shape,
-                image.channels,
-                &image.spacing_mm,
-                v,
-            ));
-            labs.push(
-                lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, &image.spacing_mm, v)),
-            );
-        }
-    }
+            let l = lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v));
+            Ok((
+                slices::extract_from_plane(&out, &image.shape, image.channels, sp, v),
+                l,
+            ))
+        };
+        let needs_field = field_key(&c.plan, &image.shape);
+        let on_main = c.plan.order == crate::augment::Order::Cubic
+            || needs_field.is_none()
+            || needs_field == engines.main_field
+            || engines.per_view.len() < c.views.len();
+        let planes: Vec<Result<_, String>> = if on_main {
+            c.views.iter().map(|v| one(&engines.main, v)).collect()
+        } else {
+            c.views
+                .par_iter()
+                .zip(&engines.per_view)
+                .map(|(v, cpu)| one(cpu, v))
+                .collect()
+        };
+        planes
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip()
+    };
     Ok(SliceSet {
         generation: c.generation,
         cursor: c.cursor.clone(),
@@ -533,4 +636,64 @@ pub fn compute_slices(
         label: labs,
         elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+/// The whole transformed volume on the CPU engine, one axis-0 plane at a time with
+/// [`CpuBackend::apply_slice`], asking `superseded` before each plane: `Ok(None)` when it said
+/// yes, so a stale fill stops within one plane. The planes read the engine's cached volume field
+/// (computed first), so the values are those of [`Backend::apply`]. 2D images, identity plans
+/// and other output shapes are computed whole.
+pub fn fill_volume(
+    cpu: &CpuBackend,
+    plan: &Plan,
+    image: &Volume,
+    label: Option<&Volume>,
+    superseded: &dyn Fn() -> bool,
+) -> Result<Option<(Volume, Option<Volume>, Timings)>, EngineError> {
+    if image.ndim() != 3 || plan.is_identity() || plan.out_shape.is_some() {
+        return engine::apply_new(cpu, plan, image, label).map(Some);
+    }
+    let t0 = Instant::now();
+    let mut timings = Timings::default();
+    if let Some((_, ms)) = cpu.field(plan, &image.shape) {
+        timings.field_ms = ms;
+    }
+    let shape = &image.shape;
+    let n: usize = shape.iter().product();
+    let plane = shape[1] * shape[2];
+    let mut img = vec![0f32; image.channels * n];
+    let mut lab = label.map(|l| vec![0f32; l.channels * n]);
+    let mut img_plane = vec![0f32; image.channels * plane];
+    let mut lab_plane = label.map(|l| vec![0f32; l.channels * plane]);
+    let job = Job { plan, image, label };
+    // Channel c of plane z goes to [c][z] of the volume.
+    let scatter = |src: &[f32], dst: &mut [f32], z: usize| {
+        for (c, p) in src.chunks_exact(plane).enumerate() {
+            dst[c * n + z * plane..c * n + (z + 1) * plane].copy_from_slice(p);
+        }
+    };
+    for z in 0..shape[0] {
+        if superseded() {
+            return Ok(None);
+        }
+        let t = cpu.apply_slice(job, 0, z, &mut img_plane, lab_plane.as_deref_mut())?;
+        timings.prefilter_ms += t.prefilter_ms;
+        timings.resample_ms += t.resample_ms;
+        scatter(&img_plane, &mut img, z);
+        if let (Some(src), Some(dst)) = (&lab_plane, lab.as_deref_mut()) {
+            scatter(src, dst, z);
+        }
+    }
+    timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mk = |src: &Volume, data: Vec<f32>| {
+        let mut v = src.clone_meta();
+        v.shape = shape.clone();
+        v.data = data;
+        v
+    };
+    let out_label = match (label, lab) {
+        (Some(l), Some(d)) => Some(mk(l, d)),
+        _ => None,
+    };
+    Ok(Some((mk(image, img), out_label, timings)))
 }

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -51,10 +51,35 @@ pub struct BatchOptions {
     pub keep_dtype: bool,
     /// Show a progress bar on stderr (drawn only on a terminal).
     pub progress: bool,
-    /// Set (by a Ctrl-C handler) to stop after the files being written.
+    /// Set (by a Ctrl-C handler, or the GUI's cancel button) to stop after the files being
+    /// written.
     pub stop: Arc<AtomicBool>,
+    /// Live progress, for a caller that shows it (the GUI's export dialog; the CLI's bar reads
+    /// the same counters).
+    pub counter: Arc<BatchProgress>,
     /// Parallel writers (compression runs in them); 0 picks one per two cores, at least 2.
     pub writers: usize,
+}
+
+/// Progress of a running batch, updated by [`run`] and read by whoever shows it.
+#[derive(Debug, Default)]
+pub struct BatchProgress {
+    /// Samples this run has to write (known once the work list and the manifest are read).
+    pub todo: AtomicUsize,
+    /// Samples written by this run so far (files in place and their manifest line appended).
+    pub written: AtomicUsize,
+    /// Samples an earlier run finished (`--resume`).
+    pub skipped: AtomicUsize,
+}
+
+impl BatchProgress {
+    /// (written, todo) as of now.
+    pub fn get(&self) -> (usize, usize) {
+        (
+            self.written.load(Ordering::SeqCst),
+            self.todo.load(Ordering::SeqCst),
+        )
+    }
 }
 
 /// What a batch run did.
@@ -190,6 +215,10 @@ fn recv_shared<T>(rx: &Shared<Receiver<T>>) -> Option<T> {
 /// set (then `interrupted` is true and only whole files are left).
 pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     let t0 = Instant::now();
+    let counter = &opts.counter;
+    for c in [&counter.todo, &counter.written, &counter.skipped] {
+        c.store(0, Ordering::SeqCst);
+    }
     opts.preset.validate()?;
     if opts.inputs.is_empty() {
         return Err(usage("batch needs at least one input"));
@@ -349,6 +378,8 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
         .filter(|it| !finished.contains(&it.output))
         .collect();
     let skipped = total - todo.len();
+    counter.skipped.store(skipped, Ordering::SeqCst);
+    counter.todo.store(todo.len(), Ordering::SeqCst);
 
     let selected = engine::cuda::select(&opts.backend, opts.precision);
     let backend_name = selected.backend.name();
@@ -596,7 +627,8 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                 break;
             }
             written += 1;
-            bar.inc(1);
+            counter.written.store(written, Ordering::SeqCst);
+            bar.set_position(counter.written.load(Ordering::SeqCst) as u64);
         }
     });
     bar.finish_and_clear();

@@ -1,0 +1,366 @@
+//! The batch export dialog: N augmented samples of the open scan (and its label map) written by
+//! the same code as `augscope batch` ([`crate::export::batch::run`]), on a background thread,
+//! with a progress bar and a cancel button. Cancel sets the run's `stop` flag, so the folder keeps
+//! whole files only and the manifest lists exactly them.
+//!
+//! The samples come either from the current parameters (a preset whose every transform fires
+//! with the values on screen; sample j draws its elastic noise from seed + j) or from the preset
+//! chosen in the controls, with its probabilities and ranges.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Instant;
+
+use eframe::egui;
+use serde::{Deserialize, Serialize};
+
+use crate::augment::preset::{
+    ElasticSpec, FlipSpec, Preset, RotateSpec, SamplingSpec, ScaleDistribution, ScaleSpec,
+    TranslateSpec, Unit,
+};
+use crate::export::batch::{self, BatchOptions, BatchProgress, BatchSummary};
+
+use super::state::{Params, State};
+use super::{Command, Runtime};
+
+/// The dialog's settings, kept across restarts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExportSettings {
+    /// Samples to write.
+    pub count: usize,
+    /// Seed of the first sample; sample j uses seed + j.
+    pub seed: u64,
+    pub out_dir: String,
+    /// Draw from the preset of the controls (with its probabilities) instead of the current
+    /// parameters.
+    pub from_preset: bool,
+    /// Write the transformed label map beside each image.
+    pub include_label: bool,
+    /// Continue a batch in a folder that already holds its manifest.
+    pub resume: bool,
+}
+
+impl Default for ExportSettings {
+    fn default() -> Self {
+        ExportSettings {
+            count: 10,
+            seed: 42,
+            out_dir: String::new(),
+            from_preset: false,
+            include_label: true,
+            resume: false,
+        }
+    }
+}
+
+/// A batch running on its thread.
+pub struct ExportJob {
+    pub stop: Arc<AtomicBool>,
+    pub counter: Arc<BatchProgress>,
+    pub out_dir: PathBuf,
+    pub started: Instant,
+    done: Receiver<Result<BatchSummary, String>>,
+}
+
+impl Drop for ExportJob {
+    fn drop(&mut self) {
+        // The window closes or the app quits: finish the files being written and stop.
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The dialog's runtime side.
+#[derive(Default)]
+pub struct ExportRuntime {
+    pub open: bool,
+    pub job: Option<ExportJob>,
+    /// How the last run ended.
+    pub last: Option<Result<BatchSummary, String>>,
+}
+
+impl ExportRuntime {
+    pub fn running(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Takes the result of a finished run.
+    pub fn poll(&mut self) {
+        if let Some(job) = &self.job
+            && let Ok(r) = job.done.try_recv()
+        {
+            self.last = Some(r);
+            self.job = None;
+        }
+    }
+
+    pub fn cancel(&self) {
+        if let Some(job) = &self.job {
+            job.stop.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A preset that reproduces the parameters on screen: every transform fires (p = 1) with its
+/// value as a one-point range, in the units of the preset file (degrees, voxels). Sampled with
+/// seed s it gives the plan `p.to_plan(ndim)` with the elastic noise of seed s.
+pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
+    let nd = ndim.clamp(2, 3);
+    let plan = p.to_plan(nd);
+    let fixed = |v: f64| [v, v];
+    let flip = (!plan.flip.is_empty()).then(|| FlipSpec {
+        p: (0..nd)
+            .map(|a| if plan.flip.contains(&a) { 1.0 } else { 0.0 })
+            .collect(),
+    });
+    // Degrees as on screen (the sampler converts them to radians as `to_plan` does).
+    let rotate = (!plan.rotate_rad.is_empty()).then(|| RotateSpec {
+        p: 1.0,
+        p_axis: vec![1.0],
+        range_deg: if nd == 3 {
+            p.rotate_deg.iter().map(|&d| fixed(d)).collect()
+        } else {
+            vec![fixed(p.rotate_deg[2])]
+        },
+        range_deg_2d: None,
+    });
+    let scale = (!plan.scale.is_empty()).then(|| ScaleSpec {
+        p: 1.0,
+        range: plan.scale.iter().map(|&s| fixed(s)).collect(),
+        per_axis: plan.scale.len() > 1,
+        distribution: ScaleDistribution::Uniform,
+    });
+    let translate = (!plan.translate.is_empty()).then(|| TranslateSpec {
+        p: 1.0,
+        range: plan.translate.iter().map(|&t| fixed(t)).collect(),
+        unit: Unit::Voxel,
+    });
+    let elastic = plan.elastic.map(|e| ElasticSpec {
+        p: 1.0,
+        alpha: fixed(e.alpha),
+        sigma: fixed(e.sigma),
+    });
+    Preset {
+        version: crate::augment::preset::PRESET_VERSION,
+        name: "current parameters".into(),
+        source: "augscope explorer".into(),
+        description: "the parameters on screen; the elastic noise seed is the sample's".into(),
+        // The explorer's plans are in voxel space.
+        space: crate::augment::Space::Voxel,
+        flip,
+        rotate,
+        scale,
+        translate,
+        elastic,
+        sampling: SamplingSpec {
+            order: plan.order.into(),
+            mode: plan.mode.name().into(),
+            cval: plan.cval as f64,
+            label_order: 0,
+        },
+    }
+}
+
+/// Starts a batch with the dialog's settings on the open scan.
+pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
+    if rt.export.running() {
+        return Err("an export is already running".into());
+    }
+    let Some(scan) = &rt.scan else {
+        return Err("open a scan first".into());
+    };
+    let s = &state.export;
+    let out_dir = PathBuf::from(s.out_dir.trim());
+    if out_dir.as_os_str().is_empty() {
+        return Err("choose an output folder".into());
+    }
+    let nd = scan.loaded.image.ndim();
+    let preset = if s.from_preset {
+        let name = if state.preset.is_empty() {
+            "nnunet-v2"
+        } else {
+            state.preset.as_str()
+        };
+        crate::augment::preset::load_or_bundled(std::path::Path::new(name))
+            .map_err(|e| format!("preset {name}: {e}"))?
+    } else {
+        preset_from_params(&state.params, nd)
+    };
+    let labels = match (&scan.loaded.label_path, s.include_label, &scan.loaded.label) {
+        (Some(l), true, Some(_)) => vec![l.clone()],
+        _ => vec![],
+    };
+    let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(BatchProgress::default());
+    let opts = BatchOptions {
+        preset,
+        inputs: vec![scan.loaded.path.clone()],
+        labels,
+        count: s.count.max(1),
+        seed: s.seed,
+        out_dir: out_dir.clone(),
+        backend: state.params.backend.spec(have_cuda),
+        precision: state.params.precision,
+        shard: (0, 1),
+        resume: s.resume,
+        ext: None,
+        keep_dtype: false,
+        progress: false,
+        stop: stop.clone(),
+        counter: counter.clone(),
+        writers: 0,
+    };
+    let (tx, done) = channel();
+    std::thread::Builder::new()
+        .name("augscope-export".into())
+        .spawn(move || {
+            let r = batch::run(&opts).map_err(|e| e.to_string());
+            // The dialog is gone when this fails: nothing left to tell.
+            let _ = tx.send(r);
+        })
+        .map_err(|e| format!("cannot start the export thread: {e}"))?;
+    rt.export.last = None;
+    rt.export.job = Some(ExportJob {
+        stop,
+        counter,
+        out_dir,
+        started: Instant::now(),
+        done,
+    });
+    Ok(())
+}
+
+/// The export dialog (while `rt.export.open`).
+pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
+    let mut out = vec![];
+    let mut open = rt.export.open;
+    egui::Window::new("Export batch")
+        .open(&mut open)
+        .resizable(false)
+        .default_pos([420.0, 120.0])
+        .show(ui.ctx(), |ui| {
+            let running = rt.export.running();
+            let has_label = rt.scan.as_ref().is_some_and(|s| s.loaded.label.is_some());
+            let view_seed = state.params.seed;
+            let ExportSettings {
+                count,
+                seed,
+                out_dir,
+                from_preset,
+                include_label,
+                resume,
+            } = &mut state.export;
+            ui.add_enabled_ui(!running, |ui| {
+                egui::Grid::new("export").num_columns(2).show(ui, |ui| {
+                    let l = ui.label("samples");
+                    ui.add(egui::DragValue::new(count).range(1..=1_000_000))
+                        .labelled_by(l.id);
+                    ui.end_row();
+                    let l = ui.label("first seed");
+                    ui.horizontal(|ui| {
+                        ui.add(egui::DragValue::new(seed)).labelled_by(l.id);
+                        if ui
+                            .button("view's seed")
+                            .on_hover_text(format!(
+                                "{view_seed}: the first sample is then the volume on screen"
+                            ))
+                            .clicked()
+                        {
+                            *seed = view_seed;
+                        }
+                    });
+                    ui.end_row();
+                    let l = ui.label("output folder");
+                    ui.horizontal(|ui| {
+                        ui.add(egui::TextEdit::singleline(out_dir).desired_width(260.0))
+                            .labelled_by(l.id);
+                        if ui.button("Browse…").clicked() {
+                            out.push(Command::ExportFolderDialog);
+                        }
+                    });
+                    ui.end_row();
+                    ui.label("parameters");
+                    ui.vertical(|ui| {
+                        ui.radio_value(from_preset, false, "current parameters")
+                            .on_hover_text(
+                                "every transform as on screen; sample j's elastic noise uses seed + j",
+                            );
+                        let name = std::path::Path::new(&state.preset)
+                            .file_name()
+                            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                        ui.radio_value(from_preset, true, format!("preset {name}"))
+                            .on_hover_text("drawn with the preset's probabilities and ranges");
+                    });
+                    ui.end_row();
+                });
+                ui.add_enabled(
+                    has_label,
+                    egui::Checkbox::new(include_label, "label map included"),
+                );
+                ui.checkbox(resume, "resume a batch in this folder");
+            });
+            ui.separator();
+            if let Some(job) = &rt.export.job {
+                let (written, todo) = job.counter.get();
+                let frac = if todo > 0 {
+                    written as f32 / todo as f32
+                } else {
+                    0.0
+                };
+                ui.add(
+                    egui::ProgressBar::new(frac)
+                        .text(format!("{written} / {todo} samples"))
+                        .animate(true),
+                );
+                ui.horizontal(|ui| {
+                    if job.stop.load(Ordering::SeqCst) {
+                        ui.spinner();
+                        ui.label("stopping after the files being written…");
+                    } else if ui.button("Cancel").clicked() {
+                        out.push(Command::CancelExport);
+                    }
+                });
+            } else {
+                ui.horizontal(|ui| {
+                    let ready = rt.scan.is_some() && !out_dir.trim().is_empty();
+                    if ui
+                        .add_enabled(ready, egui::Button::new("Export"))
+                        .on_disabled_hover_text("open a scan and choose an output folder")
+                        .clicked()
+                    {
+                        out.push(Command::StartExport);
+                    }
+                });
+                match &rt.export.last {
+                    Some(Ok(s)) if s.interrupted => {
+                        ui.label(format!(
+                            "cancelled: {} of {} samples written (whole files only); \
+                             tick \"resume\" to finish",
+                            s.written + s.skipped,
+                            s.total
+                        ));
+                    }
+                    Some(Ok(s)) => {
+                        ui.label(format!(
+                            "{} samples written ({} already there) on {}; manifest {}",
+                            s.written,
+                            s.skipped,
+                            s.backend,
+                            s.manifest.display()
+                        ));
+                    }
+                    Some(Err(e)) => {
+                        ui.colored_label(ui.visuals().error_fg_color, e);
+                    }
+                    None => {}
+                }
+            }
+        });
+    if !open {
+        rt.export.open = false;
+    }
+    out
+}
