@@ -226,14 +226,14 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
                 precision: params.precision,
                 cursor: cursor.clone(),
                 views: views.clone(),
-                slices_first: spec == BackendSpec::Cpu,
+                slices_first: true,
             };
             let t = Instant::now();
             worker.compute(c);
             let g = generation;
             let (ms_compute, via) = wait_for(&worker, TIMEOUT, |r| match r {
                 Reply::Slices(s) if s.generation == g => {
-                    Some(Ok((s.elapsed_ms, "cpu slices".to_string())))
+                    Some(Ok((s.elapsed_ms, "slices".to_string())))
                 }
                 Reply::Full(f) if f.generation == g => {
                     // The window cuts the planes on screen from the whole volume.

@@ -615,7 +615,7 @@ impl App {
                         precision: state.params.precision,
                         cursor: scan.cursor.clone(),
                         views: scan.views.clone(),
-                        slices_first: nd == 3 && spec == crate::engine::BackendSpec::Cpu,
+                        slices_first: nd == 3,
                     });
                     rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
                 }

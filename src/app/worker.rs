@@ -208,6 +208,8 @@ struct WorkerLoop {
     gpu: Option<GpuEngine>,
     /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
     displacement: Option<(DisplacementKey, (f64, f64))>,
+    /// Increases with every load: the GPU keeps the image of this key on the device.
+    image_key: u64,
 }
 
 /// How long the worker waits after a slice-only answer before filling in the whole volume: long
@@ -227,6 +229,7 @@ impl WorkerLoop {
             slicing: SliceEngines::new(cpu),
             gpu: None,
             displacement: None,
+            image_key: 0,
         }
     }
 
@@ -262,6 +265,7 @@ impl WorkerLoop {
                 if let Ok(l) = &r {
                     self.image = Some(l.image.clone());
                     self.label = l.label.clone();
+                    self.image_key += 1;
                     self.displacement = None;
                 }
                 self.send(Reply::Loaded(r));
@@ -317,8 +321,21 @@ impl WorkerLoop {
             return;
         }
         let (on_gpu, note) = self.backend(&c.backend, c.precision);
-        if c.slices_first && !on_gpu {
-            match compute_slices(&self.slicing, &c, &image, label.as_deref()) {
+        let gpu = match (&self.gpu, on_gpu) {
+            (Some((_, _, Ok(b))), true) => Some(b.clone()),
+            _ => None,
+        };
+        if c.slices_first {
+            // The planes on screen first: on the GPU each is one launch over the plane with the
+            // image kept on the device; on the CPU each is computed on its own.
+            let slices = match &gpu {
+                // A GPU failure (out of memory, say) leaves the planes to the CPU; the whole
+                // volume below reports what happened.
+                Some(b) => compute_slices_gpu(b, self.image_key, &c, &image, label.as_deref())
+                    .or_else(|_| compute_slices(&self.slicing, &c, &image, label.as_deref())),
+                None => compute_slices(&self.slicing, &c, &image, label.as_deref()),
+            };
+            match slices {
                 Ok(s) => self.send(Reply::Slices(s)),
                 Err(message) => {
                     self.send(Reply::Failed {
@@ -341,10 +358,6 @@ impl WorkerLoop {
                 return;
             }
         }
-        let gpu = match (&self.gpu, on_gpu) {
-            (Some((_, _, Ok(b))), true) => Some(b.clone()),
-            _ => None,
-        };
         let result = match &gpu {
             Some(b) => {
                 engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, &image, label.as_deref())
@@ -552,6 +565,66 @@ impl SliceEngines {
             main_field: None,
         }
     }
+}
+
+/// The planes through `c.cursor` on the GPU ([`CudaBackend::apply_slice`]: one launch over each
+/// plane, only the plane downloaded, the image uploaded once per `image_key`). 3D only; a 2D
+/// image takes [`compute_slices`]'s whole-image path on the CPU.
+fn compute_slices_gpu(
+    gpu: &CudaBackend,
+    image_key: u64,
+    c: &Compute,
+    image: &Volume,
+    label: Option<&Volume>,
+) -> Result<SliceSet, String> {
+    if image.ndim() != 3 {
+        return Err("the GPU slice path needs a 3D volume".into());
+    }
+    let t = Instant::now();
+    let sp = &image.spacing_mm;
+    let mut imgs = Vec::with_capacity(c.views.len());
+    let mut labs = Vec::with_capacity(c.views.len());
+    for v in &c.views {
+        let Some(axis) = v.normal else {
+            return Err("a 3D view without a normal axis".into());
+        };
+        let index = c.cursor.get(axis).copied().unwrap_or(0);
+        let plane: usize = (0..3)
+            .filter(|&a| a != axis)
+            .map(|a| image.shape[a])
+            .product();
+        let mut out = vec![0f32; plane * image.channels];
+        let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
+        let job = Job {
+            plan: &c.plan,
+            image,
+            label,
+        };
+        gpu.apply_slice(
+            job,
+            Some(image_key),
+            axis,
+            index,
+            &mut out,
+            lab.as_deref_mut(),
+        )
+        .map_err(|e| e.to_string())?;
+        labs.push(lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v)));
+        imgs.push(slices::extract_from_plane(
+            &out,
+            &image.shape,
+            image.channels,
+            sp,
+            v,
+        ));
+    }
+    Ok(SliceSet {
+        generation: c.generation,
+        cursor: c.cursor.clone(),
+        image: imgs,
+        label: labs,
+        elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
+    })
 }
 
 /// The planes through `c.cursor` of the transformed image and label, each computed on its own

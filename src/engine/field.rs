@@ -115,7 +115,8 @@ impl ElasticField {
                         .par_chunks_mut(inner)
                         .enumerate()
                         .for_each(|(o, orow)| {
-                            for (ci, out) in orow.chunks_mut(RUN).enumerate() {
+                            // Runs in parallel too: for axis 0 the plane is a single row.
+                            orow.par_chunks_mut(RUN).enumerate().for_each(|(ci, out)| {
                                 let mut buf = vec![0f32; out.len()];
                                 for z in lo..=hi {
                                     let start = (o * n + z) * inner + ci * RUN;
@@ -125,7 +126,7 @@ impl ElasticField {
                                         *a += wz * v;
                                     }
                                 }
-                            }
+                            });
                         });
                 }
                 gaussian_zero(&mut plane, &mut scratch, &plane_shape, &plane_sigma);
