@@ -9,16 +9,22 @@
 // with the same f32 weights; the host compiles this family with fmad on (add + FFMA per tap
 // pair), so the field equals the CPU's to f32 rounding, not bit for bit.
 //
-// Defines: FIELD_R (the radius int(4 sigma + 0.5)), FIELD_W (the R + 1 weights w_0..w_R as f32
-// literals, normalised on the host in f64 exactly as gaussian_kernel() does).
+// Defines: FIELD_R, the radius a build serves. The tiled kernels (R <= TILED_MAX_R) take the
+// weights w_0..w_R as a kernel parameter (FieldWeights, zero-padded): the host rounds a kernel's
+// radius int(4 sigma + 0.5) up to a multiple of 8, so one build serves every sigma of 8 radii and
+// moving sigma needs no new NVRTC compile; the padded taps add exact zeros, which changes no sum.
+// Above TILED_MAX_R only the direct kernel exists, with the weights baked in as FIELD_W (the R + 1
+// weights as f32 literals), one build per sigma. Weights are normalised on the host in f64
+// exactly as gaussian_kernel() does.
 #ifndef FIELD_R
 #error "FIELD_R must be defined"
 #endif
-#ifndef FIELD_W
-#error "FIELD_W must be defined"
-#endif
 
-__constant__ float c_w[FIELD_R + 1] = {FIELD_W};
+// Must match `FieldWeights` in src/engine/cuda.rs.
+#define FIELD_WMAX 128
+struct FieldWeights {
+    float w[FIELD_WMAX];
+};
 
 // ---------------------------------------------------------------------------------------------
 // Philox4x32-10 (Random123), as src/engine/noise.rs: key (seed lo, seed hi), counter
@@ -63,9 +69,9 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
 // The K outputs of one thread from its window win(t) = value at (first output - R + t).
 #define SMOOTH_K(WIN, ACC)                                                              \
     _Pragma("unroll") for (int k = 0; k < FIELD_K; k++) {                               \
-        float a = c_w[0] * WIN(k + FIELD_R);                                            \
+        float a = wts.w[0] * WIN(k + FIELD_R);                                          \
         _Pragma("unroll") for (int j = 1; j <= FIELD_R; j++) {                          \
-            a += c_w[j] * (WIN(k + FIELD_R - j) + WIN(k + FIELD_R + j));                \
+            a += wts.w[j] * (WIN(k + FIELD_R - j) + WIN(k + FIELD_R + j));              \
         }                                                                               \
         ACC[k] = a;                                                                     \
     }
@@ -77,7 +83,7 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
 // With gen_noise, the input is the Philox noise of component noise_k (the first pass; src unused).
 extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     const float* __restrict__ src, float* __restrict__ dst, int outer, int n, long long inner,
-    int gen_noise, unsigned int key0, unsigned int key1, unsigned int noise_k) {
+    int gen_noise, unsigned int key0, unsigned int key1, unsigned int noise_k, FieldWeights wts) {
     __shared__ float tile[TROWS * TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int o = blockIdx.z;
@@ -117,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
 // Grid (ceil(n/TL), ceil(lines/32)), block (32, 8): 32 lines per block, loaded and stored
 // coalesced through a shared tile (odd row stride: no bank conflicts).
 extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
-    const float* __restrict__ src, float* __restrict__ dst, long long lines, int n) {
+    const float* __restrict__ src, float* __restrict__ dst, long long lines, int n, FieldWeights wts) {
     __shared__ float tile[TX * (TROWS + 1)];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int tid = ty * TX + tx;
@@ -161,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
 #define COL_ROWS 352
 extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
     float* __restrict__ dst, int n, long long inner, unsigned int key0, unsigned int key1,
-    unsigned int noise_k) {
+    unsigned int noise_k, FieldWeights wts) {
     __shared__ float tile[COL_ROWS * TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const long long col = (long long)blockIdx.x * TX + tx;
@@ -195,7 +201,12 @@ extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
     }
 }
 
-#endif  // FIELD_R <= TILED_MAX_R
+#else  // FIELD_R > TILED_MAX_R
+
+#ifndef FIELD_W
+#error "FIELD_W must be defined above TILED_MAX_R"
+#endif
+__constant__ float c_w[FIELD_R + 1] = {FIELD_W};
 
 // Any radius, one output per thread straight from global memory (slow; for sigma > 29.9), on one
 // component of n_comp voxels, [outer][n][inner]; grid-stride. ncomp must be 1 (one component per
@@ -217,6 +228,8 @@ extern "C" __global__ void __launch_bounds__(256) gauss_direct_f32(
 #undef AT
     }
 }
+
+#endif  // FIELD_R <= TILED_MAX_R
 
 // Largest and summed squared displacement length of the unit field (ncomp components of n):
 // max_bits receives the bits of the largest |f|^2 as a double (non-negative doubles order like

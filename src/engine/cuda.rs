@@ -161,17 +161,53 @@ pub fn sampler_defines(mode: Mode, order: Order, ndim: usize, store: Precision) 
     d
 }
 
-/// Defines of a field build: the radius and the weights `w_0..w_R` of `gaussian_kernel(sigma, 4)`
-/// (normalised in f64 on the host, then rounded to f32 exactly as the CPU engine does; Rust's
-/// shortest round-trip formatting makes the literal the same f32).
+/// The radius a field build serves for `sigma`: `int(4 sigma + 0.5)` rounded up to a multiple of
+/// 8 for the tiled kernels (their weights come as a parameter, zero-padded: one build serves 8
+/// radii), or the radius itself above `FIELD_TILED_MAX_R` (the direct kernel, weights baked in).
+pub fn field_build_radius(sigma: f64) -> usize {
+    let r = gaussian_kernel(sigma, 4.0).len() / 2;
+    if r <= FIELD_TILED_MAX_R {
+        r.div_ceil(8) * 8
+    } else {
+        r
+    }
+}
+
+/// Defines of a field build (kernels/field.cu): the build radius, and above
+/// `FIELD_TILED_MAX_R` the weights `w_0..w_R` of `gaussian_kernel(sigma, 4)` as f32 literals.
 pub fn field_defines(sigma: f64) -> Vec<String> {
+    let r = field_build_radius(sigma);
+    let mut d = vec![format!("-DFIELD_R={r}")];
+    if r > FIELD_TILED_MAX_R {
+        let w = gaussian_kernel(sigma, 4.0);
+        let lits: Vec<String> = w[r..].iter().map(|&v| format!("{:e}f", v as f32)).collect();
+        d.push(format!("-DFIELD_W={}", lits.join(",")));
+    }
+    d
+}
+
+/// Weights of the tiled field kernels: `w_0..w_R` of `gaussian_kernel(sigma, 4)` in f32, zero
+/// beyond R. Must match `struct FieldWeights` in kernels/field.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FieldWeights {
+    pub w: [f32; 128],
+}
+
+// SAFETY: plain old data (#[repr(C)] f32 array) matching the kernel's struct.
+unsafe impl DeviceRepr for FieldWeights {}
+
+/// The [`FieldWeights`] of `sigma` (tiled kernels; zeros when the radius exceeds them).
+pub fn field_weights(sigma: f64) -> FieldWeights {
     let w = gaussian_kernel(sigma, 4.0);
     let r = w.len() / 2;
-    let lits: Vec<String> = w[r..].iter().map(|&v| format!("{:e}f", v as f32)).collect();
-    vec![
-        format!("-DFIELD_R={r}"),
-        format!("-DFIELD_W={}", lits.join(",")),
-    ]
+    let mut out = FieldWeights { w: [0.0; 128] };
+    if r <= FIELD_TILED_MAX_R {
+        for (o, &v) in out.w.iter_mut().zip(&w[r..]) {
+            *o = v as f32;
+        }
+    }
+    out
 }
 
 /// Compiles one family with NVRTC (no fast-math; fmad off except in the field family).
@@ -590,6 +626,8 @@ struct FieldPass<'a> {
     tiled: bool,
     /// The noise pass through `gauss_col_noise_f32` (whole columns in one block).
     col: bool,
+    /// The weights of this axis (tiled kernels).
+    wts: FieldWeights,
 }
 
 impl FieldPass<'_> {
@@ -627,9 +665,9 @@ impl FieldPass<'_> {
             let (len_i, inner_i) = (len as i32, inner as i64);
             let mut b = stream.launch_builder(f);
             b.arg(dst).arg(&len_i).arg(&inner_i);
-            b.arg(&key0).arg(&key1).arg(&kk);
+            b.arg(&key0).arg(&key1).arg(&kk).arg(&self.wts);
             // SAFETY: gauss_col_noise_f32(float* dst, int n, i64 inner, u32 key0, u32 key1,
-            // u32 noise_k): dst is a view of exactly n * inner elements (outer = 1 on axis 0,
+            // u32 noise_k, FieldWeights): dst is a view of exactly n * inner elements (outer = 1 on axis 0,
             // checked above); the kernel bounds-checks col < inner and i < n, and the host only
             // picks it when n + 2R <= COL_ROWS (its shared tile).
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_col_noise_f32", e))?;
@@ -669,9 +707,13 @@ impl FieldPass<'_> {
             let (outer_i, len_i, inner_i) = (outer as i32, len as i32, inner as i64);
             let mut b = stream.launch_builder(f);
             b.arg(src).arg(dst).arg(&outer_i).arg(&len_i).arg(&inner_i);
-            b.arg(&gen_noise).arg(&key0).arg(&key1).arg(&kk);
+            b.arg(&gen_noise)
+                .arg(&key0)
+                .arg(&key1)
+                .arg(&kk)
+                .arg(&self.wts);
             // SAFETY: gauss_mid_f32(const float* src, float* dst, int outer, int n, i64 inner,
-            // int gen_noise, u32 key0, u32 key1, u32 noise_k): src and dst are views of exactly
+            // int gen_noise, u32 key0, u32 key1, u32 noise_k, FieldWeights): src and dst are views of exactly
             // outer * n * inner elements (checked above); the kernel bounds-checks i < n and
             // col < inner, and blockIdx.z < outer by the grid.
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_mid_f32", e))?;
@@ -687,8 +729,9 @@ impl FieldPass<'_> {
             };
             let (lines_i, len_i) = (lines as i64, len as i32);
             let mut b = stream.launch_builder(f);
-            b.arg(src).arg(dst).arg(&lines_i).arg(&len_i);
-            // SAFETY: gauss_last_f32(const float* src, float* dst, i64 lines, int n): src and dst
+            b.arg(src).arg(dst).arg(&lines_i).arg(&len_i).arg(&self.wts);
+            // SAFETY: gauss_last_f32(const float* src, float* dst, i64 lines, int n, FieldWeights):
+            // src and dst
             // are views of exactly lines * n elements (the last axis, inner = 1; checked above);
             // the kernel bounds-checks line < lines and i < n.
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_last_f32", e))?;
@@ -796,7 +839,7 @@ impl DeviceEngine {
         // measurements.
         let mut kernels = Vec::with_capacity(ndim);
         for (axis, &sigma) in sigma_vox.iter().enumerate() {
-            let radius = gaussian_kernel(sigma, 4.0).len() / 2;
+            let radius = field_build_radius(sigma);
             let tiled = radius <= FIELD_TILED_MAX_R;
             let col = axis == 0
                 && tiled
@@ -811,6 +854,7 @@ impl DeviceEngine {
             kernels.push((
                 tiled,
                 col,
+                field_weights(sigma),
                 self.function(Family::Field, &field_defines(sigma), name)?,
             ));
         }
@@ -821,7 +865,7 @@ impl DeviceEngine {
             // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
             // between the component and the scratch so that the last one ends in the component:
             // 3D noise→comp→scratch→comp, 2D noise→scratch→comp.
-            for (axis, (tiled, col, f)) in kernels.iter().enumerate() {
+            for (axis, (tiled, col, wts, f)) in kernels.iter().enumerate() {
                 let pass = FieldPass {
                     shape,
                     axis,
@@ -830,6 +874,7 @@ impl DeviceEngine {
                     k: k as u32,
                     tiled: *tiled,
                     col: *col,
+                    wts: *wts,
                 };
                 if (ndim - 1 - axis).is_multiple_of(2) {
                     let src = scratch.s.slice(0..n);
@@ -1393,12 +1438,8 @@ impl DeviceEngine {
         let Some(field) = st.field.as_ref() else {
             return Err(EngineError::Cuda("field missing".into()));
         };
-        // Any build of the field family holds the statistics kernel: the one of axis 0's pass.
-        let f = self.function(
-            Family::Field,
-            &field_defines(sigma_vox[0]),
-            "field_stats_f32",
-        )?;
+        // Every build of the field family holds the statistics kernel: take the smallest.
+        let f = self.function(Family::Field, &field_defines(0.0), "field_stats_f32")?;
         let (n_i, ncomp) = (n as i64, out_shape.len() as i32);
         let (mut mx, mut sm) = stats.s.split_at_mut(1);
         // SAFETY: the first f64 of `stats` is reinterpreted as u64 (same size and alignment);
@@ -1770,16 +1811,28 @@ mod tests {
 
     #[test]
     fn field_weights_round_trip_to_the_cpu_f32() {
-        let d = field_defines(2.0);
-        assert_eq!(d[0], "-DFIELD_R=8");
+        // Tiled builds: the radius rounded up to a multiple of 8, the weights as a parameter.
+        assert_eq!(field_defines(2.0), vec!["-DFIELD_R=8".to_string()]);
+        assert_eq!(field_build_radius(12.0), 48);
+        assert_eq!(field_build_radius(12.2), 56);
+        assert_eq!(field_build_radius(0.1), 0);
         let w = gaussian_kernel(2.0, 4.0);
+        let p = field_weights(2.0);
+        for (j, &v) in p.w.iter().enumerate() {
+            let want = if j <= 8 { w[8 + j] as f32 } else { 0.0 };
+            assert_eq!(v, want, "weight {j}");
+        }
+        // Above the tiled kernels: the weights baked into the build.
+        let d = field_defines(45.0);
+        assert_eq!(d[0], "-DFIELD_R=180");
+        let w = gaussian_kernel(45.0, 4.0);
         let lits: Vec<f32> = d[1]
             .trim_start_matches("-DFIELD_W=")
             .split(',')
             .map(|s| s.trim_end_matches('f').parse().unwrap())
             .collect();
-        assert_eq!(lits.len(), 9);
-        for (l, v) in lits.iter().zip(&w[8..]) {
+        assert_eq!(lits.len(), 181);
+        for (l, v) in lits.iter().zip(&w[180..]) {
             assert_eq!(*l, *v as f32);
         }
     }
