@@ -564,6 +564,16 @@ fn copy_plane(v: &Volume, axis: usize, index: usize, dst: &mut [f32]) {
     }
 }
 
+/// The kernel entry names of a PTX module (`.entry name(`).
+fn ptx_entries(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|l| l.split(".entry ").nth(1))
+        .filter_map(|rest| rest.split(['(', ' ']).next())
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// Launch shape of the resample and coordinate kernels: a 3D grid over (x, y, z), so that a thread
 /// finds its voxel without integer division.
 fn grid_out(out_shape: &[usize]) -> Result<LaunchConfig, EngineError> {
@@ -779,16 +789,23 @@ impl DeviceEngine {
             return Ok(f.clone());
         }
         let ptx = compile(family, defines, self.dev.arch)?;
+        let entries = ptx_entries(&ptx.to_src());
         let module = self
             .dev
             .ctx
             .load_module(ptx)
             .map_err(|e| driver_error("cannot load a compiled kernel", e))?;
-        let mut map = lock(&self.functions);
-        // Load every entry of the module once, so later lookups of its siblings hit the cache.
         let f = module
             .load_function(name)
             .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
+        let mut map = lock(&self.functions);
+        // Every entry of the module, so that later lookups of its siblings (the other passes of
+        // the field, the statistics) hit the cache instead of compiling the module again.
+        for e in entries {
+            if let Ok(g) = module.load_function(&e) {
+                map.insert(format!("{family:?}|{}|{e}", defines.join(" ")), g);
+            }
+        }
         map.insert(key, f.clone());
         Ok(f)
     }
@@ -1511,6 +1528,20 @@ pub fn device_engine(ordinal: usize) -> Result<Arc<DeviceEngine>, EngineError> {
     }
     let e = Arc::new(DeviceEngine::open(ordinal)?);
     r.insert(ordinal, e.clone());
+    // Build the tiled field kernels of every radius in the background (16 builds, a few seconds
+    // of CPU), so that a sigma slider never waits for NVRTC. A failure here shows again, with
+    // its message, when the kernel is first used.
+    let warm = e.clone();
+    std::thread::Builder::new()
+        .name("augscope-nvrtc-warmup".into())
+        .spawn(move || {
+            use rayon::prelude::*;
+            (0..=FIELD_TILED_MAX_R / 8).into_par_iter().for_each(|b| {
+                let defines = vec![format!("-DFIELD_R={}", b * 8)];
+                let _ = warm.function(Family::Field, &defines, "gauss_mid_f32");
+            });
+        })
+        .ok();
     Ok(e)
 }
 
@@ -1835,6 +1866,13 @@ mod tests {
         for (l, v) in lits.iter().zip(&w[180..]) {
             assert_eq!(*l, *v as f32);
         }
+    }
+
+    #[test]
+    fn ptx_entries_are_found() {
+        let ptx =
+            ".visible .entry gauss_mid_f32(\n\t.param .u64 a\n)\n.visible .entry field_stats_f32(";
+        assert_eq!(ptx_entries(ptx), vec!["gauss_mid_f32", "field_stats_f32"]);
     }
 
     #[test]
