@@ -540,6 +540,21 @@ fn resample_block() -> (u32, u32, u32) {
     })
 }
 
+/// Builds the tiled field kernels of every radius (16 NVRTC builds, run in parallel) on device
+/// `ordinal`, so that moving sigma later never waits for a compile (about a second per new
+/// radius bucket otherwise). Blocking: for benchmarks and long-lived callers that can afford it.
+pub fn warm_field_kernels(ordinal: usize) -> Result<(), EngineError> {
+    use rayon::prelude::*;
+    let eng = device_engine(ordinal)?;
+    (0..=FIELD_TILED_MAX_R / 8)
+        .into_par_iter()
+        .try_for_each(|b| {
+            let defines = vec![format!("-DFIELD_R={}", b * 8)];
+            eng.function(Family::Field, &defines, "gauss_mid_f32")
+                .map(|_| ())
+        })
+}
+
 /// Copies the plane `index` normal to `axis` of a 3D volume (every channel, C order of the other
 /// two axes) into `dst`.
 fn copy_plane(v: &Volume, axis: usize, index: usize, dst: &mut [f32]) {
@@ -942,6 +957,10 @@ impl DeviceEngine {
             .as_mut_slice()
             .map_err(|e| driver_error("pinned host memory", e))?;
         let cs = &self.copy_stream;
+        // The staging buffer is refilled below: the copies of an earlier upload that read it
+        // must be done (a label map right after its image would otherwise race the image's
+        // transfer of a small volume).
+        cs.synchronize().map_err(|e| driver_error("upload", e))?;
         // Wait for earlier kernels that may still read the buffer being overwritten.
         cs.join(&self.dev.stream)
             .map_err(|e| driver_error("stream ordering", e))?;
@@ -1528,20 +1547,6 @@ pub fn device_engine(ordinal: usize) -> Result<Arc<DeviceEngine>, EngineError> {
     }
     let e = Arc::new(DeviceEngine::open(ordinal)?);
     r.insert(ordinal, e.clone());
-    // Build the tiled field kernels of every radius in the background (16 builds, a few seconds
-    // of CPU), so that a sigma slider never waits for NVRTC. A failure here shows again, with
-    // its message, when the kernel is first used.
-    let warm = e.clone();
-    std::thread::Builder::new()
-        .name("augscope-nvrtc-warmup".into())
-        .spawn(move || {
-            use rayon::prelude::*;
-            (0..=FIELD_TILED_MAX_R / 8).into_par_iter().for_each(|b| {
-                let defines = vec![format!("-DFIELD_R={}", b * 8)];
-                let _ = warm.function(Family::Field, &defines, "gauss_mid_f32");
-            });
-        })
-        .ok();
     Ok(e)
 }
 
