@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds what scripts/gpu_check.sh runs on the GPU machine (which has no Rust toolchain) and
 # copies it into .gpu/ (ignored by git; pass it to the device tool with carry [".gpu"]):
-# the headless release CLI, the release test binaries named in TESTS, and the peer benchmarks.
+# the release app (it also runs headless: bench, bench --latency, filter, batch), the release
+# test binaries named in TESTS, and the peer benchmarks. Everything is stripped (carry limit).
 set -euo pipefail
-TESTS=${TESTS:-cuda scipy_fixtures slice_path properties}
+TESTS=${TESTS:-cuda scipy_fixtures space_fixtures slice_path filters_cuda filters febds}
 rm -rf .gpu && mkdir -p .gpu/tests
-cargo build --release --no-default-features
+cargo build --release
 cp target/release/augscope .gpu/
 args=()
 for t in $TESTS; do args+=(--test "$t"); done
