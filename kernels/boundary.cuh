@@ -151,6 +151,19 @@ __device__ __forceinline__ long long fold_tap(long long i, int len) {
 #endif
 }
 
+// scipy's cubic B-spline weights for the fraction t = x - floor(x).
+__device__ __forceinline__ void cubic_weights_t(double t, float* w) {
+    const double y = t;
+    const double z = 1.0 - t;
+    const double w1 = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0;
+    const double w2 = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0;
+    const double w0 = z * z * z / 6.0;
+    w[0] = (float)w0;
+    w[1] = (float)w1;
+    w[2] = (float)w2;
+    w[3] = (float)(1.0 - w0 - w1 - w2);
+}
+
 // scipy's `get_spline_interpolation_weights` for order 1 and 3 (f64, as the CPU engine), for the
 // taps start..=start + order with start = floor(x) - order / 2.
 template <int ORD>
@@ -160,15 +173,7 @@ __device__ __forceinline__ void spline_weights(double x, float* w) {
         w[0] = (float)(1.0 - t);
         w[1] = (float)t;
     } else if (ORD == 3) {
-        const double y = t;
-        const double z = 1.0 - t;
-        const double w1 = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0;
-        const double w2 = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0;
-        const double w0 = z * z * z / 6.0;
-        w[0] = (float)w0;
-        w[1] = (float)w1;
-        w[2] = (float)w2;
-        w[3] = (float)(1.0 - w0 - w1 - w2);
+        cubic_weights_t(t, w);
     } else {
         w[0] = 1.0f;
     }
@@ -286,18 +291,6 @@ __device__ __forceinline__ double small_int_to_double(int i) { return (double)i;
 // no floor passes the check).
 __device__ __forceinline__ double tap_bound(int v) { return v < 0 ? -1.0 : small_int_to_double(v); }
 
-// scipy's cubic B-spline weights for the fraction t = x - floor(x) (as spline_weights<3>).
-__device__ __forceinline__ void cubic_weights_t(double t, float* w) {
-    const double y = t;
-    const double z = 1.0 - t;
-    const double w1 = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0;
-    const double w2 = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0;
-    const double w0 = z * z * z / 6.0;
-    w[0] = (float)w0;
-    w[1] = (float)w1;
-    w[2] = (float)w2;
-    w[3] = (float)(1.0 - w0 - w1 - w2);
-}
 
 // The interior taps of x: the offset of the first tap and the weights per axis (order 1: only
 // w[a][1] = t is used). False when any tap would leave the grid (or x is NaN): use make_taps.

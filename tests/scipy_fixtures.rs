@@ -7,109 +7,23 @@
 //! `constant`, the fold points of `wrap`) are excluded by the fixture's masks.
 //! Arrays are `[z, y, x]` (2D `[y, x]`), channels leading.
 
-use std::path::{Path, PathBuf};
-
-use augscope::augment::{Elastic, Order, Plan};
 use augscope::engine::apply_new;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
-use augscope::io::npy;
-use augscope::{Mode, Volume};
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Fixtures {
-    scipy: String,
-    tolerance: f64,
-    min_pass_fraction: f64,
-    cases: Vec<Case>,
+mod fixture_common;
+use fixture_common::{Case, FixtureDir};
+
+fn dir() -> FixtureDir {
+    FixtureDir::new("fixtures")
 }
 
-#[derive(Deserialize)]
-struct Case {
-    family: String,
-    name: String,
-    input: String,
-    channels: usize,
-    plan: CasePlan,
-    expected: String,
-    mask: Option<String>,
-    label: Option<String>,
-    expected_label: Option<String>,
-    label_mask: Option<String>,
-    field: Option<String>,
+fn load_fixtures() -> fixture_common::Fixtures {
+    dir().fixtures()
 }
 
-/// The plan as the generator writes it; built into a [`Plan`] field by field, so that the test
-/// does not depend on `Plan`'s own serde format.
-#[derive(Deserialize)]
-struct CasePlan {
-    flip: Vec<usize>,
-    rotate_rad: Vec<f64>,
-    scale: Vec<f64>,
-    translate: Vec<f64>,
-    elastic: Option<CaseElastic>,
-    order: u32,
-    mode: String,
-    cval: f32,
-    out_shape: Option<Vec<usize>>,
-}
-
-#[derive(Deserialize)]
-struct CaseElastic {
-    alpha: f64,
-    sigma: f64,
-    seed: u64,
-}
-
-impl CasePlan {
-    fn to_plan(&self) -> Plan {
-        Plan {
-            flip: self.flip.clone(),
-            rotate_rad: self.rotate_rad.clone(),
-            scale: self.scale.clone(),
-            translate: self.translate.clone(),
-            elastic: self.elastic.as_ref().map(|e| Elastic {
-                alpha: e.alpha,
-                sigma: e.sigma,
-                seed: e.seed,
-            }),
-            order: Order::try_from(self.order).expect("fixture order is 0, 1 or 3"),
-            mode: self
-                .mode
-                .parse::<Mode>()
-                .expect("fixture mode is a scipy mode"),
-            cval: self.cval,
-            out_shape: self.out_shape.clone(),
-            ..Plan::default()
-        }
-    }
-}
-
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn load_fixtures() -> Fixtures {
-    let path = dir().join("cases.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("cases.json matches the generator's schema")
-}
-
-fn load(name: &str) -> npy::NpyArray {
-    npy::read(&dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// A channels-first input as a volume.
-fn volume(name: &str, channels: usize) -> Volume {
-    let a = load(name);
-    let shape = if channels > 1 {
-        a.shape[1..].to_vec()
-    } else {
-        a.shape.clone()
-    };
-    Volume::new(a.data, shape, channels)
+fn load(name: &str) -> augscope::io::npy::NpyArray {
+    dir().load(name)
 }
 
 /// One case's outcome.
@@ -126,8 +40,8 @@ struct Row {
 
 fn run_case(case: &Case, tol: f64, min_pass: f64) -> Row {
     let plan = case.plan.to_plan();
-    let image = volume(&case.input, case.channels);
-    let label = case.label.as_ref().map(|l| volume(l, 1));
+    let image = dir().volume(&case.input, case.channels);
+    let label = case.label.as_ref().map(|l| dir().volume(l, 1));
     let (out, out_label, _) = apply_new(&CpuBackend::new(), &plan, &image, label.as_ref())
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let want = load(&case.expected);
@@ -334,7 +248,7 @@ fn elastic_field_matches_numpy_philox_and_scipy_gaussian() {
 /// The fixtures stay small enough to live in the repository.
 #[test]
 fn fixtures_are_small() {
-    let total: u64 = std::fs::read_dir(dir())
+    let total: u64 = std::fs::read_dir(&dir().0)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();

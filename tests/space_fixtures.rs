@@ -7,102 +7,24 @@
 //! Bar (DESIGN §3): ≥ 99.99 % of voxels within 1e-4 of scipy, NaN never, label maps exact away
 //! from the fixture's discontinuity masks. Arrays are `[z, y, x]` (2D `[y, x]`).
 
-use std::path::{Path, PathBuf};
-
-use augscope::augment::{Elastic, Order, Plan, Space};
+use augscope::augment::Space;
 use augscope::engine::apply_new;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
-use augscope::io::npy;
-use augscope::{Mode, Volume};
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Fixtures {
-    scipy: String,
-    tolerance: f64,
-    min_pass_fraction: f64,
-    cases: Vec<Case>,
+mod fixture_common;
+use fixture_common::{Case, FixtureDir};
+
+fn dir() -> FixtureDir {
+    FixtureDir::new("fixtures/space")
 }
 
-#[derive(Deserialize)]
-struct Case {
-    family: String,
-    name: String,
-    input: String,
-    plan: CasePlan,
-    expected: String,
-    mask: Option<String>,
-    label: String,
-    expected_label: String,
-    label_mask: Option<String>,
-    field: Option<String>,
+fn load_fixtures() -> fixture_common::Fixtures {
+    dir().fixtures()
 }
 
-/// The plan as the generator writes it, built into a [`Plan`] field by field.
-#[derive(Deserialize)]
-struct CasePlan {
-    flip: Vec<usize>,
-    rotate_rad: Vec<f64>,
-    scale: Vec<f64>,
-    translate: Vec<f64>,
-    elastic: Option<CaseElastic>,
-    order: u32,
-    mode: String,
-    cval: f32,
-    out_shape: Option<Vec<usize>>,
-    space: String,
-    spacing_mm: Vec<f64>,
-}
-
-#[derive(Deserialize)]
-struct CaseElastic {
-    alpha: f64,
-    sigma: f64,
-    seed: u64,
-}
-
-impl CasePlan {
-    fn to_plan(&self) -> Plan {
-        Plan {
-            flip: self.flip.clone(),
-            rotate_rad: self.rotate_rad.clone(),
-            scale: self.scale.clone(),
-            translate: self.translate.clone(),
-            elastic: self.elastic.as_ref().map(|e| Elastic {
-                alpha: e.alpha,
-                sigma: e.sigma,
-                seed: e.seed,
-            }),
-            order: Order::try_from(self.order).expect("fixture order is 0, 1 or 3"),
-            mode: self.mode.parse::<Mode>().expect("a scipy mode"),
-            cval: self.cval,
-            out_shape: self.out_shape.clone(),
-            space: self.space.parse::<Space>().expect("voxel or mm"),
-            spacing_mm: self.spacing_mm.clone(),
-        }
-    }
-}
-
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/space")
-}
-
-fn load_fixtures() -> Fixtures {
-    let path = dir().join("cases.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("cases.json matches the generator's schema")
-}
-
-fn load(name: &str) -> npy::NpyArray {
-    npy::read(&dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn volume(name: &str) -> Volume {
-    let a = load(name);
-    let shape = a.shape.clone();
-    Volume::new(a.data, shape, 1)
+fn load(name: &str) -> augscope::io::npy::NpyArray {
+    dir().load(name)
 }
 
 /// Runs one case; returns (compared voxels, voxels off by more than the tolerance, max error)
@@ -115,8 +37,8 @@ fn run_case(case: &Case, tol: f64, min_pass: f64) -> Result<(usize, usize, f64),
         "{}: the fixtures are mm space",
         case.name
     );
-    let image = volume(&case.input);
-    let label = volume(&case.label);
+    let image = dir().volume(&case.input, 1);
+    let label = dir().volume(case.label.as_deref().expect("mm cases have a label map"), 1);
     let (out, out_label, _) =
         apply_new(&CpuBackend::new(), &plan, &image, Some(&label)).map_err(|e| format!("{e}"))?;
     let want = load(&case.expected);
@@ -142,7 +64,11 @@ fn run_case(case: &Case, tol: f64, min_pass: f64) -> Result<(usize, usize, f64),
             "{bad}/{compared} voxels off by > {tol} (max {max_err:.2e})"
         ));
     }
-    let want_l = load(&case.expected_label);
+    let want_l = load(
+        case.expected_label
+            .as_deref()
+            .expect("mm cases have an expected label map"),
+    );
     let lmask = case.label_mask.as_ref().map(|m| load(m).data);
     let got_l = out_label.expect("a label output");
     let wrong = (0..want_l.data.len())
@@ -255,7 +181,7 @@ fn mm_field_matches_scipy_gaussian_with_per_axis_sigma() {
 /// The mm fixtures stay small enough to live in the repository.
 #[test]
 fn mm_fixtures_are_small() {
-    let total: u64 = std::fs::read_dir(dir())
+    let total: u64 = std::fs::read_dir(&dir().0)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();

@@ -581,43 +581,22 @@ fn compute_slices_gpu(
         return Err("the GPU slice path needs a 3D volume".into());
     }
     let t = Instant::now();
-    let sp = &image.spacing_mm;
-    let mut imgs = Vec::with_capacity(c.views.len());
-    let mut labs = Vec::with_capacity(c.views.len());
-    for v in &c.views {
-        let Some(axis) = v.normal else {
-            return Err("a 3D view without a normal axis".into());
-        };
-        let index = c.cursor.get(axis).copied().unwrap_or(0);
-        let plane: usize = (0..3)
-            .filter(|&a| a != axis)
-            .map(|a| image.shape[a])
-            .product();
-        let mut out = vec![0f32; plane * image.channels];
-        let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
-        let job = Job {
-            plan: &c.plan,
-            image,
-            label,
-        };
-        gpu.apply_slice(
-            job,
-            Some(image_key),
-            axis,
-            index,
-            &mut out,
-            lab.as_deref_mut(),
-        )
-        .map_err(|e| e.to_string())?;
-        labs.push(lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v)));
-        imgs.push(slices::extract_from_plane(
-            &out,
-            &image.shape,
-            image.channels,
-            sp,
-            v,
-        ));
-    }
+    let job = Job {
+        plan: &c.plan,
+        image,
+        label,
+    };
+    let (imgs, labs) = c
+        .views
+        .iter()
+        .map(|v| {
+            view_plane(c, image, label, v, |axis, index, out, lab| {
+                gpu.apply_slice(job, Some(image_key), axis, index, out, lab)
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     Ok(SliceSet {
         generation: c.generation,
         cursor: c.cursor.clone(),
@@ -625,6 +604,34 @@ fn compute_slices_gpu(
         label: labs,
         elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+/// The display slices of one 3D view through `c.cursor`: `compute(axis, index, image_planes,
+/// label_planes)` fills the output plane (CPU or GPU slice path), then it is cut for display.
+fn view_plane(
+    c: &Compute,
+    image: &Volume,
+    label: Option<&Volume>,
+    v: &ViewGeom,
+    compute: impl FnOnce(usize, usize, &mut [f32], Option<&mut [f32]>) -> Result<Timings, EngineError>,
+) -> Result<(Arc<DisplaySlice>, Option<Arc<DisplaySlice>>), String> {
+    let Some(axis) = v.normal else {
+        return Err("a 3D view without a normal axis".into());
+    };
+    let index = c.cursor.get(axis).copied().unwrap_or(0);
+    let plane: usize = (0..3)
+        .filter(|&a| a != axis)
+        .map(|a| image.shape[a])
+        .product();
+    let mut out = vec![0f32; plane * image.channels];
+    let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
+    compute(axis, index, &mut out, lab.as_deref_mut()).map_err(|e| e.to_string())?;
+    let sp = &image.spacing_mm;
+    let l = lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v));
+    Ok((
+        slices::extract_from_plane(&out, &image.shape, image.channels, sp, v),
+        l,
+    ))
 }
 
 /// The planes through `c.cursor` of the transformed image and label, each computed on its own
@@ -663,24 +670,10 @@ pub fn compute_slices(
             })
             .unzip()
     } else {
-        let one = |cpu: &CpuBackend, v: &ViewGeom| -> Result<_, String> {
-            let Some(axis) = v.normal else {
-                return Err("a 3D view without a normal axis".into());
-            };
-            let index = c.cursor.get(axis).copied().unwrap_or(0);
-            let plane: usize = (0..3)
-                .filter(|&a| a != axis)
-                .map(|a| image.shape[a])
-                .product();
-            let mut out = vec![0f32; plane * image.channels];
-            let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
-            cpu.apply_slice(job, axis, index, &mut out, lab.as_deref_mut())
-                .map_err(|e| e.to_string())?;
-            let l = lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v));
-            Ok((
-                slices::extract_from_plane(&out, &image.shape, image.channels, sp, v),
-                l,
-            ))
+        let one = |cpu: &CpuBackend, v: &ViewGeom| {
+            view_plane(c, image, label, v, |axis, index, out, lab| {
+                cpu.apply_slice(job, axis, index, out, lab)
+            })
         };
         let needs_field = field_key(&c.plan, &image.shape);
         let on_main = c.plan.order == crate::augment::Order::Cubic
