@@ -932,6 +932,38 @@ impl DeviceEngine {
         Ok(ms)
     }
 
+    /// Copies f32 values to the device through the engine's pinned staging buffer ([`Self::upload`]),
+    /// for other kernel families (the filters) on this device's stream.
+    pub(crate) fn upload_f32(
+        &self,
+        src: &[f32],
+        dst: &mut CudaSlice<f32>,
+    ) -> Result<(), EngineError> {
+        let mut st = lock(&self.state);
+        // The workspace's image now holds something else: no call may reuse it by key.
+        st.resident = None;
+        let pin = &mut st.ws.pin_f32;
+        self.upload(pin, dst, src.len(), |s, c| {
+            c.copy_from_slice(&src[s..s + c.len()])
+        })
+    }
+
+    /// Copies the first `out.len()` f32 values of `src` to the host through the engine's pinned
+    /// staging buffer ([`Self::download`]).
+    pub(crate) fn download_f32(
+        &self,
+        src: &CudaSlice<f32>,
+        out: &mut [f32],
+    ) -> Result<(), EngineError> {
+        let mut st = lock(&self.state);
+        let pin = &mut st.ws.pin_f32;
+        let ptr = SendPtr(out.as_mut_ptr());
+        let len = out.len();
+        self.download(pin, src, len, |s, c| {
+            ptr.slice(s, c.len(), len).copy_from_slice(c);
+        })
+    }
+
     /// Copies `src` to the device through pinned staging memory, in chunks, so that the host copy
     /// of one chunk overlaps the transfer of the one before.
     fn upload<T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + Default>(

@@ -146,12 +146,10 @@ impl Gpu {
     fn upload(&mut self, data: &[f32], mode: Mode) -> Result<CudaSlice<f32>, EngineError> {
         let what = "the filter input";
         if self.precision == Precision::F32 {
-            self.held
-                .push(self.eng.dev.tracker.reserve(data.len() * 4, what)?);
-            return self
-                .stream()
-                .clone_htod(data)
-                .map_err(|e| driver_error(what, e));
+            // Through the engine's pinned, chunked staging (several times pageable bandwidth).
+            let mut x = self.alloc(data.len(), what)?;
+            self.eng.upload_f32(data, &mut x)?;
+            return Ok(x);
         }
         let bits = to_bits(data, self.precision);
         self.held
@@ -183,9 +181,9 @@ impl Gpu {
     ) -> Result<Vec<f32>, EngineError> {
         let what = "the filter output";
         let out = if self.precision == Precision::F32 {
-            self.stream()
-                .clone_dtoh(&x.slice(0..n))
-                .map_err(|e| driver_error(what, e))?
+            let mut out = vec![0f32; n];
+            self.eng.download_f32(x, &mut out)?;
+            out
         } else {
             self.held.push(self.eng.dev.tracker.reserve(n * 2, what)?);
             let mut stored = self
