@@ -676,19 +676,43 @@ pub fn compute_slices(
             })
         };
         let needs_field = field_key(&c.plan, &image.shape);
-        let on_main = c.plan.order == crate::augment::Order::Cubic
+        // The three orthogonal views through the cursor: their field planes are made together
+        // on the main engine (the noise their slabs share is generated once), then every view
+        // runs there from its cache.
+        let orthogonal = {
+            let mut normals: Vec<usize> = c.views.iter().filter_map(|v| v.normal).collect();
+            normals.sort_unstable();
+            normals == [0, 1, 2]
+        };
+        let shared = needs_field.is_some() && needs_field != engines.main_field && orthogonal;
+        if shared {
+            let out_shape = c
+                .plan
+                .out_shape
+                .clone()
+                .unwrap_or_else(|| image.shape.clone());
+            engines
+                .main
+                .prefill_field_planes(&c.plan, &out_shape, &c.cursor);
+        }
+        let on_main = shared
+            || c.plan.order == crate::augment::Order::Cubic
             || needs_field.is_none()
             || needs_field == engines.main_field
             || engines.per_view.len() < c.views.len();
-        let planes: Vec<Result<_, String>> = if on_main {
-            c.views.iter().map(|v| one(&engines.main, v)).collect()
-        } else {
-            c.views
-                .par_iter()
-                .zip(&engines.per_view)
-                .map(|(v, cpu)| one(cpu, v))
-                .collect()
-        };
+        let planes: Vec<Result<_, String>> =
+            if shared && c.plan.order != crate::augment::Order::Cubic {
+                // Field planes cached on the main engine: the views read them at once.
+                c.views.par_iter().map(|v| one(&engines.main, v)).collect()
+            } else if on_main {
+                c.views.iter().map(|v| one(&engines.main, v)).collect()
+            } else {
+                c.views
+                    .par_iter()
+                    .zip(&engines.per_view)
+                    .map(|(v, cpu)| one(cpu, v))
+                    .collect()
+            };
         planes
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?

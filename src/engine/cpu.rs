@@ -99,6 +99,60 @@ impl CpuBackend {
         Some(p)
     }
 
+    /// Makes the field planes of the three views through output voxel `cursor` (one plane normal
+    /// to each axis of a 3D grid) ready for [`Self::apply_slice`], computed together so that the
+    /// noise their slabs share is generated once ([`ElasticField::compute_planes_axes`]; same
+    /// values as computing each alone). Nothing to do without an elastic field, when the volume
+    /// field is cached, or when the planes are.
+    pub fn prefill_field_planes(&self, plan: &Plan, out_shape: &[usize], cursor: &[usize]) {
+        let Some(e) = plan.elastic.filter(|e| e.alpha != 0.0) else {
+            return;
+        };
+        if out_shape.len() != 3 || cursor.len() != 3 {
+            return;
+        }
+        let Some(sigma) = plan.field_sigma_vox(3) else {
+            return;
+        };
+        if self
+            .field_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|f| f.matches(out_shape, &sigma, e.seed))
+        {
+            return;
+        }
+        // The planes live at the flipped indices q (field values are indexed by q).
+        let q: [usize; 3] = std::array::from_fn(|a| {
+            let i = cursor[a].min(out_shape[a].saturating_sub(1));
+            if plan.flip.contains(&a) {
+                out_shape[a] - 1 - i
+            } else {
+                i
+            }
+        });
+        let bits: Vec<u64> = sigma.iter().map(|s| s.to_bits()).collect();
+        let keys: Vec<PlaneKey> = (0..3)
+            .map(|a| (out_shape.to_vec(), bits.clone(), e.seed, a, q[a]))
+            .collect();
+        {
+            let planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
+            if keys.iter().all(|k| planes.iter().any(|(c, _)| c == k)) {
+                return;
+            }
+        }
+        let computed = ElasticField::compute_planes_axes(out_shape, &sigma, e.seed, q);
+        let mut planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, plane) in keys.into_iter().zip(computed) {
+            planes.retain(|(c, _)| *c != key);
+            if planes.len() >= PLANE_CACHE {
+                planes.remove(0);
+            }
+            planes.push((key, Arc::new(plane)));
+        }
+    }
+
     /// One output slice of a 3D transform, computed on its own (the interactive path: a slider
     /// moves, only the slices on screen are computed): the plane `index` normal to `axis` of the
     /// output grid, `channels * plane` values (C order of the other two axes) into `out_image`,

@@ -135,6 +135,112 @@ impl ElasticField {
             .collect()
     }
 
+    /// The unit field on the three planes through `q` of a 3D grid (plane `a` normal to axis `a`
+    /// at index `q[a]`), each equal bit for bit to [`Self::compute_plane_axes`] of it, but with the
+    /// noise the three slabs share generated once: every row `(z, y)` of noise is made once, whole
+    /// where the axial or coronal slab needs it and only over the sagittal slab's x range
+    /// elsewhere (at sigma 12 on the 197×233×189 sample, 7.4 M values per component instead of
+    /// 12.3 M). Returns the planes per axis, each one plane per component.
+    pub fn compute_planes_axes(
+        shape: &[usize],
+        sigma_vox: &[f64],
+        seed: u64,
+        q: [usize; 3],
+    ) -> [Vec<Vec<f32>>; 3] {
+        assert_eq!(shape.len(), 3, "three planes need a 3D grid");
+        let [d, h, w] = [shape[0], shape[1], shape[2]];
+        // Per axis: the full f32 kernel, its radius and the slab range around q.
+        let kern: Vec<(Vec<f32>, usize, usize, usize)> = (0..3)
+            .map(|a| {
+                let wa: Vec<f32> = gaussian_kernel(sigma_vox[a], 4.0)
+                    .iter()
+                    .map(|&v| v as f32)
+                    .collect();
+                let r = wa.len() / 2;
+                let lo = q[a].saturating_sub(r);
+                let hi = (q[a] + r).min(shape[a] - 1);
+                (wa, r, lo, hi)
+            })
+            .collect();
+        let (z_lo, z_hi) = (kern[0].2, kern[0].3);
+        let (y_lo, y_hi) = (kern[1].2, kern[1].3);
+        let (x_lo, x_hi) = (kern[2].2, kern[2].3);
+        let full = |z: usize, y: usize| (z_lo..=z_hi).contains(&z) || (y_lo..=y_hi).contains(&y);
+        // Where each row's noise starts in the buffer, and its first x.
+        let mut offset = Vec::with_capacity(d * h + 1);
+        let mut total = 0usize;
+        for z in 0..d {
+            for y in 0..h {
+                offset.push(total);
+                total += if full(z, y) { w } else { x_hi - x_lo + 1 };
+            }
+        }
+        offset.push(total);
+        let plane_shapes = [[h, w], [d, w], [d, h]];
+        let mut out: [Vec<Vec<f32>>; 3] = [vec![], vec![], vec![]];
+        let mut scratch = Vec::new();
+        let mut noise = vec![0f32; total];
+        for k in 0..3u32 {
+            // Every needed noise row, once, rows in parallel.
+            let mut rows: Vec<&mut [f32]> = Vec::with_capacity(d * h);
+            let mut rest = noise.as_mut_slice();
+            for r in 0..d * h {
+                let (row, tail) = rest.split_at_mut(offset[r + 1] - offset[r]);
+                rows.push(row);
+                rest = tail;
+            }
+            rows.into_par_iter().enumerate().for_each(|(r, row)| {
+                let x0 = if row.len() == w { 0 } else { x_lo };
+                fill_noise_run(seed, k, (r * w + x0) as u64, row);
+            });
+            let row = |z: usize, y: usize| &noise[offset[z * h + y]..offset[z * h + y + 1]];
+            // Across each plane's normal axis, in the order compute_plane_axes sums.
+            let (w0, r0) = (&kern[0].0, kern[0].1);
+            let mut pz = vec![0f32; h * w];
+            pz.par_chunks_mut(w).enumerate().for_each(|(y, acc)| {
+                for z in z_lo..=z_hi {
+                    let wz = w0[z + r0 - q[0]];
+                    for (a, &v) in acc.iter_mut().zip(row(z, y)) {
+                        *a += wz * v;
+                    }
+                }
+            });
+            let (w1, r1) = (&kern[1].0, kern[1].1);
+            let mut py = vec![0f32; d * w];
+            py.par_chunks_mut(w).enumerate().for_each(|(z, acc)| {
+                for y in y_lo..=y_hi {
+                    let wy = w1[y + r1 - q[1]];
+                    for (a, &v) in acc.iter_mut().zip(row(z, y)) {
+                        *a += wy * v;
+                    }
+                }
+            });
+            let (w2, r2) = (&kern[2].0, kern[2].1);
+            let mut px = vec![0f32; d * h];
+            px.par_chunks_mut(h).enumerate().for_each(|(z, acc)| {
+                for (y, a) in acc.iter_mut().enumerate() {
+                    let nr = row(z, y);
+                    let run = if nr.len() == w { &nr[x_lo..=x_hi] } else { nr };
+                    *a = run
+                        .iter()
+                        .enumerate()
+                        .map(|(t, &v)| w2[x_lo + t + r2 - q[2]] * v)
+                        .sum();
+                }
+            });
+            // Then within each plane.
+            for (axis, mut plane) in [pz, py, px].into_iter().enumerate() {
+                let sig: Vec<f64> = (0..3)
+                    .filter(|&a| a != axis)
+                    .map(|a| sigma_vox[a])
+                    .collect();
+                gaussian_zero(&mut plane, &mut scratch, &plane_shapes[axis], &sig);
+                out[axis].push(plane);
+            }
+        }
+        out
+    }
+
     /// One plane of this field (the plane `index` normal to `axis`), per component, C order.
     pub fn plane(&self, axis: usize, index: usize) -> Vec<Vec<f32>> {
         let nd = self.shape.len();
@@ -172,5 +278,27 @@ impl ElasticField {
             alpha.abs() * max2.sqrt(),
             alpha.abs() * (sum2 / n as f64).sqrt(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_planes_with_shared_noise_equal_the_planes_computed_alone() {
+        // Bit for bit, for planes inside, at the edges, and slabs wider than the grid.
+        let shape = [19usize, 27, 23];
+        for (sigma, q) in [
+            ([2.0, 3.0, 1.5], [9usize, 13, 11]),
+            ([1.0, 1.2, 2.5], [0, 26, 4]),
+            ([6.0, 0.5, 8.0], [18, 2, 22]),
+        ] {
+            let shared = ElasticField::compute_planes_axes(&shape, &sigma, 77, q);
+            for (axis, planes) in shared.iter().enumerate() {
+                let alone = ElasticField::compute_plane_axes(&shape, &sigma, 77, axis, q[axis]);
+                assert_eq!(*planes, alone, "axis {axis}, sigma {sigma:?}, q {q:?}");
+            }
+        }
     }
 }
