@@ -91,7 +91,8 @@ pub struct BenchReport {
     pub rows: Vec<BenchRow>,
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The median of `v` (sorted in place); NaN when empty.
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return f64::NAN;

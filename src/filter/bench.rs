@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use super::{Boundary, FebdsMethod, Filter, apply_cpu, cuda};
-use crate::bench::BenchRow;
+use crate::bench::{BenchRow, median};
 use crate::engine::{EngineError, Precision};
 
 /// The volume of the 3D rows.
@@ -66,19 +66,6 @@ pub fn synthetic_mammogram([h, w]: [usize; 2]) -> Vec<f32> {
     img.iter_mut()
         .for_each(|v| *v = v.round().clamp(0.0, 4095.0));
     img
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        0.5 * (v[m - 1] + v[m])
-    }
 }
 
 /// The rows: (name, filter, 3D volume or mammogram, bytes a perfect kernel must move in volumes).
