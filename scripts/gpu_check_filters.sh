@@ -4,11 +4,9 @@
 # tests/febds.rs and tests/filter_cli.rs and target/release/augscope copied into .gpu/ (tests in
 # .gpu/tests/), benches/peers_filters.py run from the checkout.
 #
-# Build here first:
-#   cargo build --release --no-default-features
-#   cargo test --release --no-default-features --no-run --test filters_cuda --test filters \
-#       --test febds --test filter_cli --message-format=json   (collect the executables)
-# Then: carry [".gpu"], command `bash scripts/gpu_check_filters.sh`. Results in $OUT.
+# Build here first: `TESTS="filters_cuda filters febds" scripts/gpu_build.sh` (the app and the
+# test executables, stripped, into .gpu/). The OOM test of filters_cuda runs the app where cargo
+# put it: copy .gpu/augscope to target/release/augscope on the GPU machine first. Then: carry [".gpu"], command `bash scripts/gpu_check_filters.sh`. Results in $OUT.
 set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-gpu_out}
@@ -19,7 +17,7 @@ if [[ ! -e $SRC_DIR && -w / ]]; then mkdir -p "$(dirname "$SRC_DIR")" && ln -s "
 log() { echo "== $* ($(date +%T))" | tee -a "$OUT/filters_summary.txt"; }
 
 log "filter tests (CUDA vs CPU on every fixture, larger volumes, f16/bf16, FEBDS, OOM; CPU vs scipy)"
-for t in "$BIN"/tests/filters_cuda-* "$BIN"/tests/filters-* "$BIN"/tests/febds-* "$BIN"/tests/filter_cli-*; do
+for t in "$BIN"/tests/filters_cuda* "$BIN"/tests/filters "$BIN"/tests/filters-* "$BIN"/tests/febds* "$BIN"/tests/filter_cli*; do
   [[ -x $t ]] || continue
   echo "--- $(basename "$t")" >> "$OUT/filters_tests.log"
   timeout 300 "$t" --test-threads=4 --nocapture >> "$OUT/filters_tests.log" 2>&1
