@@ -186,17 +186,6 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
         BackendSpec::Auto => BackendChoice::Auto,
     };
     let spec = choice.spec(!devices.devices.is_empty());
-    if let BackendSpec::Cuda(ids) = &spec {
-        // Steady state: the field kernels of every sigma built first (a new radius bucket
-        // otherwise costs one NVRTC build, about a second, the first time it is used).
-        for &i in ids {
-            if let Err(e) = crate::engine::cuda::warm_field_kernels(i) {
-                log(&format!(
-                    "cuda:{i}: the field kernels could not be built ahead: {e}"
-                ));
-            }
-        }
-    }
     log(&format!(
         "latency: {} ({shape_txt}), engine {spec:?}, {} timed changes per kind after {} warm-up",
         path.display(),

@@ -293,6 +293,14 @@ impl WorkerLoop {
                 let first = why.lines().next().unwrap_or("").trim().to_string();
                 format!("CUDA engine unavailable ({first}); using the CPU engine")
             });
+            if made.is_ok() {
+                // Build the field kernels of every sigma now (a few seconds, once per device),
+                // so that moving sigma later never waits for NVRTC. A failure shows again, with
+                // its message, when the kernel is first needed.
+                for &i in ids {
+                    let _ = crate::engine::cuda::warm_field_kernels(i);
+                }
+            }
             self.gpu = Some((spec.clone(), precision, made));
         }
         match &self.gpu {
