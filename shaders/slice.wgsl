@@ -23,12 +23,19 @@ struct View {
     // 1 when the render target is *Srgb and expects linear values
     srgb_target: u32,
     background: vec4<f32>,
+    // FEBDS mask overlay: colour, and whether and how opaque it is drawn
+    mask_colour: vec4<f32>,
+    has_mask: u32,
+    mask_opacity: f32,
+    pad0: u32,
+    pad1: u32,
 };
 
 @group(0) @binding(0) var<uniform> view: View;
 @group(0) @binding(1) var image_tex: texture_2d<f32>;
 @group(0) @binding(2) var other_tex: texture_2d<f32>;
 @group(0) @binding(3) var label_tex: texture_2d<f32>;
+@group(0) @binding(4) var mask_tex: texture_2d<f32>;
 
 struct VsOut {
     @builtin(position) position: vec4<f32>,
@@ -150,6 +157,14 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {
         let id = textureLoad(label_tex, t, 0).r;
         if (id >= 0.5) {
             rgb = mix(rgb, label_colour(u32(id + 0.5)), view.label_opacity);
+        }
+    }
+    if (view.has_mask == 1u && view.mask_opacity > 0.0) {
+        // A 0/1 mask: nearest texel, as the labels.
+        let hi = vec2<i32>(view.size) - vec2<i32>(1);
+        let t = clamp(vec2<i32>(floor(p)), vec2<i32>(0), hi);
+        if (textureLoad(mask_tex, t, 0).r >= 0.5) {
+            rgb = mix(rgb, view.mask_colour.rgb, view.mask_opacity);
         }
     }
     return finish(rgb);

@@ -231,6 +231,7 @@ fn latency_slice_path() {
                 cursor: cursor.clone(),
                 views: views.clone(),
                 slices_first: true,
+                filter: None,
             };
             let t = Instant::now();
             compute_slices(&cpu, &c, &image, Some(&label)).expect("slices");
@@ -642,6 +643,7 @@ fn worker_abandons_a_superseded_fill() {
         cursor: cursor.clone(),
         views: views.clone(),
         slices_first: true,
+        filter: None,
     };
     w.compute(request(1, &params));
     wait(
@@ -702,6 +704,7 @@ fn slice_path_planes_match_the_whole_volume() {
         cursor: cursor.clone(),
         views: views.clone(),
         slices_first: true,
+        filter: None,
     };
     let main = std::sync::Arc::new(CpuBackend::new());
     let (want, want_lab, _) = apply_new(main.as_ref(), &plan, &image, Some(&label)).expect("apply");

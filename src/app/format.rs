@@ -46,10 +46,14 @@ pub fn nums(v: &[f64], unit: &str) -> String {
 }
 
 fn f64s(v: &serde_json::Value, key: &str) -> Vec<f64> {
-    match v.get(key) {
-        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_f64()).collect(),
-        Some(x) => x.as_f64().into_iter().collect(),
-        None => vec![],
+    v.get(key).map_or(vec![], values)
+}
+
+/// A number or an array of numbers.
+fn values(x: &serde_json::Value) -> Vec<f64> {
+    match x {
+        serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_f64()).collect(),
+        x => x.as_f64().into_iter().collect(),
     }
 }
 
@@ -90,8 +94,41 @@ pub fn done_line(d: &Done, spacing_mm: &[f64]) -> String {
                 num(sigma * mean_mm)
             )
         }
+        t if t.starts_with("filter") => filter_line(v),
         _ => v.to_string(),
     }
+}
+
+/// `sigma 1.5 vox, reflect, before the transform` from a filter's done-list values (see
+/// `Params::done_list`).
+fn filter_line(v: &serde_json::Value) -> String {
+    let mut parts = vec![];
+    // The filter serialises as `{"gaussian": {"sigma": [1.5]}}` (FEBDS: `{"febds": "dog"}`).
+    if let Some(serde_json::Value::Object(f)) = v.get("filter") {
+        for params in f.values() {
+            match params {
+                serde_json::Value::Object(p) => {
+                    for (k, x) in p {
+                        let vals = values(x);
+                        let unit = if k.starts_with("sigma") || k == "size" {
+                            "vox"
+                        } else {
+                            ""
+                        };
+                        parts.push(format!("{k} {}", nums(&vals, unit)));
+                    }
+                }
+                other => parts.push(other.to_string().trim_matches('"').to_string()),
+            }
+        }
+    }
+    if let Some(m) = v.get("mode").and_then(|m| m.as_str()) {
+        parts.push(m.to_string());
+    }
+    if let Some(s) = v.get("stage").and_then(|s| s.as_str()) {
+        parts.push(s.to_string());
+    }
+    parts.join(", ")
 }
 
 #[cfg(test)]
@@ -143,5 +180,33 @@ mod tests {
         assert_eq!(get("scale"), "× 1.1");
         assert_eq!(get("flip"), "axes 0, 2");
         assert_eq!(get("elastic"), "alpha 800, sigma 12 vox (14 mm), seed 7");
+    }
+
+    #[test]
+    fn filter_lines_name_values_mode_and_stage() {
+        use crate::app::state::{FilterKind, FilterParams, FilterStage, Params};
+        let mut p = Params {
+            filter: FilterParams {
+                enabled: true,
+                sigma_vox: 1.5,
+                ..FilterParams::default()
+            },
+            ..Params::default()
+        };
+        let d = p.done_list(3, 100.0);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].transform, "filter: gaussian");
+        assert_eq!(
+            done_line(&d[0], &[1.0; 3]),
+            "sigma 1.5 vox, reflect, before the transform"
+        );
+        p.filter.kind = FilterKind::Contrast;
+        p.filter.contrast = 2.0;
+        p.filter.stage = FilterStage::After;
+        let d = p.done_list(3, 100.0);
+        assert_eq!(
+            done_line(&d[0], &[1.0; 3]),
+            "brightness 0, contrast 2, after the transform"
+        );
     }
 }

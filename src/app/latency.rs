@@ -227,6 +227,7 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
                 cursor: cursor.clone(),
                 views: views.clone(),
                 slices_first: true,
+                filter: None,
             };
             let t = Instant::now();
             worker.compute(c);

@@ -29,7 +29,10 @@ use crate::engine::device::{DevicesReport, MemStats};
 
 use slices::{DisplaySlice, ViewGeom};
 pub use state::{BackendChoice, Colormap, Display, History, Params, State};
-use worker::{Comparison, Compute, FullResult, Loaded, Reply, SliceSet, Worker};
+use worker::{
+    Comparison, Compute, FilterStep, FullResult, Loaded, MaskRequest, MaskSet, Reply, SliceSet,
+    Worker,
+};
 
 /// The bundled sample scan (MNI152 T1), relative to the crate root.
 pub const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/mni152_t1.nii.gz");
@@ -186,6 +189,9 @@ pub struct Runtime {
     pub filling: Option<u64>,
     /// The batch export dialog and its running batch.
     pub export: export::ExportRuntime,
+    /// The last FEBDS masks received, and the plane ids of the last request sent.
+    pub masks: Option<MaskSet>,
+    pub mask_sent: Option<(crate::filter::FebdsMethod, Vec<u64>)>,
 }
 
 pub struct App {
@@ -242,6 +248,8 @@ impl App {
                 hide_timings: false,
                 filling: None,
                 export: export::ExportRuntime::default(),
+                masks: None,
+                mask_sent: None,
             },
         };
         if let Some((image, label)) = open {
@@ -264,7 +272,44 @@ impl App {
                 .comparison
                 .as_ref()
                 .is_none_or(|c| c.generation != rt.generation);
-        rt.loading.is_none() && !busy_worker && !computing && !comparing && !rt.export.running()
+        rt.loading.is_none()
+            && !busy_worker
+            && !computing
+            && !comparing
+            && !rt.export.running()
+            && !self.masks_pending()
+    }
+
+    /// The FEBDS planes the views want masks of (original and augmented planes on screen), when
+    /// the overlay is on.
+    pub fn mask_planes(&self) -> Option<(crate::filter::FebdsMethod, Vec<Arc<DisplaySlice>>)> {
+        let method = self.state.params.filter.febds()?;
+        let rt = &self.rt;
+        let shown = rt
+            .shown
+            .as_ref()
+            .filter(|s| s.generation == rt.generation)?;
+        let mut planes: Vec<Arc<DisplaySlice>> = shown.image.clone();
+        if self.state.display.side_by_side {
+            planes.extend(rt.original.iter().cloned());
+        }
+        Some((method, planes))
+    }
+
+    /// Whether masks were asked for and have not all arrived.
+    fn masks_pending(&self) -> bool {
+        let Some((method, planes)) = self.mask_planes() else {
+            return false;
+        };
+        let ids: Vec<u64> = planes.iter().map(|p| p.id).collect();
+        self.rt.masks.as_ref().is_none_or(|m| {
+            m.method != method || ids.iter().any(|id| !m.masks.iter().any(|(i, _)| i == id))
+        })
+    }
+
+    /// The loaded scan's (min, max); (0, 1) with none.
+    pub fn scan_range(&self) -> (f32, f32) {
+        self.rt.scan.as_ref().map_or((0.0, 1.0), |s| s.loaded.range)
     }
 
     pub fn plan(&self) -> Plan {
@@ -476,6 +521,8 @@ impl App {
                     rt.comparison = None;
                     rt.compare_sent = None;
                     rt.sent = None;
+                    rt.masks = None;
+                    rt.mask_sent = None;
                     rt.generation += 1;
                 }
                 Reply::Loaded(Err(e)) => {
@@ -508,6 +555,7 @@ impl App {
                     }
                 }
                 Reply::Compared(c) => rt.comparison = Some(c),
+                Reply::Masks(m) => rt.masks = Some(m),
                 Reply::Failed {
                     generation,
                     message,
@@ -561,6 +609,14 @@ impl App {
         let spec = state.params.backend.spec(have_cuda);
         let nd = img.ndim();
         let plan = state.params.to_plan(nd);
+        let fp = &state.params.filter;
+        let filter = fp
+            .intensity_filter(scan.loaded.range.1)
+            .map(|filter| FilterStep {
+                filter,
+                boundary: fp.boundary(),
+                stage: fp.stage,
+            });
         match &rt.full {
             Some(f) if f.generation == rt.generation => {
                 let fresh = rt
@@ -599,6 +655,8 @@ impl App {
                         image,
                         label,
                         elapsed_ms: 0.0,
+                        filter: f.filter.clone(),
+                        unfiltered: false,
                     });
                 }
             }
@@ -616,6 +674,7 @@ impl App {
                         cursor: scan.cursor.clone(),
                         views: scan.views.clone(),
                         slices_first: nd == 3,
+                        filter: filter.clone(),
                     });
                     rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
                 }
@@ -633,9 +692,53 @@ impl App {
                 cursor: scan.cursor.clone(),
                 views: scan.views.clone(),
                 slices_first: false,
+                filter: None,
             });
             rt.compare_sent = Some(rt.generation);
         }
+        self.request_masks();
+    }
+
+    /// Asks the worker for the FEBDS masks of the planes on screen when they changed.
+    fn request_masks(&mut self) {
+        let Some((method, planes)) = self.mask_planes() else {
+            return;
+        };
+        let ids: Vec<u64> = planes.iter().map(|p| p.id).collect();
+        if self.rt.mask_sent.as_ref() == Some(&(method, ids.clone())) {
+            return;
+        }
+        let (offset, factor) = febds_map(self.scan_range());
+        let have_cuda = self
+            .rt
+            .devices
+            .as_ref()
+            .is_some_and(|d| !d.devices.is_empty());
+        if let Some(w) = &self.rt.worker {
+            w.masks(MaskRequest {
+                method,
+                planes,
+                offset,
+                factor,
+                backend: self.state.params.backend.spec(have_cuda),
+                precision: self.state.params.precision,
+            });
+            self.rt.mask_sent = Some((method, ids));
+        }
+    }
+}
+
+/// FEBDS reads 12-bit intensities (0..4095: its gamma and Otsu histogram assume them). A scan
+/// whose values lie in [0, 4095] with a maximum above 255 is taken as 12-bit data and passed
+/// unchanged (`x ↦ x`); any other (8-bit images, floats, CT in HU) is mapped linearly from its
+/// [min, max] onto [0, 4095]. Returns `(offset, factor)` of `x ↦ (x − offset) · factor`.
+pub fn febds_map((lo, hi): (f32, f32)) -> (f32, f32) {
+    if lo >= 0.0 && hi <= 4095.0 && hi > 255.0 {
+        (0.0, 1.0)
+    } else if hi > lo {
+        (lo, 4095.0 / (hi - lo))
+    } else {
+        (lo, 1.0)
     }
 }
 

@@ -6,7 +6,7 @@ use eframe::egui::{self, RichText};
 use crate::augment::{Mode, Order};
 use crate::engine::Precision;
 
-use super::state::{BackendChoice, Colormap, Params, State};
+use super::state::{BackendChoice, Colormap, FilterKind, FilterParams, FilterStage, Params, State};
 use super::{Command, Runtime};
 
 /// Window presets (name, width, level) in HU.
@@ -269,6 +269,12 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 egui::CollapsingHeader::new("Sampling")
                     .default_open(true)
                     .show(ui, |ui| sampling_ui(ui, params));
+                // Closed at first, so that the panel fits a 940-pixel window; the title says
+                // what runs.
+                egui::CollapsingHeader::new(filter_title(&params.filter))
+                    .id_salt("filter section")
+                    .default_open(false)
+                    .show(ui, |ui| filter_ui(ui, &mut params.filter, display, rt, nd));
                 egui::CollapsingHeader::new("Engine")
                     .default_open(true)
                     .show(ui, |ui| engine_ui(ui, params, rt));
@@ -468,6 +474,223 @@ fn sampling_ui(ui: &mut egui::Ui, p: &mut Params) {
     });
 }
 
+/// The Filter section's title: what runs, so that it shows while the section is closed.
+fn filter_title(f: &FilterParams) -> String {
+    if !f.enabled {
+        return "Filter (off)".into();
+    }
+    match f.kind {
+        FilterKind::Febds => "Filter: FEBDS overlay".into(),
+        k => format!(
+            "Filter: {} {}",
+            k.label().split(' ').next().unwrap_or(""),
+            match f.stage {
+                FilterStage::Before => "before",
+                FilterStage::After => "after",
+            }
+        ),
+    }
+}
+
+/// The filter panel: one intensity filter before or after the spatial transform, or the FEBDS
+/// mask drawn over the planes.
+fn filter_ui(
+    ui: &mut egui::Ui,
+    f: &mut FilterParams,
+    display: &mut super::Display,
+    rt: &Runtime,
+    nd: usize,
+) {
+    let FilterParams {
+        enabled,
+        kind,
+        stage,
+        sigma_vox,
+        sigma1_vox,
+        sigma2_vox,
+        median_size,
+        gamma,
+        contrast,
+        brightness,
+        febds_method,
+        mode,
+        cval,
+    } = f;
+    ui.checkbox(enabled, "filter enabled")
+        .on_hover_text("label maps are never filtered");
+    ui.add_enabled_ui(*enabled, |ui| {
+        ui.horizontal(|ui| {
+            let l = ui.label("filter");
+            egui::ComboBox::from_id_salt("filter kind")
+                .selected_text(kind.label())
+                .show_ui(ui, |ui| {
+                    for k in FilterKind::ALL {
+                        ui.selectable_value(kind, k, k.label());
+                    }
+                })
+                .response
+                .labelled_by(l.id);
+        });
+        let (lo, hi) = rt.scan.as_ref().map_or((0.0, 1.0), |s| s.loaded.range);
+        let span = (hi - lo).abs().max(1e-6);
+        match kind {
+            FilterKind::Gaussian | FilterKind::Log => {
+                ui.add(
+                    egui::Slider::new(sigma_vox, 0.0..=10.0)
+                        .step_by(0.1)
+                        .max_decimals(2)
+                        .suffix(" vox")
+                        .text("filter sigma"),
+                );
+            }
+            FilterKind::Dog => {
+                ui.add(
+                    egui::Slider::new(sigma1_vox, 0.0..=10.0)
+                        .step_by(0.1)
+                        .max_decimals(2)
+                        .suffix(" vox")
+                        .text("sigma 1"),
+                );
+                ui.add(
+                    egui::Slider::new(sigma2_vox, 0.0..=10.0)
+                        .step_by(0.1)
+                        .max_decimals(2)
+                        .suffix(" vox")
+                        .text("sigma 2"),
+                );
+                ui.weak("G(sigma 1) − G(sigma 2)");
+            }
+            FilterKind::Median => {
+                ui.add(
+                    egui::Slider::new(median_size, 1..=9)
+                        .step_by(2.0)
+                        .suffix(" vox")
+                        .text("median size"),
+                );
+                if *median_size % 2 == 0 {
+                    *median_size += 1;
+                }
+                ui.weak(format!(
+                    "a {} window",
+                    vec![median_size.to_string(); nd.max(1)].join("×")
+                ));
+            }
+            FilterKind::Gamma => {
+                ui.add(
+                    egui::Slider::new(gamma, 0.2..=5.0)
+                        .logarithmic(true)
+                        .max_decimals(3)
+                        .text("gamma"),
+                );
+                ui.weak(format!(
+                    "scale · (max(x, 0) / scale)^gamma, scale = the scan's maximum ({})",
+                    super::format::num(hi as f64)
+                ));
+            }
+            FilterKind::Contrast => {
+                ui.add(
+                    egui::Slider::new(contrast, 0.1..=10.0)
+                        .logarithmic(true)
+                        .max_decimals(3)
+                        .text("contrast"),
+                );
+                ui.add(
+                    egui::Slider::new(brightness, -span..=span)
+                        .max_decimals(3)
+                        .text("brightness"),
+                );
+                ui.weak("contrast · x + brightness");
+            }
+            FilterKind::Febds => {
+                ui.horizontal(|ui| {
+                    ui.label("method");
+                    for (m, name) in [
+                        (crate::filter::FebdsMethod::Dog, "dog"),
+                        (crate::filter::FebdsMethod::Log, "log"),
+                        (crate::filter::FebdsMethod::Fft, "fft"),
+                    ] {
+                        ui.selectable_value(febds_method, m, name);
+                    }
+                });
+                ui.add(
+                    egui::Slider::new(&mut display.mask_opacity, 0.0..=1.0).text("mask opacity"),
+                );
+                let (offset, factor) = super::febds_map((lo, hi));
+                let map = if (offset, factor) == (0.0, 1.0) {
+                    "12-bit values, passed unchanged".to_string()
+                } else {
+                    format!(
+                        "[{}, {}] mapped linearly onto 0..4095",
+                        super::format::num(lo as f64),
+                        super::format::num(hi as f64)
+                    )
+                };
+                ui.weak(format!(
+                    "micro-calcification candidates (medical-image-std FEBDS), drawn over the \
+                     image, which stays unfiltered. Computed on each plane on screen{}; \
+                     intensities: {map}.",
+                    if nd == 3 {
+                        " (a 2D method: per displayed plane of the volume)"
+                    } else {
+                        " (the whole image)"
+                    }
+                ));
+                if let Some(m) = &rt.masks {
+                    let n: usize = m
+                        .masks
+                        .iter()
+                        .filter_map(|(_, m)| m.as_ref())
+                        .map(|m| m.data.iter().filter(|&&v| v >= 0.5).count())
+                        .sum();
+                    ui.weak(format!(
+                        "{n} mask pixels on screen · {} in {}",
+                        m.backend,
+                        fmt_ms(rt, m.elapsed_ms)
+                    ));
+                    if let Some(note) = &m.note {
+                        ui.label(RichText::new(note).color(ui.visuals().warn_fg_color));
+                    }
+                }
+            }
+        }
+        if kind.has_boundary() {
+            ui.horizontal(|ui| {
+                let l = ui.label("filter mode");
+                egui::ComboBox::from_id_salt("filter mode")
+                    .selected_text(mode.name())
+                    .show_ui(ui, |ui| {
+                        // scipy.ndimage's filter modes (wrap = grid-wrap there).
+                        for m in [Mode::Reflect, Mode::Constant, Mode::Nearest, Mode::Mirror, Mode::Wrap] {
+                            ui.selectable_value(mode, m, m.name());
+                        }
+                    })
+                    .response
+                    .labelled_by(l.id);
+                if *mode == Mode::Constant {
+                    let l = ui.label("cval");
+                    ui.add(egui::DragValue::new(cval).speed(0.01 * span).max_decimals(3))
+                        .labelled_by(l.id);
+                }
+            });
+        }
+        if *kind != FilterKind::Febds {
+            ui.horizontal(|ui| {
+                ui.label("apply");
+                ui.selectable_value(stage, FilterStage::Before, "before the transform")
+                    .on_hover_text("filter the scan once; the transform resamples the filtered scan");
+                ui.selectable_value(stage, FilterStage::After, "after the transform")
+                    .on_hover_text("filter the transformed volume");
+            });
+            if *stage == FilterStage::After && !kind.pointwise() && nd == 3 {
+                ui.weak("after: the filter applies when the slider rests (the planes shown while a slider moves are unfiltered)");
+            }
+            if nd == 3 && kind.has_boundary() {
+                ui.weak("3D filter over the whole volume (sigma and size in voxels on every axis)");
+            }
+        }
+    });
+}
+
 fn engine_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime) {
     let n_dev = rt.devices.as_ref().map_or(0, |d| d.devices.len());
     ui.horizontal(|ui| {
@@ -618,6 +841,9 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             ui.label("—");
                             return;
                         };
+                        if let Some(n) = f.filter.as_ref().and_then(|r| r.note.as_ref()) {
+                            ui.label(RichText::new(n).color(ui.visuals().warn_fg_color));
+                        }
                         let t = &f.timings;
                         egui::Grid::new("timings").num_columns(2).show(ui, |ui| {
                             for (k, v) in [
@@ -631,6 +857,20 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             ] {
                                 ui.label(k);
                                 ui.label(v);
+                                ui.end_row();
+                            }
+                            if let Some(r) = &f.filter {
+                                ui.label(format!("filter {}", r.name));
+                                ui.label(format!(
+                                    "{}{} on {}",
+                                    fmt_ms(rt, r.elapsed_ms),
+                                    if r.cached { " (cached)" } else { "" },
+                                    r.backend
+                                ))
+                                .on_hover_text(match r.stage {
+                                    FilterStage::Before => "before the transform: the scan is filtered once per filter setting",
+                                    FilterStage::After => "after the transform: the transformed volume is filtered",
+                                });
                                 ui.end_row();
                             }
                             if let Some(ms) = rt.latency.slice_compute_ms {
@@ -649,12 +889,13 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                     .default_open(true)
                     .show(ui, |ui| {
                         let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+                        let scan_max = rt.scan.as_ref().map_or(1.0, |s| s.loaded.range.1);
                         let done = match &rt.sampled {
                             Some((p, d)) if *p == state.params => {
                                 ui.weak(format!("sampled from {}", state.preset));
-                                d.clone()
+                                state.params.with_filter(d.clone(), scan_max)
                             }
-                            _ => state.params.to_plan(nd).done_list(),
+                            _ => state.params.done_list(nd, scan_max),
                         };
                         if done.is_empty() {
                             ui.label("identity (nothing fires)");

@@ -22,7 +22,13 @@ pub struct Look {
     pub colormap: u32,
     pub difference: bool,
     pub label_opacity: f32,
+    /// Opacity of the FEBDS mask overlay (0: none).
+    pub mask_opacity: f32,
 }
+
+/// The colour of the FEBDS mask overlay (display values): magenta, apart from the label colours
+/// and the crosshair.
+pub const MASK_COLOUR: [f32; 3] = [1.0, 0.15, 0.85];
 
 /// One view's paint callback: what to show and where the image lies in the view.
 pub struct SliceCallback {
@@ -30,6 +36,8 @@ pub struct SliceCallback {
     pub image: Arc<DisplaySlice>,
     pub other: Option<Arc<DisplaySlice>>,
     pub label: Option<Arc<DisplaySlice>>,
+    /// The FEBDS mask (0/1) of the plane, same size as `image`.
+    pub mask: Option<Arc<DisplaySlice>>,
     pub look: Look,
     /// Texel coordinates at the rectangle's top-left corner, and per unit of u and v.
     pub origin: [f32; 2],
@@ -47,7 +55,7 @@ struct Tex {
 
 struct ViewGpu {
     uniform: wgpu::Buffer,
-    tex: [Option<Tex>; 3],
+    tex: [Option<Tex>; 4],
     bind_group: Option<wgpu::BindGroup>,
 }
 
@@ -61,7 +69,7 @@ pub struct SliceRenderer {
     empty: Tex,
 }
 
-const UNIFORM_BYTES: u64 = 80;
+const UNIFORM_BYTES: u64 = 112;
 
 impl SliceRenderer {
     /// Builds the pipeline and registers it with the renderer; call once at start-up.
@@ -97,6 +105,7 @@ impl SliceRenderer {
                 tex_entry(1),
                 tex_entry(2),
                 tex_entry(3),
+                tex_entry(4),
             ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -230,12 +239,16 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
                 usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }),
-            tex: [None, None, None],
+            tex: [None, None, None, None],
             bind_group: None,
         });
         let mut rebind = view.bind_group.is_none();
         rebind |= upload(device, queue, &mut view.tex[0], &self.image);
-        let had = [view.tex[1].is_some(), view.tex[2].is_some()];
+        let had = [
+            view.tex[1].is_some(),
+            view.tex[2].is_some(),
+            view.tex[3].is_some(),
+        ];
         match &self.other {
             Some(o) => rebind |= upload(device, queue, &mut view.tex[1], o),
             None => view.tex[1] = None,
@@ -244,7 +257,16 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
             Some(l) => rebind |= upload(device, queue, &mut view.tex[2], l),
             None => view.tex[2] = None,
         }
-        rebind |= had != [view.tex[1].is_some(), view.tex[2].is_some()];
+        match &self.mask {
+            Some(m) => rebind |= upload(device, queue, &mut view.tex[3], m),
+            None => view.tex[3] = None,
+        }
+        rebind |= had
+            != [
+                view.tex[1].is_some(),
+                view.tex[2].is_some(),
+                view.tex[3].is_some(),
+            ];
         if rebind {
             fn tv<'a>(t: &'a Option<Tex>, empty: &'a wgpu::TextureView) -> &'a wgpu::TextureView {
                 t.as_ref().map_or(empty, |t| &t.view)
@@ -270,6 +292,10 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
                         binding: 3,
                         resource: wgpu::BindingResource::TextureView(tv(&view.tex[2], empty)),
                     },
+                    wgpu::BindGroupEntry {
+                        binding: 4,
+                        resource: wgpu::BindingResource::TextureView(tv(&view.tex[3], empty)),
+                    },
                 ],
             }));
         }
@@ -278,7 +304,12 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
         let u = |v: u32| v.to_ne_bytes();
         let has_label = self.label.is_some() && l.label_opacity > 0.0;
         let difference = l.difference && self.other.is_some();
-        let fields: [[u8; 4]; 20] = [
+        let has_mask = self
+            .mask
+            .as_ref()
+            .is_some_and(|m| m.width == self.image.width && m.height == self.image.height)
+            && l.mask_opacity > 0.0;
+        let fields: [[u8; 4]; 28] = [
             f(self.origin[0]),
             f(self.origin[1]),
             f(self.axis_u[0]),
@@ -299,6 +330,14 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
             f(self.background[1]),
             f(self.background[2]),
             f(self.background[3]),
+            f(MASK_COLOUR[0]),
+            f(MASK_COLOUR[1]),
+            f(MASK_COLOUR[2]),
+            f(1.0),
+            u(has_mask as u32),
+            f(l.mask_opacity),
+            u(0),
+            u(0),
         ];
         queue.write_buffer(&view.uniform, 0, fields.as_flattened());
         vec![]

@@ -134,6 +134,15 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A slice like `like` (size, channels, pixel size) holding `data`, with a new content id.
+pub fn with_data(like: &DisplaySlice, data: Vec<f32>) -> Arc<DisplaySlice> {
+    Arc::new(DisplaySlice {
+        data,
+        id: next_id(),
+        ..*like
+    })
+}
+
 /// The plane of `view` at `index` along its normal, from a full volume's data.
 pub fn extract(
     data: &[f32],

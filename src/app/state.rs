@@ -28,6 +28,8 @@ pub struct Params {
     pub cval: f32,
     pub backend: BackendChoice,
     pub precision: Precision,
+    /// The intensity filter (or the FEBDS overlay), before or after the spatial transform.
+    pub filter: FilterParams,
 }
 
 impl Default for Params {
@@ -47,7 +49,185 @@ impl Default for Params {
             cval: 0.0,
             backend: BackendChoice::Auto,
             precision: Precision::F32,
+            filter: FilterParams::default(),
         }
+    }
+}
+
+/// Which filter the panel applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FilterKind {
+    Gaussian,
+    Log,
+    Dog,
+    Median,
+    Gamma,
+    Contrast,
+    /// The FEBDS mask, drawn over the image (the intensities stay as they are).
+    Febds,
+}
+
+impl FilterKind {
+    pub const ALL: [FilterKind; 7] = [
+        FilterKind::Gaussian,
+        FilterKind::Log,
+        FilterKind::Dog,
+        FilterKind::Median,
+        FilterKind::Gamma,
+        FilterKind::Contrast,
+        FilterKind::Febds,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            FilterKind::Gaussian => "gaussian",
+            FilterKind::Log => "LoG (gaussian laplace)",
+            FilterKind::Dog => "DoG (difference of gaussians)",
+            FilterKind::Median => "median",
+            FilterKind::Gamma => "gamma",
+            FilterKind::Contrast => "contrast / brightness",
+            FilterKind::Febds => "FEBDS mask (overlay)",
+        }
+    }
+
+    /// Whether the filter reads neighbours (and so has a boundary mode).
+    pub fn has_boundary(self) -> bool {
+        matches!(
+            self,
+            FilterKind::Gaussian | FilterKind::Log | FilterKind::Dog | FilterKind::Median
+        )
+    }
+
+    /// Whether the filter changes each value on its own (so a plane of the result is the filter
+    /// of the plane).
+    pub fn pointwise(self) -> bool {
+        matches!(self, FilterKind::Gamma | FilterKind::Contrast)
+    }
+}
+
+/// Where the filter acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FilterStage {
+    /// On the loaded scan; the spatial transform then resamples the filtered scan.
+    Before,
+    /// On the transformed volume.
+    After,
+}
+
+/// The filter panel's settings, in voxels and intensity units.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilterParams {
+    pub enabled: bool,
+    pub kind: FilterKind,
+    pub stage: FilterStage,
+    /// Gaussian and LoG sigma, the same on every axis.
+    pub sigma_vox: f64,
+    /// DoG: `gaussian(sigma1) − gaussian(sigma2)`.
+    pub sigma1_vox: f64,
+    pub sigma2_vox: f64,
+    /// Median window edge (odd), the same on every axis.
+    pub median_size: usize,
+    /// `scale · (max(x, 0) / scale)^gamma` with `scale` the scan's maximum.
+    pub gamma: f32,
+    /// `contrast · x + brightness`.
+    pub contrast: f32,
+    pub brightness: f32,
+    pub febds_method: crate::filter::FebdsMethod,
+    /// Boundary of the gaussian, LoG, DoG and median (scipy's filter modes; scipy's default is
+    /// reflect).
+    pub mode: Mode,
+    pub cval: f32,
+}
+
+impl Default for FilterParams {
+    fn default() -> Self {
+        FilterParams {
+            enabled: false,
+            kind: FilterKind::Gaussian,
+            stage: FilterStage::Before,
+            sigma_vox: 1.5,
+            sigma1_vox: 1.0,
+            sigma2_vox: 2.0,
+            median_size: 3,
+            gamma: 1.0,
+            contrast: 1.0,
+            brightness: 0.0,
+            febds_method: crate::filter::FebdsMethod::Dog,
+            mode: Mode::Reflect,
+            cval: 0.0,
+        }
+    }
+}
+
+impl FilterParams {
+    /// The intensity filter to run, or `None` when the panel is off or shows the FEBDS overlay.
+    /// `scan_max` is the gamma's scale (the loaded scan's maximum).
+    pub fn intensity_filter(&self, scan_max: f32) -> Option<crate::filter::Filter> {
+        use crate::filter::Filter;
+        if !self.enabled {
+            return None;
+        }
+        Some(match self.kind {
+            FilterKind::Gaussian => Filter::Gaussian {
+                sigma: vec![self.sigma_vox],
+            },
+            FilterKind::Log => Filter::Log {
+                sigma: vec![self.sigma_vox],
+            },
+            FilterKind::Dog => Filter::Dog {
+                sigma1: vec![self.sigma1_vox],
+                sigma2: vec![self.sigma2_vox],
+            },
+            FilterKind::Median => Filter::Median {
+                size: vec![self.median_size],
+            },
+            FilterKind::Gamma => Filter::Gamma {
+                gamma: self.gamma,
+                scale: if scan_max.is_finite() && scan_max > 0.0 {
+                    scan_max
+                } else {
+                    1.0
+                },
+            },
+            FilterKind::Contrast => Filter::Contrast {
+                contrast: self.contrast,
+                brightness: self.brightness,
+            },
+            FilterKind::Febds => return None,
+        })
+    }
+
+    /// The FEBDS method when the overlay is on.
+    pub fn febds(&self) -> Option<crate::filter::FebdsMethod> {
+        (self.enabled && self.kind == FilterKind::Febds).then_some(self.febds_method)
+    }
+
+    pub fn boundary(&self) -> crate::filter::Boundary {
+        crate::filter::Boundary {
+            mode: self.mode,
+            cval: self.cval,
+        }
+    }
+
+    /// The done-list entry of the intensity filter (values as the report shows them).
+    pub fn done(&self, scan_max: f32) -> Option<crate::augment::Done> {
+        let f = self.intensity_filter(scan_max)?;
+        let mut values = serde_json::to_value(&f).unwrap_or(serde_json::Value::Null);
+        if self.kind.has_boundary() {
+            values = serde_json::json!({ "filter": values, "mode": self.mode.name(), "cval": self.cval });
+        } else {
+            values = serde_json::json!({ "filter": values });
+        }
+        values["stage"] = match self.stage {
+            FilterStage::Before => "before the transform",
+            FilterStage::After => "after the transform",
+        }
+        .into();
+        Some(crate::augment::Done {
+            transform: format!("filter: {}", f.name()),
+            values,
+        })
     }
 }
 
@@ -140,6 +320,7 @@ impl Params {
             alpha: base.alpha,
             sigma_vox: base.sigma_vox,
             seed: base.seed,
+            filter: base.filter.clone(),
             ..Params::default()
         };
         for &a in &plan.flip {
@@ -180,6 +361,28 @@ impl Params {
         p
     }
 
+    /// The done list of what runs on the scan, in order: the plan's transforms, with the
+    /// intensity filter first or last as its stage says (`scan_max`: see
+    /// [`FilterParams::intensity_filter`]).
+    pub fn done_list(&self, ndim: usize, scan_max: f32) -> Vec<crate::augment::Done> {
+        self.with_filter(self.to_plan(ndim).done_list(), scan_max)
+    }
+
+    /// `spatial` (a done list of the spatial transforms) with the filter placed by its stage.
+    pub fn with_filter(
+        &self,
+        mut spatial: Vec<crate::augment::Done>,
+        scan_max: f32,
+    ) -> Vec<crate::augment::Done> {
+        if let Some(f) = self.filter.done(scan_max) {
+            match self.filter.stage {
+                FilterStage::Before => spatial.insert(0, f),
+                FilterStage::After => spatial.push(f),
+            }
+        }
+        spatial
+    }
+
     /// Whether the parameters that change the result (not the engine) are equal.
     pub fn same_result(&self, other: &Params) -> bool {
         let strip = |p: &Params| Params {
@@ -208,6 +411,8 @@ pub struct Display {
     pub colormap: Colormap,
     pub label_opacity: f32,
     pub show_label: bool,
+    /// Opacity of the FEBDS mask overlay.
+    pub mask_opacity: f32,
     /// Show the original above the augmented planes.
     pub side_by_side: bool,
     /// Show |augmented − original| instead of the augmented image.
@@ -225,6 +430,7 @@ impl Default for Display {
             colormap: Colormap::Gray,
             label_opacity: 0.2,
             show_label: true,
+            mask_opacity: 0.6,
             side_by_side: true,
             difference: false,
             crosshair: true,
@@ -361,6 +567,62 @@ mod tests {
         }
         got.rotate_rad = want.rotate_rad.clone();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_filter_sits_before_or_after_the_spatial_steps() {
+        let mut p = Params {
+            rotate_deg: [10.0, 0.0, 0.0],
+            translate_vox: [0.0, 1.0, 0.0],
+            ..Params::default()
+        };
+        let names = |p: &Params| -> Vec<String> {
+            p.done_list(3, 255.0)
+                .into_iter()
+                .map(|d| d.transform)
+                .collect()
+        };
+        assert_eq!(names(&p), ["rotate", "translate"]);
+        p.filter.enabled = true;
+        p.filter.kind = FilterKind::Median;
+        assert_eq!(names(&p), ["filter: median", "rotate", "translate"]);
+        p.filter.stage = FilterStage::After;
+        assert_eq!(names(&p), ["rotate", "translate", "filter: median"]);
+        // FEBDS draws a mask and changes no value: not a step of the done list.
+        p.filter.kind = FilterKind::Febds;
+        assert_eq!(names(&p), ["rotate", "translate"]);
+        assert!(p.filter.intensity_filter(255.0).is_none());
+        assert_eq!(p.filter.febds(), Some(crate::filter::FebdsMethod::Dog));
+        // Gamma's scale is the scan's maximum (1 when it has none).
+        p.filter.kind = FilterKind::Gamma;
+        assert_eq!(
+            p.filter.intensity_filter(0.0),
+            Some(crate::filter::Filter::Gamma {
+                gamma: 1.0,
+                scale: 1.0
+            })
+        );
+    }
+
+    #[test]
+    fn state_saved_before_the_filter_panel_still_loads() {
+        let mut old = serde_json::to_value(State::default()).expect("serialise");
+        old["params"]
+            .as_object_mut()
+            .expect("params")
+            .remove("filter");
+        old["params"]["alpha"] = 5.0.into();
+        old["display"]
+            .as_object_mut()
+            .expect("display")
+            .remove("mask_opacity");
+        let back: State = serde_json::from_value(old).expect("loads");
+        assert_eq!(back.params.alpha, 5.0);
+        assert_eq!(back.params.filter, FilterParams::default());
+        // A partial filter section keeps its values and fills the rest.
+        let part: FilterParams =
+            serde_json::from_str(r#"{"enabled": true, "sigma_vox": 3.0}"#).expect("loads");
+        assert!(part.enabled && part.sigma_vox == 3.0 && part.median_size == 3);
     }
 
     #[test]

@@ -36,6 +36,8 @@ struct ViewInput<'a> {
     image: Arc<DisplaySlice>,
     other: Option<Arc<DisplaySlice>>,
     label: Option<Arc<DisplaySlice>>,
+    /// The FEBDS mask of this plane (drawn with `look.mask_opacity`).
+    mask: Option<Arc<DisplaySlice>>,
     look: Look,
     cursor: &'a [usize],
     crosshair: bool,
@@ -149,6 +151,7 @@ fn view_ui(
             image: v.image.clone(),
             other: v.other,
             label: v.label,
+            mask: v.mask,
             look: v.look,
             origin: [origin.x, origin.y],
             axis_u: [rect.width() / ir.width() * s.x, 0.0],
@@ -247,7 +250,27 @@ fn look(state: &State, difference: bool) -> Look {
         } else {
             0.0
         },
+        mask_opacity: if state.params.filter.febds().is_some() && !difference {
+            d.mask_opacity
+        } else {
+            0.0
+        },
     }
+}
+
+/// The window of the augmented views: LoG and DoG values (second derivatives, band-passes)
+/// have nothing in common with the scan's, so those views are windowed on the filtered values'
+/// 0.5–99.5 percentiles; every other filter keeps the scan's window.
+fn filtered_window(report: Option<&super::worker::FilterReport>) -> Option<(f32, f32)> {
+    report
+        .filter(|r| matches!(r.name, "log" | "dog"))
+        .map(|r| r.window)
+}
+
+/// The mask of plane `id`, when the FEBDS overlay is on.
+fn mask_of(state: &State, rt: &Runtime, id: u64) -> Option<Arc<DisplaySlice>> {
+    state.params.filter.febds()?;
+    rt.masks.as_ref()?.mask_for(id)
 }
 
 /// The central area: a row of planes (augmented), with the original above when side by side.
@@ -300,6 +323,21 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 (full.height() - slider_h) / n_rows as f32,
             );
             let aug = rt.shown.as_ref();
+            let own_window = filtered_window(aug.and_then(|s| s.filter.as_ref()));
+            let unfiltered = aug.is_some_and(|s| s.unfiltered);
+            // (original, augmented) mask of each view.
+            type Masks = (Option<Arc<DisplaySlice>>, Option<Arc<DisplaySlice>>);
+            let masks: Vec<Masks> = views
+                .iter()
+                .enumerate()
+                .map(|(vi, _)| {
+                    (
+                        rt.original.get(vi).and_then(|p| mask_of(state, rt, p.id)),
+                        aug.and_then(|s| s.image.get(vi))
+                            .and_then(|p| mask_of(state, rt, p.id)),
+                    )
+                })
+                .collect();
             let active = &mut rt.active_view;
             for (vi, geom) in views.iter().enumerate() {
                 let mut nav = rt.nav.get(vi).copied().unwrap_or_default();
@@ -321,6 +359,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                             image,
                             other: None,
                             label: rt.original_label.get(vi).cloned().flatten(),
+                            mask: masks.get(vi).and_then(|m| m.0.clone()),
                             look: look(state, false),
                             cursor: &cursor,
                             crosshair: state.display.crosshair,
@@ -328,17 +367,23 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     } else {
                         aug.and_then(|s| s.image.get(vi).cloned()).map(|image| {
                             let diff = state.display.difference;
+                            let mut lk = look(state, diff);
+                            let mut what = if diff {
+                                "|augmented − original|".to_string()
+                            } else {
+                                "augmented".to_string()
+                            };
+                            if let (Some((lo, hi)), false) = (own_window, diff) {
+                                lk.level = 0.5 * (lo + hi);
+                                lk.width = (hi - lo).max(1e-6);
+                                what.push_str(" (filter's own window)");
+                            }
+                            if unfiltered {
+                                what.push_str(" · unfiltered until the slider rests");
+                            }
                             ViewInput {
                                 key: view_key(1, vi),
-                                title: format!(
-                                    "{} · {}{pos}",
-                                    geom.name,
-                                    if diff {
-                                        "|augmented − original|"
-                                    } else {
-                                        "augmented"
-                                    }
-                                ),
+                                title: format!("{} · {what}{pos}", geom.name),
                                 geom,
                                 image,
                                 other: if diff {
@@ -347,7 +392,8 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                     None
                                 },
                                 label: aug.and_then(|s| s.label.get(vi).cloned().flatten()),
-                                look: look(state, diff),
+                                mask: masks.get(vi).and_then(|m| m.1.clone()),
+                                look: lk,
                                 cursor: &cursor,
                                 crosshair: state.display.crosshair,
                             }
@@ -470,6 +516,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                         width: (c.max_abs as f32).max(1e-6),
                         difference: true,
                         label_opacity: 0.0,
+                        mask_opacity: 0.0,
                         ..base
                     },
                 ),
@@ -489,6 +536,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                             image,
                             other,
                             label: None,
+                            mask: None,
                             look: lk,
                             cursor: &scan.cursor,
                             crosshair: false,

@@ -5,6 +5,13 @@
 //! While a slider moves, the CPU path first computes only the planes on screen, then, once no
 //! newer request has arrived for a moment, the whole volume, one plane at a time: a newer request
 //! abandons that fill between two planes, so the next slice-only answer is not held up.
+//!
+//! Filters (the filter panel): before the transform, the scan is filtered once per filter
+//! setting and kept ([`FilterCache`]), so moving a transform slider resamples the filtered scan
+//! without filtering again; after the transform, the whole transformed volume is filtered when
+//! it is complete (the transformed volume is kept, so moving a filter slider does not transform
+//! again). FEBDS masks are computed on the planes on screen ([`MaskRequest`]), never on the
+//! volume, and never change the image. Label maps are never filtered.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -17,10 +24,12 @@ use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::CudaBackend;
 use crate::engine::device::{DevicesReport, MemStats};
 use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Timings};
+use crate::filter::{Boundary, FebdsMethod, Filter};
 use crate::io::{self, LoadOptions};
 use crate::volume::Volume;
 
 use super::slices::{self, DisplaySlice, ViewGeom};
+use super::state::FilterStage;
 
 /// A scan and its label map, as loaded.
 pub struct Loaded {
@@ -33,6 +42,33 @@ pub struct Loaded {
     /// A note about the label map (e.g. why it was not used).
     pub note: Option<String>,
     pub load_ms: f64,
+    /// The smallest and largest finite value of the image (gamma's scale, FEBDS's 12-bit map).
+    pub range: (f32, f32),
+}
+
+/// The intensity filter of a request and where it acts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterStep {
+    pub filter: Filter,
+    pub boundary: Boundary,
+    pub stage: FilterStage,
+}
+
+/// What a filter run did, for the timings panel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterReport {
+    pub name: &'static str,
+    pub stage: FilterStage,
+    /// `cpu` or `cuda:N`.
+    pub backend: String,
+    pub elapsed_ms: f64,
+    /// Why the engine is not the one asked for (CUDA unavailable, out of memory).
+    pub note: Option<String>,
+    /// Served from the cache: the scan was filtered so for an earlier request.
+    pub cached: bool,
+    /// 0.5 and 99.5 percentiles of the filtered values (a window for LoG and DoG, whose values
+    /// have nothing in common with the scan's).
+    pub window: (f32, f32),
 }
 
 /// One transform request.
@@ -48,6 +84,8 @@ pub struct Compute {
     pub views: Vec<ViewGeom>,
     /// Compute the planes on screen before the whole volume (CPU engine, while a slider moves).
     pub slices_first: bool,
+    /// The intensity filter, before or after the transform.
+    pub filter: Option<FilterStep>,
 }
 
 /// Planes of the augmented image (and label) through one cursor.
@@ -57,6 +95,10 @@ pub struct SliceSet {
     pub image: Vec<Arc<DisplaySlice>>,
     pub label: Vec<Option<Arc<DisplaySlice>>>,
     pub elapsed_ms: f64,
+    /// The filter these planes went through (before the transform, or a point-wise one after).
+    pub filter: Option<FilterReport>,
+    /// The planes lack the filter that acts after the transform: it runs on the whole volume.
+    pub unfiltered: bool,
 }
 
 /// A whole augmented volume.
@@ -69,6 +111,40 @@ pub struct FullResult {
     pub note: Option<String>,
     /// Realised displacement (max, RMS) in voxels.
     pub displacement_vox: Option<(f64, f64)>,
+    /// The intensity filter that ran (before or after the transform).
+    pub filter: Option<FilterReport>,
+}
+
+/// FEBDS masks of planes on screen.
+#[derive(Clone)]
+pub struct MaskRequest {
+    pub method: FebdsMethod,
+    pub planes: Vec<Arc<DisplaySlice>>,
+    /// `x ↦ (x − offset) · factor` takes the scan's values to FEBDS's 12-bit range.
+    pub offset: f32,
+    pub factor: f32,
+    pub backend: BackendSpec,
+    pub precision: Precision,
+}
+
+/// The answer to a [`MaskRequest`]: per plane, its id and its 0/1 mask (`None`: no mask, the
+/// note says why).
+pub struct MaskSet {
+    pub method: FebdsMethod,
+    pub masks: Vec<(u64, Option<Arc<DisplaySlice>>)>,
+    pub backend: String,
+    pub note: Option<String>,
+    pub elapsed_ms: f64,
+}
+
+impl MaskSet {
+    /// The mask of the plane with content id `id`.
+    pub fn mask_for(&self, id: u64) -> Option<Arc<DisplaySlice>> {
+        self.masks
+            .iter()
+            .find(|(i, _)| *i == id)
+            .and_then(|(_, m)| m.clone())
+    }
 }
 
 /// CPU vs GPU on the same plan.
@@ -89,6 +165,7 @@ pub enum Reply {
     Filling(u64),
     Full(FullResult),
     Compared(Comparison),
+    Masks(MaskSet),
     Failed {
         generation: u64,
         message: String,
@@ -102,6 +179,7 @@ struct Slots {
     load: Option<(PathBuf, Option<PathBuf>)>,
     compute: Option<Compute>,
     compare: Option<Compute>,
+    mask: Option<MaskRequest>,
     shutdown: bool,
 }
 
@@ -147,6 +225,7 @@ impl Worker {
         s.load = Some((path, label));
         s.compute = None;
         s.compare = None;
+        s.mask = None;
         self.shared.wake.notify_one();
     }
 
@@ -161,10 +240,16 @@ impl Worker {
         self.shared.wake.notify_one();
     }
 
+    /// Posts FEBDS masks of planes; an older request that has not started is dropped.
+    pub fn masks(&self, req: MaskRequest) {
+        self.shared.lock().mask = Some(req);
+        self.shared.wake.notify_one();
+    }
+
     /// Whether a request is waiting (not yet started).
     pub fn pending(&self) -> bool {
         let s = self.shared.lock();
-        s.load.is_some() || s.compute.is_some() || s.compare.is_some()
+        s.load.is_some() || s.compute.is_some() || s.compare.is_some() || s.mask.is_some()
     }
 
     pub fn try_recv(&self) -> Option<Reply> {
@@ -208,8 +293,176 @@ struct WorkerLoop {
     gpu: Option<GpuEngine>,
     /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
     displacement: Option<(DisplacementKey, (f64, f64))>,
-    /// Increases with every load: the GPU keeps the image of this key on the device.
+    /// The key of the loaded scan's content: the GPU keeps the image of a key on the device.
     image_key: u64,
+    /// The last key handed out (scans and filtered scans each get their own).
+    keys: u64,
+    /// The filtered scan of the "before" stage.
+    prefiltered: FilterCache,
+    /// The last transformed (unfiltered) volume, while a filter acts after the transform.
+    transformed: Option<Transformed>,
+}
+
+/// What a filtered volume depends on: the source's content key, the filter, its boundary and
+/// the engine asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterKey {
+    pub source: u64,
+    pub filter: Filter,
+    pub boundary: Boundary,
+    pub backend: BackendSpec,
+    pub precision: Precision,
+}
+
+/// One filtered volume, kept while requests ask for the same filter of the same source: moving
+/// a transform slider never filters again.
+#[derive(Default)]
+pub struct FilterCache {
+    entry: Option<(FilterKey, Arc<Volume>, FilterReport, u64)>,
+}
+
+impl FilterCache {
+    /// The filtered volume of `key` with its report and content key: from the cache, or made by
+    /// `run` (then given the content key `new_key()`). An error is not kept.
+    pub fn get_or_run(
+        &mut self,
+        key: FilterKey,
+        new_key: impl FnOnce() -> u64,
+        run: impl FnOnce() -> Result<(Volume, FilterReport), String>,
+    ) -> Result<(Arc<Volume>, FilterReport, u64), String> {
+        if let Some((k, v, r, content)) = &self.entry
+            && *k == key
+        {
+            let report = FilterReport {
+                cached: true,
+                ..r.clone()
+            };
+            return Ok((v.clone(), report, *content));
+        }
+        // Drop the old volume before making the new one: one filtered scan in memory at a time.
+        self.entry = None;
+        let (v, report) = run()?;
+        let v = Arc::new(v);
+        let content = new_key();
+        self.entry = Some((key, v.clone(), report.clone(), content));
+        Ok((v, report, content))
+    }
+
+    pub fn clear(&mut self) {
+        self.entry = None;
+    }
+}
+
+/// A transformed volume as the engine returned it, before the "after" filter.
+struct Transformed {
+    key: (u64, Plan, BackendSpec, Precision),
+    image: Arc<Volume>,
+    label: Option<Arc<Volume>>,
+    timings: Timings,
+    backend: String,
+    note: Option<String>,
+    displacement_vox: Option<(f64, f64)>,
+}
+
+/// Runs `step`'s filter over the whole of `src` (channels filtered one by one) on the engine
+/// `spec` asks for, falling back to the CPU with a note as [`crate::filter::run`] does.
+pub fn filter_volume(
+    step: &FilterStep,
+    src: &Volume,
+    spec: &BackendSpec,
+    precision: Precision,
+) -> Result<(Volume, FilterReport), String> {
+    let t = Instant::now();
+    let r = crate::filter::run(
+        &step.filter,
+        step.boundary,
+        &src.data,
+        &src.shape,
+        spec,
+        precision,
+    )
+    .map_err(|e| format!("filter {}: {e}", step.filter.name()))?;
+    let elapsed_ms = t.elapsed().as_secs_f64() * 1e3;
+    let p = slices::percentiles(&r.out, &[0.005, 0.995]);
+    let mut v = src.clone_meta();
+    v.shape = src.shape.clone();
+    v.data = r.out;
+    Ok((
+        v,
+        FilterReport {
+            name: step.filter.name(),
+            stage: step.stage,
+            backend: r.backend,
+            elapsed_ms,
+            note: r.note,
+            cached: false,
+            window: (p[0], p[1].max(p[0])),
+        },
+    ))
+}
+
+/// `plane` through a point-wise filter (gamma, contrast): the plane of the filtered volume.
+fn filter_plane(step: &FilterStep, plane: &Arc<DisplaySlice>) -> Result<Arc<DisplaySlice>, String> {
+    let out = crate::filter::apply_cpu(
+        &step.filter,
+        step.boundary,
+        &plane.data,
+        &[plane.height, plane.width],
+    )
+    .map_err(|e| format!("filter {}: {e}", step.filter.name()))?;
+    Ok(slices::with_data(plane, out))
+}
+
+/// The FEBDS masks of `req`'s planes (see [`MaskRequest`]).
+pub fn febds_masks(req: &MaskRequest) -> MaskSet {
+    let t = Instant::now();
+    let mut note = None;
+    let mut backend = "cpu".to_string();
+    let masks = req
+        .planes
+        .iter()
+        .map(|p| {
+            if p.channels != 1 {
+                note = Some("FEBDS needs a grayscale image; this one has colour channels".into());
+                return (p.id, None);
+            }
+            if p.width == 0 || p.height == 0 {
+                return (p.id, None);
+            }
+            let mapped: Vec<f32> = p
+                .data
+                .iter()
+                .map(|&v| (v - req.offset) * req.factor)
+                .collect();
+            match crate::filter::run(
+                &Filter::Febds(req.method),
+                Boundary::default(),
+                &mapped,
+                &[p.height, p.width],
+                &req.backend,
+                req.precision,
+            ) {
+                Ok(r) => {
+                    backend = r.backend;
+                    if r.note.is_some() {
+                        note = r.note;
+                    }
+                    (p.id, Some(slices::with_data(p, r.out)))
+                }
+                Err(e) => {
+                    note = Some(format!("FEBDS: {e}"));
+                    (p.id, None)
+                }
+            }
+        })
+        .collect();
+    MaskSet {
+        method: req.method,
+        masks,
+        backend,
+        note,
+        elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
+    }
 }
 
 /// How long the worker waits after a slice-only answer before filling in the whole volume: long
@@ -230,7 +483,15 @@ impl WorkerLoop {
             gpu: None,
             displacement: None,
             image_key: 0,
+            keys: 0,
+            prefiltered: FilterCache::default(),
+            transformed: None,
         }
+    }
+
+    fn new_key(keys: &mut u64) -> u64 {
+        *keys += 1;
+        *keys
     }
 
     fn send(&self, r: Reply) {
@@ -243,9 +504,13 @@ impl WorkerLoop {
         // The device report can take a moment (driver loading): off the UI thread, once.
         self.send(Reply::Devices(engine::device::discover()));
         loop {
-            let (load, compute, compare) = {
+            let (load, compute, mask, compare) = {
                 let mut s = self.shared.lock();
-                while !s.shutdown && s.load.is_none() && s.compute.is_none() && s.compare.is_none()
+                while !s.shutdown
+                    && s.load.is_none()
+                    && s.compute.is_none()
+                    && s.mask.is_none()
+                    && s.compare.is_none()
                 {
                     s = self.shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
@@ -253,10 +518,13 @@ impl WorkerLoop {
                     return;
                 }
                 match s.load.take() {
-                    Some(l) => (Some(l), None, None),
+                    Some(l) => (Some(l), None, None, None),
                     None => match s.compute.take() {
-                        Some(c) => (None, Some(c), None),
-                        None => (None, None, s.compare.take()),
+                        Some(c) => (None, Some(c), None, None),
+                        None => match s.mask.take() {
+                            Some(m) => (None, None, Some(m), None),
+                            None => (None, None, None, s.compare.take()),
+                        },
                     },
                 }
             };
@@ -265,12 +533,17 @@ impl WorkerLoop {
                 if let Ok(l) = &r {
                     self.image = Some(l.image.clone());
                     self.label = l.label.clone();
-                    self.image_key += 1;
+                    self.image_key = Self::new_key(&mut self.keys);
                     self.displacement = None;
+                    self.prefiltered.clear();
+                    self.transformed = None;
                 }
                 self.send(Reply::Loaded(r));
             } else if let Some(c) = compute {
                 self.compute(c);
+            } else if let Some(m) = mask {
+                let set = febds_masks(&m);
+                self.send(Reply::Masks(set));
             } else if let Some(c) = compare {
                 self.compare(c);
             }
@@ -317,11 +590,11 @@ impl WorkerLoop {
     }
 
     fn compute(&mut self, c: Compute) {
-        let Some(image) = self.image.clone() else {
+        let Some(scan) = self.image.clone() else {
             return;
         };
         let label = self.label.clone();
-        if let Err(e) = c.plan.validate(image.ndim()) {
+        if let Err(e) = c.plan.validate(scan.ndim()) {
             self.send(Reply::Failed {
                 generation: c.generation,
                 message: e.to_string(),
@@ -333,16 +606,76 @@ impl WorkerLoop {
             (Some((_, _, Ok(b))), true) => Some(b.clone()),
             _ => None,
         };
-        if c.slices_first {
+        // The volume the transform reads: the scan, or the scan filtered once per filter setting.
+        let before = c.filter.as_ref().filter(|f| f.stage == FilterStage::Before);
+        let after = c.filter.as_ref().filter(|f| f.stage == FilterStage::After);
+        let (image, image_key, before_report) = match before {
+            Some(step) => {
+                let key = FilterKey {
+                    source: self.image_key,
+                    filter: step.filter.clone(),
+                    boundary: step.boundary,
+                    backend: c.backend.clone(),
+                    precision: c.precision,
+                };
+                let keys = &mut self.keys;
+                let r = self.prefiltered.get_or_run(
+                    key,
+                    || Self::new_key(keys),
+                    || filter_volume(step, &scan, &c.backend, c.precision),
+                );
+                match r {
+                    Ok((v, report, k)) => (v, k, Some(report)),
+                    Err(message) => {
+                        self.send(Reply::Failed {
+                            generation: c.generation,
+                            message,
+                        });
+                        return;
+                    }
+                }
+            }
+            None => {
+                // Nothing filters the scan now: free the filtered copy.
+                self.prefiltered.clear();
+                (scan, self.image_key, None)
+            }
+        };
+        if after.is_none() {
+            self.transformed = None;
+        }
+        let transform_key = (image_key, c.plan.clone(), c.backend.clone(), c.precision);
+        let reuse = self
+            .transformed
+            .as_ref()
+            .is_some_and(|t| t.key == transform_key);
+        if c.slices_first && !reuse {
             // The planes on screen first: on the GPU each is one launch over the plane with the
             // image kept on the device; on the CPU each is computed on its own.
             let slices = match &gpu {
                 // A GPU failure (out of memory, say) leaves the planes to the CPU; the whole
                 // volume below reports what happened.
-                Some(b) => compute_slices_gpu(b, self.image_key, &c, &image, label.as_deref())
+                Some(b) => compute_slices_gpu(b, image_key, &c, &image, label.as_deref())
                     .or_else(|_| compute_slices(&self.slicing, &c, &image, label.as_deref())),
                 None => compute_slices(&self.slicing, &c, &image, label.as_deref()),
             };
+            // A point-wise filter after the transform is exact on a plane; the others need the
+            // whole volume and wait for it.
+            let slices = slices.and_then(|mut s| {
+                s.filter = before_report.clone();
+                if let Some(step) = after {
+                    if is_pointwise(&step.filter) {
+                        s.image = s
+                            .image
+                            .iter()
+                            .map(|p| filter_plane(step, p))
+                            .collect::<Result<_, _>>()?;
+                    } else {
+                        s.unfiltered = true;
+                    }
+                }
+                Ok(s)
+            });
             match slices {
                 Ok(s) => self.send(Reply::Slices(s)),
                 Err(message) => {
@@ -366,57 +699,104 @@ impl WorkerLoop {
                 return;
             }
         }
-        let result = match &gpu {
-            Some(b) => {
-                engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, &image, label.as_deref())
-                    .map(|(img, lab, t, fallback)| {
-                        let name = if fallback.is_some() {
-                            "cpu".to_string()
-                        } else {
-                            b.name()
-                        };
-                        Some((img, lab, t, name, fallback))
-                    })
-            }
+        let transformed = match self.transformed.take().filter(|t| t.key == transform_key) {
+            Some(t) => t,
+            None => match self.transform(&c, &image, image_key, label.as_deref(), gpu.as_ref()) {
+                // Superseded: the newer request is served next; this one tells nothing.
+                Ok(None) => return,
+                Ok(Some(t)) => Transformed {
+                    key: transform_key,
+                    note: t.note.or(note),
+                    ..t
+                },
+                Err(message) => {
+                    self.send(Reply::Failed {
+                        generation: c.generation,
+                        message,
+                    });
+                    return;
+                }
+            },
+        };
+        let (image_out, filter) = match after {
+            Some(step) => match filter_volume(step, &transformed.image, &c.backend, c.precision) {
+                Ok((v, report)) => (Arc::new(v), Some(report)),
+                Err(message) => {
+                    self.send(Reply::Failed {
+                        generation: c.generation,
+                        message,
+                    });
+                    return;
+                }
+            },
+            None => (transformed.image.clone(), before_report),
+        };
+        self.send(Reply::Full(FullResult {
+            generation: c.generation,
+            image: image_out,
+            label: transformed.label.clone(),
+            timings: transformed.timings.clone(),
+            backend: transformed.backend.clone(),
+            note: transformed.note.clone(),
+            displacement_vox: transformed.displacement_vox,
+            filter,
+        }));
+        if after.is_some() {
+            // Kept for the next filter setting: moving a filter slider does not transform again.
+            self.transformed = Some(transformed);
+        }
+        if on_gpu {
+            self.send(Reply::Memory(engine::cuda::mem_stats()));
+        }
+    }
+
+    /// The whole transformed volume of `image` (content key `image_key`) on the GPU or the CPU;
+    /// `Ok(None)` when a newer request superseded a CPU fill.
+    fn transform(
+        &mut self,
+        c: &Compute,
+        image: &Arc<Volume>,
+        image_key: u64,
+        label: Option<&Volume>,
+        gpu: Option<&Arc<CudaBackend>>,
+    ) -> Result<Option<Transformed>, String> {
+        let result = match gpu {
+            Some(b) => engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, image, label)
+                .map(|(img, lab, t, fallback)| {
+                    let name = if fallback.is_some() {
+                        "cpu".to_string()
+                    } else {
+                        b.name()
+                    };
+                    Some((img, lab, t, name, fallback))
+                }),
             None => {
                 self.send(Reply::Filling(c.generation));
                 let cpu = self.cpu.clone();
-                let r = fill_volume(&cpu, &c.plan, &image, label.as_deref(), &|| {
-                    self.superseded()
-                });
+                let r = fill_volume(&cpu, &c.plan, image, label, &|| self.superseded());
                 // The fill made the volume field first, also when it was then abandoned.
                 self.slicing.main_field = field_key(&c.plan, &image.shape);
                 r.map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
             }
         };
-        match result {
-            // Superseded: the newer request is served next; this one tells nothing.
-            Ok(None) => {}
-            Ok(Some((img, lab, timings, name, fallback))) => {
-                let displacement_vox = match &gpu {
-                    Some(b) if fallback.is_none() => {
-                        b.displacement_stats(&c.plan, &image.shape).ok().flatten()
-                    }
-                    _ => self.displacement(&c.plan, &image.shape),
-                };
-                self.send(Reply::Full(FullResult {
-                    generation: c.generation,
-                    image: Arc::new(img),
-                    label: lab.map(Arc::new),
-                    timings,
-                    backend: name,
-                    note: fallback.or(note),
-                    displacement_vox,
-                }));
-                if on_gpu {
-                    self.send(Reply::Memory(engine::cuda::mem_stats()));
-                }
+        let Some((img, lab, timings, name, fallback)) = result.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let displacement_vox = match gpu {
+            Some(b) if fallback.is_none() => {
+                b.displacement_stats(&c.plan, &image.shape).ok().flatten()
             }
-            Err(e) => self.send(Reply::Failed {
-                generation: c.generation,
-                message: e.to_string(),
-            }),
-        }
+            _ => self.displacement(&c.plan, &image.shape),
+        };
+        Ok(Some(Transformed {
+            key: (image_key, c.plan.clone(), c.backend.clone(), c.precision),
+            image: Arc::new(img),
+            label: lab.map(Arc::new),
+            timings,
+            backend: name,
+            note: fallback,
+            displacement_vox,
+        }))
     }
 
     /// Max and RMS displacement of the plan's elastic field, cached per (field, alpha).
@@ -485,6 +865,12 @@ impl WorkerLoop {
     }
 }
 
+/// Whether `f` changes each value on its own (a plane of the filtered volume is the filtered
+/// plane).
+fn is_pointwise(f: &Filter) -> bool {
+    matches!(f, Filter::Gamma { .. } | Filter::Contrast { .. })
+}
+
 /// Max and mean |a − b|.
 pub fn abs_diff_stats(a: &[f32], b: &[f32]) -> (f64, f64) {
     if a.is_empty() || a.len() != b.len() {
@@ -534,6 +920,18 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
     };
     let p = slices::percentiles(&image.data, &[0.005, 0.995]);
     let auto_window = (p[0], p[1].max(p[0]));
+    let range = image
+        .data
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    let range = if range.0 <= range.1 {
+        range
+    } else {
+        (0.0, 0.0)
+    };
     Ok(Loaded {
         image: Arc::new(image),
         label,
@@ -542,6 +940,7 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
         auto_window,
         note,
         load_ms: t.elapsed().as_secs_f64() * 1e3,
+        range,
     })
 }
 
@@ -611,6 +1010,8 @@ fn compute_slices_gpu(
         image: imgs,
         label: labs,
         elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
+        filter: None,
+        unfiltered: false,
     })
 }
 
@@ -733,6 +1134,8 @@ pub fn compute_slices(
         image: imgs,
         label: labs,
         elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
+        filter: None,
+        unfiltered: false,
     })
 }
 
@@ -794,4 +1197,270 @@ pub fn fill_volume(
         _ => None,
     };
     Ok(Some((mk(image, img), out_label, timings)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::boundary::Mode;
+
+    /// A worker loop driven by hand (no thread): requests go straight to `compute`.
+    fn worker(image: Volume, label: Option<Volume>) -> (WorkerLoop, Receiver<Reply>) {
+        let shared = Arc::new(Shared {
+            slots: Mutex::new(Slots::default()),
+            wake: Condvar::new(),
+        });
+        let (tx, rx) = channel();
+        let mut w = WorkerLoop::new(shared, tx, Box::new(|| {}));
+        w.image = Some(Arc::new(image));
+        w.label = label.map(Arc::new);
+        w.image_key = WorkerLoop::new_key(&mut w.keys);
+        (w, rx)
+    }
+
+    fn volume(shape: [usize; 3], seed: usize) -> Volume {
+        let n: usize = shape.iter().product();
+        let data = (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 29) as f32 / 29.0 + (i % 7) as f32 * 0.1)
+            .collect();
+        Volume::new(data, shape.to_vec(), 1)
+    }
+
+    fn request(plan: Plan, filter: Option<FilterStep>) -> Compute {
+        Compute {
+            generation: 1,
+            plan,
+            backend: BackendSpec::Cpu,
+            precision: Precision::F32,
+            cursor: vec![2, 3, 4],
+            views: vec![],
+            slices_first: false,
+            filter,
+        }
+    }
+
+    fn gaussian(sigma: f64, stage: FilterStage) -> FilterStep {
+        FilterStep {
+            filter: Filter::Gaussian { sigma: vec![sigma] },
+            boundary: Boundary {
+                mode: Mode::Mirror,
+                cval: 0.0,
+            },
+            stage,
+        }
+    }
+
+    fn full(rx: &Receiver<Reply>) -> FullResult {
+        let mut got = None;
+        for r in rx.try_iter() {
+            match r {
+                Reply::Full(f) => got = Some(f),
+                Reply::Failed { message, .. } => panic!("failed: {message}"),
+                _ => {}
+            }
+        }
+        got.expect("a whole volume")
+    }
+
+    fn rotation(a: f64) -> Plan {
+        Plan {
+            rotate_rad: vec![a, 0.0, -0.1],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn before_filters_the_scan_once_and_transforms_the_filtered_scan() {
+        let img = volume([6, 7, 8], 0);
+        let lab = Volume::new(
+            (0..img.data.len()).map(|i| (i % 3) as f32).collect(),
+            img.shape.clone(),
+            1,
+        );
+        let (mut w, rx) = worker(img.clone(), Some(lab.clone()));
+        let step = gaussian(1.2, FilterStage::Before);
+        let filtered = crate::filter::apply_cpu(&step.filter, step.boundary, &img.data, &img.shape)
+            .expect("filter");
+        let mut fv = img.clone_meta();
+        fv.data = filtered;
+        for (i, angle) in [0.2, 0.3].into_iter().enumerate() {
+            let plan = rotation(angle);
+            w.compute(request(plan.clone(), Some(step.clone())));
+            let f = full(&rx);
+            let r = f.filter.as_ref().expect("report");
+            // The second rotation reads the kept filtered scan.
+            assert_eq!(r.cached, i == 1, "rotation {angle}");
+            assert_eq!(
+                (r.name, r.stage, r.backend.as_str()),
+                ("gaussian", FilterStage::Before, "cpu")
+            );
+            let cpu = CpuBackend::new();
+            let (want, want_lab, _) =
+                engine::apply_new(&cpu, &plan, &fv, Some(&lab)).expect("transform");
+            assert!(f.image.data == want.data, "filtered, then transformed");
+            // The label map is transformed, never filtered.
+            let lab_out = f.label.as_ref().expect("label");
+            assert!(Some(&lab_out.data) == want_lab.as_ref().map(|l| &l.data));
+            let (unfiltered, _, _) = engine::apply_new(&cpu, &plan, &img, None).expect("transform");
+            assert!(
+                f.image.data != unfiltered.data,
+                "the filter changed the result"
+            );
+        }
+        // Another sigma, then another scan: filtered again.
+        w.compute(request(
+            rotation(0.3),
+            Some(gaussian(2.0, FilterStage::Before)),
+        ));
+        assert!(!full(&rx).filter.expect("report").cached);
+        w.image = Some(Arc::new(volume([6, 7, 8], 1)));
+        w.image_key = WorkerLoop::new_key(&mut w.keys);
+        w.compute(request(
+            rotation(0.3),
+            Some(gaussian(2.0, FilterStage::Before)),
+        ));
+        assert!(!full(&rx).filter.expect("report").cached);
+        // Filter off: the scan itself, and the filtered copy is let go.
+        w.compute(request(rotation(0.3), None));
+        assert!(full(&rx).filter.is_none());
+        assert!(w.prefiltered.entry.is_none());
+    }
+
+    #[test]
+    fn after_filters_the_transformed_volume_and_keeps_the_transform() {
+        let img = volume([6, 7, 8], 2);
+        let (mut w, rx) = worker(img.clone(), None);
+        let plan = rotation(0.4);
+        let cpu = CpuBackend::new();
+        let (moved, _, _) = engine::apply_new(&cpu, &plan, &img, None).expect("transform");
+        let step = gaussian(1.0, FilterStage::After);
+        w.compute(request(plan.clone(), Some(step.clone())));
+        let f = full(&rx);
+        let want = crate::filter::apply_cpu(&step.filter, step.boundary, &moved.data, &moved.shape)
+            .expect("filter");
+        assert!(f.image.data == want, "transformed, then filtered");
+        assert_eq!(f.filter.expect("report").stage, FilterStage::After);
+        // A new sigma reuses the transformed volume: swap the scan behind the worker's back
+        // (same content key) and the result still comes from the kept transform.
+        w.image = Some(Arc::new(volume([6, 7, 8], 3)));
+        let step2 = gaussian(2.0, FilterStage::After);
+        w.compute(request(plan.clone(), Some(step2.clone())));
+        let want2 =
+            crate::filter::apply_cpu(&step2.filter, step2.boundary, &moved.data, &moved.shape)
+                .expect("filter");
+        assert!(full(&rx).image.data == want2);
+        // Another plan transforms again (now the swapped scan).
+        w.compute(request(rotation(0.1), Some(step2.clone())));
+        let (moved3, _, _) =
+            engine::apply_new(&cpu, &rotation(0.1), &volume([6, 7, 8], 3), None).expect("t");
+        let want3 =
+            crate::filter::apply_cpu(&step2.filter, step2.boundary, &moved3.data, &moved3.shape)
+                .expect("filter");
+        assert!(full(&rx).image.data == want3);
+    }
+
+    #[test]
+    fn an_invalid_filter_is_one_failure_line() {
+        let (mut w, rx) = worker(volume([4, 5, 6], 0), None);
+        let step = FilterStep {
+            filter: Filter::Median { size: vec![4] },
+            boundary: Boundary::default(),
+            stage: FilterStage::Before,
+        };
+        w.compute(request(Plan::default(), Some(step)));
+        let msg = rx
+            .try_iter()
+            .find_map(|r| match r {
+                Reply::Failed { message, .. } => Some(message),
+                _ => None,
+            })
+            .expect("a failure");
+        assert!(msg.contains("median") && !msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn filter_cache_runs_once_per_key() {
+        let mut cache = FilterCache::default();
+        let v = volume([2, 3, 4], 0);
+        let key = |sigma: f64| FilterKey {
+            source: 1,
+            filter: Filter::Gaussian { sigma: vec![sigma] },
+            boundary: Boundary::default(),
+            backend: BackendSpec::Cpu,
+            precision: Precision::F32,
+        };
+        let step = gaussian(1.0, FilterStage::Before);
+        let mut runs = 0;
+        let mut next = 10;
+        let mut seen = vec![];
+        for sigma in [1.0, 1.0, 2.0, 2.0, 1.0] {
+            let (_, report, content) = cache
+                .get_or_run(
+                    key(sigma),
+                    || {
+                        next += 1;
+                        next
+                    },
+                    || {
+                        runs += 1;
+                        filter_volume(&step, &v, &BackendSpec::Cpu, Precision::F32)
+                    },
+                )
+                .expect("filtered");
+            seen.push((report.cached, content));
+        }
+        assert_eq!(runs, 3, "1.0, then 2.0, then 1.0 again (one entry kept)");
+        // A cached answer keeps its content key (the GPU keeps that upload); a run gets a new one.
+        assert_eq!(
+            seen,
+            [
+                (false, 11),
+                (true, 11),
+                (false, 12),
+                (true, 12),
+                (false, 13)
+            ]
+        );
+        // An error is not kept: the next request tries again.
+        let r = cache.get_or_run(key(3.0), || 0, || Err("no".into()));
+        assert!(r.is_err());
+        assert!(cache.entry.is_none());
+    }
+
+    #[test]
+    fn febds_masks_of_planes_are_the_pipeline_on_the_mapped_plane() {
+        let (h, w) = (40, 48);
+        let mut data = vec![0.1f32; h * w];
+        for (y, x) in [(10, 12), (25, 30), (30, 10)] {
+            for dy in 0..3 {
+                for dx in 0..3 {
+                    data[(y + dy) * w + x + dx] = 0.9;
+                }
+            }
+        }
+        let plane = Arc::new(DisplaySlice {
+            width: w,
+            height: h,
+            channels: 1,
+            data: data.clone(),
+            pixel_mm: [1.0, 1.0],
+            id: 7,
+        });
+        let req = MaskRequest {
+            method: FebdsMethod::Dog,
+            planes: vec![plane],
+            offset: 0.0,
+            factor: 4095.0,
+            backend: BackendSpec::Cpu,
+            precision: Precision::F32,
+        };
+        let set = febds_masks(&req);
+        let mask = set.mask_for(7).expect("a mask");
+        let mapped: Vec<f32> = data.iter().map(|v| v * 4095.0).collect();
+        let want = crate::filter::febds::febds(&mapped, [h, w], FebdsMethod::Dog);
+        assert!(mask.data == want);
+        assert!(mask.data[11 * w + 13] == 1.0, "a spot is in the mask");
+        assert!(set.mask_for(8).is_none());
+        assert_eq!(set.backend, "cpu");
+    }
 }
