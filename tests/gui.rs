@@ -736,3 +736,146 @@ fn slice_path_planes_match_the_whole_volume() {
         }
     }
 }
+
+/// The filter panel, as a user drives it: open the section, enable the (default) gaussian before
+/// the transform, move its sigma. The view is the scan filtered by `filter::apply_cpu`, then
+/// transformed, voxel for voxel; the label map is transformed only; a transform change reuses
+/// the filtered scan.
+#[test]
+fn filter_panel_gaussian_before_the_transform() {
+    use augscope::augment::Mode;
+    use augscope::engine::{apply_new, cpu::CpuBackend};
+    use augscope::filter::{Boundary, Filter, apply_cpu};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img.clone(), Some(lab.clone()));
+    settle(&mut h);
+    h.state_mut().state.params.rotate_deg = [15.0, 0.0, -5.0];
+    settle(&mut h);
+    let unfiltered = h
+        .state()
+        .rt
+        .full
+        .as_ref()
+        .expect("result")
+        .image
+        .data
+        .clone();
+    h.get_by_label("Filter (off)").click();
+    h.run_steps(2);
+    h.get_by_label("filter enabled").click();
+    h.run_steps(2);
+    slider(&h, "filter sigma").set_value_accesskit(2.0);
+    settle(&mut h);
+    let app = h.state();
+    let f = &app.state.params.filter;
+    assert!(f.enabled);
+    assert_eq!(f.kind, app::state::FilterKind::Gaussian);
+    assert_eq!(f.stage, app::state::FilterStage::Before);
+    assert_eq!(f.sigma_vox, 2.0);
+    let full = app.rt.full.as_ref().expect("result");
+    assert!(full.image.data != unfiltered, "the filter changed the view");
+    let image = augscope::io::load(&img, &Default::default()).expect("image");
+    let label = augscope::io::load(&lab, &Default::default()).expect("label");
+    let boundary = Boundary {
+        mode: Mode::Reflect,
+        cval: 0.0,
+    };
+    let filtered = apply_cpu(
+        &Filter::Gaussian { sigma: vec![2.0] },
+        boundary,
+        &image.data,
+        &image.shape,
+    )
+    .expect("filter");
+    let mut fv = image.clone();
+    fv.data = filtered;
+    let (want, want_lab, _) =
+        apply_new(&CpuBackend::new(), &app.plan(), &fv, Some(&label)).expect("transform");
+    assert!(full.image.data == want.data, "filtered, then transformed");
+    assert!(
+        full.label.as_ref().map(|l| &l.data) == want_lab.as_ref().map(|l| &l.data),
+        "the label map is never filtered"
+    );
+    let report = full.filter.as_ref().expect("filter report");
+    assert_eq!((report.name, report.backend.as_str()), ("gaussian", "cpu"));
+    // Shown in the timings and first in the done list.
+    h.get_by_label("filter gaussian");
+    h.get_by_label("filter: gaussian");
+    // Moving a transform reads the kept filtered scan.
+    h.state_mut().state.params.rotate_deg = [25.0, 0.0, -5.0];
+    settle(&mut h);
+    let full = h.state().rt.full.as_ref().expect("result");
+    assert!(full.filter.as_ref().expect("report").cached);
+}
+
+/// A 2D 12-bit image with three bright 3×3 spots on a smooth background: FEBDS through the
+/// panel draws a mask over the spots, computed on the plane on screen, and leaves the image as
+/// it is.
+#[test]
+fn filter_panel_febds_overlay_marks_the_spots() {
+    use augscope::filter::febds;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (hgt, wid) = (96usize, 112usize);
+    let spots = [(20usize, 30usize), (50, 70), (72, 25)];
+    let mut data: Vec<f32> = (0..hgt * wid)
+        .map(|i| {
+            let (y, x) = ((i / wid) as f32, (i % wid) as f32);
+            800.0 + 3.0 * x + 2.0 * y + ((i * 7919) % 13) as f32
+        })
+        .collect();
+    for &(y, x) in &spots {
+        for dy in 0..3 {
+            for dx in 0..3 {
+                data[(y + dy) * wid + x + dx] = 3000.0;
+            }
+        }
+    }
+    let path = dir.path().join("spots.npy");
+    augscope::io::save(
+        &path,
+        &augscope::Volume::new(data.clone(), vec![hgt, wid], 1),
+        &Default::default(),
+    )
+    .expect("write npy");
+    let mut h = harness(path, None);
+    settle(&mut h);
+    h.get_by_label("Filter (off)").click();
+    h.run_steps(2);
+    h.get_by_label("filter enabled").click();
+    h.run_steps(2);
+    h.get_all_by_role_and_label(Role::ComboBox, "filter")
+        .next()
+        .expect("filter kind")
+        .click();
+    h.run_steps(2);
+    h.get_by_label("FEBDS mask (overlay)").click();
+    settle(&mut h);
+    let app = h.state();
+    assert_eq!(
+        app.state.params.filter.febds(),
+        Some(augscope::filter::FebdsMethod::Dog)
+    );
+    // The image itself is not filtered (identity transform: the scan).
+    let full = app.rt.full.as_ref().expect("result");
+    assert!(full.image.data == data);
+    assert!(full.filter.is_none());
+    // Values within 256..4095 are 12-bit data and reach FEBDS unchanged.
+    let want = febds::febds(&data, [hgt, wid], febds::Method::Dog);
+    let shown = app.rt.shown.as_ref().expect("planes");
+    let masks = app.rt.masks.as_ref().expect("masks");
+    let aug = masks
+        .mask_for(shown.image[0].id)
+        .expect("mask of the augmented plane");
+    let orig = masks
+        .mask_for(app.rt.original[0].id)
+        .expect("mask of the original");
+    assert!(aug.data == want && orig.data == want);
+    for &(y, x) in &spots {
+        assert_eq!(aug.data[(y + 1) * wid + x + 1], 1.0, "spot at {y}, {x}");
+    }
+    let on = aug.data.iter().filter(|&&v| v == 1.0).count();
+    assert!(on >= 27 && on < hgt * wid / 10, "{on} mask pixels");
+    assert!(app.rt.error.is_none());
+    h.snapshot_options("febds_overlay", &snapshot_options());
+}
