@@ -301,6 +301,13 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                     egui::Checkbox::new(include_label, "label map included"),
                 );
                 ui.checkbox(resume, "resume a batch in this folder");
+                if state.params.filter.intensity_filter(1.0).is_some() {
+                    // Honest about the difference from the view: batch export is spatial only.
+                    ui.weak(
+                        "the filter panel's filter is not applied to exported samples \
+                         (spatial transforms only, as augscope batch)",
+                    );
+                }
             });
             ui.separator();
             if let Some(job) = &rt.export.job {

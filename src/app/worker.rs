@@ -1379,6 +1379,25 @@ mod tests {
     }
 
     #[test]
+    fn febds_input_map_keeps_12_bit_data_and_stretches_the_rest() {
+        use crate::app::febds_map;
+        // 12-bit mammogram: unchanged.
+        assert_eq!(febds_map((0.0, 3500.0)), (0.0, 1.0));
+        // 8-bit image, floats in [0, 1], CT in HU: [min, max] onto [0, 4095].
+        for (lo, hi) in [(0.0f32, 255.0f32), (0.0, 1.0), (-1024.0, 3071.0)] {
+            let (o, f) = febds_map((lo, hi));
+            let (a, b) = ((lo - o) * f, (hi - o) * f);
+            assert!(
+                a == 0.0 && (b - 4095.0).abs() < 1e-3,
+                "{lo}..{hi}: {a}..{b}"
+            );
+        }
+        // A constant scan: no division by zero.
+        let (_, f) = febds_map((7.0, 7.0));
+        assert!(f.is_finite());
+    }
+
+    #[test]
     fn filter_cache_runs_once_per_key() {
         let mut cache = FilterCache::default();
         let v = volume([2, 3, 4], 0);
