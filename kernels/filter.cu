@@ -226,17 +226,163 @@ extern "C" __global__ void __launch_bounds__(256) laplace3x3_f32(const float* __
 }
 
 // ---------------------------------------------------------------------------------------------
-// Median over a MED_K0 x MED_K1 x MED_K2 box (odd sizes), by forgetful selection: of the
-// N = 2k + 1 window values, keep the first k + 2; repeatedly drop the smallest and the largest
-// (neither can be the median) and take in the next value; the one value left is the median. It
-// needs k + 2 registers/local slots instead of N and about (k + 2)^2 / 2 comparisons, and the
-// result is one of the inputs, exactly scipy's.
-// Shape [outer, d, h, w] with d = 1 for 2D. Grid: (ceil(w / 32), ceil(h / 8), outer * d); block
-// (32, 8).
+// Median over a MED_K0 x MED_K1 x MED_K2 box (odd sizes, N taps), by forgetful selection: of the
+// N = 2k + 1 window values keep the first k + 2; repeatedly drop the smallest and the largest
+// (neither can be the median) and take in the next value; the one value left is the median. The
+// result is one of the inputs, exactly the CPU engine's: values are compared as the integer keys
+// of f32::total_cmp (-0 < +0, NaN above +inf), not with `<`.
+//
+// Windows of up to 125 taps (k + 2 <= 64: 5^3, 11x11, ...) run a network unrolled at compile
+// time, so the k + 2 values live in registers: each step pairs the values low/high and brings the
+// minimum of the lows to slot 0 and the maximum of the highs to the last slot with two tournament
+// trees (1.5 LEN compare-exchanges, depth log2 LEN), then the new value replaces slot 0 and the
+// last slot is dropped. With MED_PAIR = 0 (or 1) a thread makes two outputs next to each other
+// along axis 0 (or 1): their windows share all but one plane (row), and the steps that take in
+// the shared values are done once for both (valid for both windows, as the kept set is a subset
+// of each); only the last steps run twice. Larger windows keep the values in local memory.
+//
+// Shape [outer, d, h, w] with d = 1 for 2D. Block (32, 8); grid (ceil(w / 32), ceil(h / 8),
+// outer * d), with h / 16 for MED_PAIR = 1 and outer * ceil(d / 2) for MED_PAIR = 0.
 // ---------------------------------------------------------------------------------------------
 #ifdef MED_K0
 #define MED_N (MED_K0 * MED_K1 * MED_K2)
 #define MED_KEEP (MED_N / 2 + 2)
+#ifndef MED_PAIR
+#define MED_PAIR (-1)
+#endif
+#ifndef MED_MINB  // blocks per SM the register network is built for (measurements)
+#define MED_MINB 2
+#endif
+
+// f32::total_cmp's order as a signed integer order (an involution).
+__device__ __forceinline__ int med_key(float f) {
+    const int i = __float_as_int(f);
+    return i ^ ((i >> 31) & 0x7fffffff);
+}
+__device__ __forceinline__ float med_unkey(int k) { return __int_as_float(k ^ ((k >> 31) & 0x7fffffff)); }
+
+#if MED_N > 1 && MED_KEEP <= 64
+// The window's planes and rows: one more on the pairing axis.
+#define MED_P0 (MED_K0 + (MED_PAIR == 0 ? 1 : 0))
+#define MED_P1 (MED_K1 + (MED_PAIR == 1 ? 1 : 0))
+// Taps shared by both outputs of a pair (all N without pairing).
+#define MED_C (MED_PAIR == 0 ? (MED_K0 - 1) * MED_K1 * MED_K2 : MED_PAIR == 1 ? MED_K0 * (MED_K1 - 1) * MED_K2 : MED_N)
+// Taps of one output only.
+#define MED_U (MED_N - MED_C)
+
+__device__ __forceinline__ void med_cx(int& a, int& b) {
+    const int lo = min(a, b);
+    b = max(a, b);
+    a = lo;
+}
+
+// Brings the minimum of a[0..LEN) to a[0] and the maximum to a[LEN - 1], keeping all values.
+template <int LEN>
+__device__ __forceinline__ void med_ends(int* a) {
+#pragma unroll
+    for (int i = 0; i < LEN / 2; i++) med_cx(a[i], a[LEN - 1 - i]);
+    // The lows (with the middle value when LEN is odd) hold the minimum, the highs the maximum.
+    constexpr int ML = (LEN + 1) / 2, MH = LEN - LEN / 2;
+#pragma unroll
+    for (int s = 1; s < ML; s *= 2) {
+#pragma unroll
+        for (int i = 0; i + s < ML; i += 2 * s) med_cx(a[i], a[i + s]);
+    }
+#pragma unroll
+    for (int s = 1; s < MH; s *= 2) {
+#pragma unroll
+        for (int i = 0; i + s < MH; i += 2 * s) med_cx(a[LEN - 1 - i - s], a[LEN - 1 - i]);
+    }
+}
+
+// Tap t of phase ph (0: the shared taps, 1: the first output's own, 2: the second's) as the
+// (plane, row, column) of the window.
+__device__ constexpr int med_ti(int ph, int t) {
+    return MED_PAIR == 0   ? (ph == 0 ? 1 + t / (MED_K1 * MED_K2) : ph == 1 ? 0 : MED_K0)
+           : MED_PAIR == 1 ? (ph == 0 ? t / ((MED_K1 - 1) * MED_K2) : t / MED_K2)
+                           : t / (MED_K1 * MED_K2);
+}
+__device__ constexpr int med_tj(int ph, int t) {
+    return MED_PAIR == 0   ? (ph == 0 ? (t / MED_K2) % MED_K1 : t / MED_K2)
+           : MED_PAIR == 1 ? (ph == 0 ? 1 + (t / MED_K2) % (MED_K1 - 1) : ph == 1 ? 0 : MED_K1)
+                           : (t / MED_K2) % MED_K1;
+}
+__device__ constexpr int med_tk(int t) { return t % MED_K2; }
+
+struct MedWin {
+    const float* p;
+    // Offsets of the window's planes, rows and columns (-1: outside, cval, constant modes only).
+    long long zo[MED_P0], yo[MED_P1], xo[MED_K2];
+    float cval;
+    __device__ __forceinline__ int key(int i, int j, int k) const {
+#if MODE == MODE_CONSTANT || MODE == MODE_GRID_CONSTANT
+        if (zo[i] < 0 || yo[j] < 0 || xo[k] < 0) return med_key(cval);
+#endif
+        return med_key(__ldg(p + zo[i] + yo[j] + xo[k]));
+    }
+};
+
+// Takes in the taps T..TEND of phase PH, one per step, into a[0..LEN).
+template <int PH, int LEN, int T, int TEND>
+__device__ __forceinline__ void med_take(int* a, const MedWin& win) {
+    if constexpr (T < TEND) {
+        med_ends<LEN>(a);
+        a[0] = win.key(med_ti(PH, T), med_tj(PH, T), med_tk(T));
+        med_take<PH, LEN - 1, T + 1, TEND>(a, win);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, MED_MINB) median_f32(const float* __restrict__ src,
+                                                             float* __restrict__ dst, long long d,
+                                                             long long h, long long w, float cval) {
+    const long long x = (long long)blockIdx.x * 32 + threadIdx.x;
+    const long long y = ((long long)blockIdx.y * 8 + threadIdx.y) * (MED_PAIR == 1 ? 2 : 1);
+    if (x >= w || y >= h) return;
+    const long long dz = MED_PAIR == 0 ? (d + 1) / 2 : d;
+    const long long z = (blockIdx.z % dz) * (MED_PAIR == 0 ? 2 : 1);
+    const long long b = blockIdx.z / dz;
+    MedWin win;
+    win.p = src + b * d * h * w;
+    win.cval = cval;
+#pragma unroll
+    for (int i = 0; i < MED_P0; i++) {
+        const long long t = filter_tap(z + i - MED_K0 / 2, d);
+        win.zo[i] = t < 0 ? -1 : t * h * w;
+    }
+#pragma unroll
+    for (int j = 0; j < MED_P1; j++) {
+        const long long t = filter_tap(y + j - MED_K1 / 2, h);
+        win.yo[j] = t < 0 ? -1 : t * w;
+    }
+#pragma unroll
+    for (int k = 0; k < MED_K2; k++) win.xo[k] = filter_tap(x + k - MED_K2 / 2, w);
+    int a[MED_KEEP];
+#pragma unroll
+    for (int t = 0; t < MED_KEEP; t++) a[t] = win.key(med_ti(0, t), med_tj(0, t), med_tk(t));
+    med_take<0, MED_KEEP, MED_KEEP, MED_C>(a, win);
+    float* q = dst + b * d * h * w;
+#if MED_PAIR < 0
+    med_ends<3>(a);
+    q[(z * h + y) * w + x] = med_unkey(a[1]);
+#else
+    constexpr int L = 2 * MED_KEEP - MED_C;  // values kept after the shared taps
+    int c[L];
+#pragma unroll
+    for (int t = 0; t < L; t++) c[t] = a[t];
+    med_take<1, L, 0, MED_U>(a, win);
+    med_take<2, L, 0, MED_U>(c, win);
+    med_ends<3>(a);
+    med_ends<3>(c);
+    q[(z * h + y) * w + x] = med_unkey(a[1]);
+#if MED_PAIR == 0
+    if (z + 1 < d) q[((z + 1) * h + y) * w + x] = med_unkey(c[1]);
+#else
+    if (y + 1 < h) q[(z * h + y + 1) * w + x] = med_unkey(c[1]);
+#endif
+#endif
+}
+
+#else  // one tap, or windows too large for registers
 extern "C" __global__ void __launch_bounds__(256) median_f32(const float* __restrict__ src,
                                                              float* __restrict__ dst, long long d,
                                                              long long h, long long w, float cval) {
@@ -251,12 +397,12 @@ extern "C" __global__ void __launch_bounds__(256) median_f32(const float* __rest
         const long long zz = filter_tap(z + t / (MED_K1 * MED_K2) - MED_K0 / 2, d);
         const long long yy = filter_tap(y + (t / MED_K2) % MED_K1 - MED_K1 / 2, h);
         const long long xx = filter_tap(x + t % MED_K2 - MED_K2 / 2, w);
-        return (zz < 0 || yy < 0 || xx < 0) ? cval : p[(zz * h + yy) * w + xx];
+        return med_key((zz < 0 || yy < 0 || xx < 0) ? cval : p[(zz * h + yy) * w + xx]);
     };
 #if MED_N == 1
-    dst[((b * d + z) * h + y) * w + x] = tap(0);
+    dst[((b * d + z) * h + y) * w + x] = med_unkey(tap(0));
 #else
-    float a[MED_KEEP];
+    int a[MED_KEEP];
     int len = MED_KEEP;
     for (int t = 0; t < MED_KEEP; t++) a[t] = tap(t);
     int next = MED_KEEP;
@@ -277,9 +423,10 @@ extern "C" __global__ void __launch_bounds__(256) median_f32(const float* __rest
         if (next >= MED_N) break;
         a[len++] = tap(next++);
     }
-    dst[((b * d + z) * h + y) * w + x] = a[0];
+    dst[((b * d + z) * h + y) * w + x] = med_unkey(a[0]);
 #endif
 }
+#endif
 #endif
 
 // ---------------------------------------------------------------------------------------------

@@ -53,8 +53,29 @@ pub fn filter_defines(mode: Mode, store: Precision, median: Option<[usize; 3]>) 
         d.push(format!("-DMED_K0={k0}"));
         d.push(format!("-DMED_K1={k1}"));
         d.push(format!("-DMED_K2={k2}"));
+        if let Some(axis) = median_pair([k0, k1, k2]) {
+            d.push(format!("-DMED_PAIR={axis}"));
+        }
     }
     d
+}
+
+/// The axis (0 or 1) along which a thread of the median kernel makes two outputs, or `None`: the
+/// register network holds `N / 2 + 2 <= 64` values of an `N`-tap window, and a pair needs the
+/// taps both windows share to fill it (as `kernels/filter.cu` requires).
+pub fn median_pair(k: [usize; 3]) -> Option<usize> {
+    let n = k[0] * k[1] * k[2];
+    let keep = n / 2 + 2;
+    if n <= 1 || keep > 64 {
+        return None;
+    }
+    if k[0] > 1 && (k[0] - 1) * k[1] * k[2] >= keep {
+        Some(0)
+    } else if k[1] > 1 && k[0] * (k[1] - 1) * k[2] >= keep {
+        Some(1)
+    } else {
+        None
+    }
 }
 
 /// Compiles the filter programs (the CI compile check, no GPU needed): each mode × storage type,
@@ -71,7 +92,15 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
         compile(Family::Filter, &d, arch)?;
         n += 1;
     }
-    for k in [[1, 3, 3], [1, 5, 5], [3, 3, 3], [7, 7, 7]] {
+    for k in [
+        [1, 1, 3],
+        [1, 3, 3],
+        [1, 5, 5],
+        [1, 11, 11],
+        [3, 3, 3],
+        [3, 5, 7],
+        [7, 7, 7],
+    ] {
         let d = filter_defines(Mode::Reflect, Precision::F32, Some(k));
         compile(Family::Filter, &d, arch)?;
         n += 1;
@@ -386,7 +415,13 @@ impl Gpu {
         s[off..].copy_from_slice(shape);
         k[off..].copy_from_slice(size);
         let [d, h, w] = s;
-        if count * d > 65535 || h.div_ceil(8) > 65535 {
+        let pair = median_pair(k);
+        let (gy, gz) = match pair {
+            Some(0) => (h.div_ceil(8), count * d.div_ceil(2)),
+            Some(_) => (h.div_ceil(16), count * d),
+            None => (h.div_ceil(8), count * d),
+        };
+        if gz > 65535 || gy > 65535 {
             return Err(EngineError::Shape(format!(
                 "{count} arrays of {shape:?} are too many for one median launch"
             )));
@@ -398,11 +433,7 @@ impl Gpu {
         let mut out = self.alloc(src.len(), "the median output")?;
         let (dl, hl, wl) = (d as i64, h as i64, w as i64);
         let cfg = LaunchConfig {
-            grid_dim: (
-                w.div_ceil(32) as u32,
-                h.div_ceil(8) as u32,
-                (count * d) as u32,
-            ),
+            grid_dim: (w.div_ceil(32) as u32, gy as u32, gz as u32),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
@@ -414,8 +445,11 @@ impl Gpu {
             .arg(&wl)
             .arg(&b.cval);
         // SAFETY: median_f32(const float* src, float* dst, long long d, h, w, float cval): src
-        // and dst hold count * d * h * w floats (grid.z = count * d, x >= w or y >= h return);
-        // the window sizes are the build's MED_K* defines.
+        // and dst hold count * d * h * w floats; the grid is the kernel's for this build's
+        // MED_PAIR (from `median_pair`, as in `filter_defines`): grid.z = count * d, or
+        // count * ceil(d / 2) for pairs along axis 0 (the second output stored only if z + 1 < d);
+        // grid.y = ceil(h / 8), or ceil(h / 16) for pairs along axis 1 (stored only if y + 1 < h);
+        // x >= w or y >= h return. The window sizes are the build's MED_K* defines.
         unsafe { lb.launch(cfg) }.map_err(|e| driver_error("median_f32", e))?;
         Ok(out)
     }
