@@ -78,24 +78,60 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
 
 #if FIELD_R <= TILED_MAX_R
 
-// A pass along an axis that is not the last, on one component: the data is [outer][n][inner],
-// with inner > 1 contiguous. Grid (ceil(inner/32), ceil(n/TL), outer), block (32, 8).
-// With gen_noise, the input is the Philox noise of component noise_k (the first pass; src unused).
+// The Philox key (seed lo, seed hi) of each sample of a batch, and the noise component: slab g
+// of a batched field ([sample][component][grid]) is component g % ndim of sample g / ndim.
+struct SlabNoise {
+    unsigned int key0, key1, k;
+};
+__device__ __forceinline__ SlabNoise slab_noise(const unsigned int* __restrict__ keys, int g, int ndim) {
+    const int sample = g / ndim;
+    return SlabNoise{__ldg(keys + 2 * sample), __ldg(keys + 2 * sample + 1), (unsigned int)(g % ndim)};
+}
+
+// A pass along an axis that is not the last: the data is [outer][n][inner], with inner > 1
+// contiguous; `outer` covers every slab (component of a sample) of the launch, comp_outer of it
+// per slab. Grid (ceil(inner/32), ceil(n/TL), outer), block (32, 8).
+// With gen_noise (the first pass; src unused), the input is the Philox noise of each slab:
+// global slab slab0 + o / comp_outer, keys from `keys` (see slab_noise), counter the voxel's
+// index within its component.
 extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     const float* __restrict__ src, float* __restrict__ dst, int outer, int n, long long inner,
-    int gen_noise, unsigned int key0, unsigned int key1, unsigned int noise_k, FieldWeights wts) {
+    int gen_noise, const unsigned int* __restrict__ keys, int slab0, int comp_outer, int ndim,
+    FieldWeights wts) {
     __shared__ float tile[TROWS * TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int o = blockIdx.z;
     const long long col = (long long)blockIdx.x * TX + tx;
     const int i0 = blockIdx.y * TL;
     const long long slab = (long long)o * n * inner;
+    SlabNoise sn = {0u, 0u, 0u};
+    long long comp_base = 0;
+    if (gen_noise) {
+        sn = slab_noise(keys, slab0 + o / comp_outer, ndim);
+        comp_base = (long long)(o % comp_outer) * n * inner;
+    }
+    if (!gen_noise && (long long)(blockIdx.x + 1) * TX <= inner) {
+        // Every column of the block exists (the common case): one offset step per row and one
+        // row check (the general loop below costs about 3x the instructions per load).
+        const int ifirst = i0 - FIELD_R + ty;
+        long long off = slab + (long long)ifirst * inner + col;
+        const long long step = (long long)TY * inner;
+#pragma unroll
+        for (int r = 0; r < TROWS / TY; r++) {
+            const int i = ifirst + r * TY;
+            tile[(ty + r * TY) * TX + tx] = (i >= 0 && i < n) ? __ldg(src + off) : 0.0f;
+            off += step;
+        }
+        const int i = ifirst + TROWS / TY * TY;
+        if (ty < TROWS % TY) tile[(TROWS / TY * TY + ty) * TX + tx] = (i >= 0 && i < n) ? __ldg(src + off) : 0.0f;
+    } else
     for (int r = ty; r < TROWS; r += TY) {
         const int i = i0 - FIELD_R + r;
         float v = 0.0f;
         if (i >= 0 && i < n && col < inner) {
-            const long long lin = slab + (long long)i * inner + col;
-            v = gen_noise ? noise_value(key0, key1, noise_k, (unsigned long long)lin) : src[lin];
+            const long long at = (long long)i * inner + col;
+            v = gen_noise ? noise_value(sn.key0, sn.key1, sn.k, (unsigned long long)(comp_base + at))
+                          : src[slab + at];
         }
         tile[r * TX + tx] = v;
     }
@@ -119,16 +155,17 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     }
 }
 
-// A pass along the last (contiguous) axis of one component: `lines` lines of length n.
-// Grid (ceil(n/TL), ceil(lines/32)), block (32, 8): 32 lines per block, loaded and stored
+// A pass along the last (contiguous) axis: `lines` lines of length n (of every slab of the
+// launch).
+// Grid (ceil(lines/32), ceil(n/TL)), block (32, 8): 32 lines per block, loaded and stored
 // coalesced through a shared tile (odd row stride: no bank conflicts).
 extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
     const float* __restrict__ src, float* __restrict__ dst, long long lines, int n, FieldWeights wts) {
     __shared__ float tile[TX * (TROWS + 1)];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int tid = ty * TX + tx;
-    const int i0 = blockIdx.x * TL;
-    const long long line0 = (long long)blockIdx.y * TX;
+    const int i0 = blockIdx.y * TL;
+    const long long line0 = (long long)blockIdx.x * TX;
     const float* s = src;
     for (int idx = tid; idx < TX * TROWS; idx += TX * TY) {
         const int l = idx / TROWS, pos = idx % TROWS;
@@ -163,20 +200,24 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
 // The first pass (axis 0, the noise) when a block can hold whole columns: all n rows of 32
 // columns plus R zero rows above and below, so every noise value is made exactly once (the
 // tiled gauss_mid_f32 makes the halo rows of each tile again: (TL + 2R) / TL = 1.75x at R = 48).
-// Grid (ceil(inner/32)), block (32, 8); the host uses it when n + 2R <= COL_ROWS.
+// Grid (ceil(inner/32), slabs), block (32, 8): blockIdx.y is the slab (global slab
+// slab0 + blockIdx.y, see slab_noise) of n * inner voxels. The host uses it when
+// n + 2R <= COL_ROWS.
 #define COL_ROWS 352
 extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
-    float* __restrict__ dst, int n, long long inner, unsigned int key0, unsigned int key1,
-    unsigned int noise_k, FieldWeights wts) {
+    float* __restrict__ dst, int n, long long inner, const unsigned int* __restrict__ keys, int slab0,
+    int ndim, FieldWeights wts) {
     __shared__ float tile[COL_ROWS * TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const long long col = (long long)blockIdx.x * TX + tx;
     const int rows = n + 2 * FIELD_R;
+    const SlabNoise sn = slab_noise(keys, slab0 + (int)blockIdx.y, ndim);
+    dst += (long long)blockIdx.y * n * inner;
     for (int r = ty; r < rows; r += TY) {
         const int i = r - FIELD_R;
         float v = 0.0f;
         if (i >= 0 && i < n && col < inner) {
-            v = noise_value(key0, key1, noise_k, (unsigned long long)((long long)i * inner + col));
+            v = noise_value(sn.key0, sn.key1, sn.k, (unsigned long long)((long long)i * inner + col));
         }
         tile[r * TX + tx] = v;
     }

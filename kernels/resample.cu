@@ -15,6 +15,15 @@
 #ifndef NDIM
 #error "NDIM must be defined"
 #endif
+// Output voxels per thread along the last axis (strided by the block's width, so every store is
+// coalesced); the host launches ceil(W / (bx * RS_K)) blocks along x (`resample_k` in cuda.rs).
+#ifndef RS_K
+#define RS_K 1
+#endif
+// Blocks per SM the resample entries are built for (a register cap; for measurements).
+#ifndef RS_MINB
+#define RS_MINB 1
+#endif
 
 // Must match `ResampleParams` in src/engine/cuda.rs field for field (#[repr(C)]).
 struct ResampleParams {
@@ -35,7 +44,7 @@ struct ResampleParams {
     float cval;
     int has_field;
     int has_label;
-    int reserved;
+    int field_slot;     // the sample's field in a batched launch (field + field_slot * field stride)
     int box_lo[3];      // the computed box of the output grid: voxels box_lo + [0, box_shape),
     int box_shape[3];   // written compactly (the whole grid, or one plane for the viewer)
     long long n_box;    // voxels of the box: the channel stride of out and lab_out
@@ -52,11 +61,12 @@ struct LoadF32 {
 // threads, grid (ceil(W/bx), ceil(H/by), ceil(D/bz)) of the box shape; bz = 1 in 2D): no integer
 // division per voxel. Returns false past the edge; `idx` receives the C-order linear index of p
 // in the box (the whole grid unless the viewer asks for one plane).
-__device__ __forceinline__ bool output_voxel(const ResampleParams& p, int* pv, long long* idx) {
+// `bz` is the block's index along z (blockIdx.z, or its part within one sample of a batch).
+__device__ __forceinline__ bool output_voxel(const ResampleParams& p, int bz, int* pv, long long* idx) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
 #if NDIM == 3
-    const int z = blockIdx.z * blockDim.z + threadIdx.z;
+    const int z = bz * blockDim.z + threadIdx.z;
     if (x >= p.box_shape[2] || y >= p.box_shape[1] || z >= p.box_shape[0]) return false;
     pv[0] = z + p.box_lo[0];
     pv[1] = y + p.box_lo[1];
@@ -141,16 +151,10 @@ __device__ __forceinline__ void label_edge(const ResampleParams& p, const float*
     }
 }
 
-// One thread per output voxel (see output_voxel); every image channel and every label channel.
-extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
-    int pv[3];
-    long long idx;
-    if (!output_voxel(p, pv, &idx)) return;
-    double x[3];
-    input_coordinate(p, field, pv, x);
-
+// Samples every image channel and every label channel at input coordinate x into output `idx`.
+__device__ __forceinline__ void sample_store(const ResampleParams& p, const double* x, long long idx,
+                                             const store_t* __restrict__ img, store_t* __restrict__ out,
+                                             const float* __restrict__ lab, float* __restrict__ lab_out) {
     idx_t base;
     float w[NDIM][ORDER + 1];
     if (interior_taps<ORDER>(x, p.in_shape, p.pad, &base, w)) {
@@ -174,6 +178,128 @@ extern "C" __global__ void __launch_bounds__(256) RESAMPLE_ENTRY(
     }
 }
 
+#if RS_K == 1
+// One output voxel (see output_voxel).
+__device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, const store_t* __restrict__ img,
+                                               store_t* __restrict__ out, const float* __restrict__ lab,
+                                               float* __restrict__ lab_out, const float* __restrict__ field) {
+    int pv[3];
+    long long idx;
+    if (!output_voxel(p, bz, pv, &idx)) return;
+    double x[3];
+    input_coordinate(p, field, pv, x);
+    sample_store(p, x, idx, img, out, lab, lab_out);
+}
+#else
+// RS_K output voxels of one row, blockDim.x apart. Without a field, the part of the affine that
+// depends on the row, (offset + m_i0 c_0) + m_i1 c_1 (2D: offset + m_i0 c_0), is computed once
+// per row: the same f64 operations in the same order as input_coordinate, so the same x.
+__device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, const store_t* __restrict__ img,
+                                               store_t* __restrict__ out, const float* __restrict__ lab,
+                                               float* __restrict__ lab_out, const float* __restrict__ field) {
+    constexpr int L = NDIM - 1;  // the last axis
+    const int x0 = blockIdx.x * (blockDim.x * RS_K) + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    const int w_box = p.box_shape[L];
+    int pv[3];
+    long long row;
+#if NDIM == 3
+    const int z = bz * blockDim.z + threadIdx.z;
+    if (y >= p.box_shape[1] || z >= p.box_shape[0]) return;
+    pv[0] = z + p.box_lo[0];
+    pv[1] = y + p.box_lo[1];
+    row = ((long long)z * p.box_shape[1] + y) * w_box;
+#else
+    if (y >= p.box_shape[0]) return;
+    pv[0] = y + p.box_lo[0];
+    row = (long long)y * w_box;
+#endif
+    if (!p.has_field) {
+        double base[NDIM];
+        double c[NDIM];
+#pragma unroll
+        for (int a = 0; a < L; a++) {
+            const int q = p.flip[a] ? p.out_shape[a] - 1 - pv[a] : pv[a];
+            c[a] = small_int_to_double(q) - p.ctr_out[a];
+        }
+#pragma unroll
+        for (int i = 0; i < NDIM; i++) {
+            double s = p.offset[i];
+#pragma unroll
+            for (int j = 0; j < L; j++) s += p.m[i * 3 + j] * c[j];
+            base[i] = s;
+        }
+#pragma unroll
+        for (int k = 0; k < RS_K; k++) {
+            const int xo = x0 + k * blockDim.x;
+            if (xo >= w_box) return;
+            const int px = xo + p.box_lo[L];
+            const int q = p.flip[L] ? p.out_shape[L] - 1 - px : px;
+            const double cl = small_int_to_double(q) - p.ctr_out[L];
+            double x[3];
+#pragma unroll
+            for (int i = 0; i < NDIM; i++) x[i] = base[i] + p.m[i * 3 + L] * cl;
+            sample_store(p, x, row + xo, img, out, lab, lab_out);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < RS_K; k++) {
+            const int xo = x0 + k * blockDim.x;
+            if (xo >= w_box) return;
+            pv[L] = xo + p.box_lo[L];
+            double x[3];
+            input_coordinate(p, field, pv, x);
+            sample_store(p, x, row + xo, img, out, lab, lab_out);
+        }
+    }
+}
+#endif
+
+// One thread per output voxel of one volume (grid from the box shape).
+extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+    resample_voxel(p, blockIdx.z, img, out, lab, lab_out, field);
+}
+
+// Element strides between the samples of a batched launch (0: every sample reads the same image
+// or label map). Must match `ManyStrides` in src/engine/cuda.rs.
+struct ManyStrides {
+    long long img, out, lab, lab_out, field;
+    int zblocks;  // grid blocks along z of one sample (1 in 2D)
+    int samples;
+};
+
+#if defined(STORE_F16)
+#define RESAMPLE_MANY_ENTRY resample_many_f16
+#elif defined(STORE_BF16)
+#define RESAMPLE_MANY_ENTRY resample_many_bf16
+#else
+#define RESAMPLE_MANY_ENTRY resample_many_f32
+#endif
+
+// Many volumes of one output shape in one launch: sample s = blockIdx.z / zblocks, with its own
+// parameters ps[s] (plan, field slot) and its own image, outputs and field at the strides `st`.
+// Every sample's voxels get exactly the single-volume kernel's operations.
+extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_MANY_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, const ResampleParams* __restrict__ ps,
+    ManyStrides st) {
+    __shared__ ResampleParams sp;
+    const int s = blockIdx.z / st.zblocks;
+    if (s >= st.samples) return;
+    {
+        const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+        constexpr int words = sizeof(ResampleParams) / sizeof(long long);
+        if (tid < words) {
+            reinterpret_cast<long long*>(&sp)[tid] = __ldg(reinterpret_cast<const long long*>(ps + s) + tid);
+        }
+    }
+    __syncthreads();
+    resample_voxel(sp, blockIdx.z - s * st.zblocks, img + s * st.img, out + s * st.out, lab + s * st.lab,
+                   lab_out + s * st.lab_out, field + (long long)sp.field_slot * st.field);
+}
+
 // `--save-coords`: the input coordinate of every output voxel, (NDIM, n_out) f32, as
 // `coordinates` in src/engine/cpu.rs.
 extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__ out,
@@ -181,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__
                                                              ResampleParams p) {
     int pv[3];
     long long idx;
-    if (!output_voxel(p, pv, &idx)) return;
+    if (!output_voxel(p, blockIdx.z, pv, &idx)) return;
     double x[3];
     input_coordinate(p, field, pv, x);
 #pragma unroll

@@ -105,6 +105,10 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// Samples of the batched rows, for shapes of at most `BATCH_MAX_VOXELS` voxels.
+const BATCH: usize = 32;
+const BATCH_MAX_VOXELS: usize = 1 << 23;
+
 /// The three pipelines of the issue.
 pub fn plans() -> Vec<(&'static str, Plan)> {
     let base = Plan {
@@ -336,6 +340,89 @@ pub fn run(
                 progress(&format_row(&row));
                 report.rows.push(row);
             }
+        }
+        // Many small volumes at once: `BATCH` samples of the full pipeline (new seeds, one
+        // image) through `apply_batch`, i.e. batched launches; per-sample times.
+        if let Some(g) = &gpu
+            && n <= BATCH_MAX_VOXELS
+        {
+            g.clear_cache();
+            let plan = plans()
+                .into_iter()
+                .find(|(v, _)| *v == "full")
+                .map(|(_, p)| p)
+                .ok_or_else(|| EngineError::Cuda("no full pipeline".into()))?;
+            let mut outs: Vec<Vec<f32>> = (0..BATCH).map(|_| vec![0f32; n]).collect();
+            let (mut dev, mut rs, mut fld, mut host) = (vec![], vec![], vec![], vec![]);
+            let mut launches = 0;
+            for rep in 0..reps + opts.warmup.max(1) {
+                let batch_plans: Vec<Plan> = (0..BATCH)
+                    .map(|k| with_seed(&plan, 20_000 + (rep * BATCH + k) as u64))
+                    .collect();
+                let jobs: Vec<(Job<'_>, Outputs<'_>)> = batch_plans
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .map(|(p, o)| {
+                        (
+                            Job {
+                                plan: p,
+                                image: &img,
+                                label: None,
+                            },
+                            Outputs {
+                                image: o,
+                                label: None,
+                            },
+                        )
+                    })
+                    .collect();
+                let t = Instant::now();
+                let results = g.apply_batch(jobs);
+                let wall = t.elapsed().as_secs_f64() * 1e3;
+                // Each batched launch reports the timings of its samples together: sum the
+                // distinct launches (consecutive runs of equal `batched` timings).
+                let mut sum = Timings::default();
+                let mut k = 0;
+                launches = 0;
+                let results: Vec<Timings> = results.into_iter().collect::<Result<_, _>>()?;
+                while k < results.len() {
+                    let t = &results[k];
+                    sum.field_ms += t.field_ms;
+                    sum.resample_ms += t.resample_ms;
+                    launches += 1;
+                    k += t.batched.unwrap_or(1);
+                }
+                if rep >= opts.warmup.max(1) {
+                    let b = BATCH as f64;
+                    dev.push((sum.field_ms + sum.resample_ms) / b);
+                    rs.push(sum.resample_ms / b);
+                    fld.push(sum.field_ms / b);
+                    host.push(wall / b);
+                }
+            }
+            let bw = report.d2d_bytes_per_s.unwrap_or(f64::NAN);
+            let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
+            let row = BenchRow {
+                shape: shape_s.clone(),
+                variant: format!("full, {BATCH} samples in {launches} batch(es), per sample"),
+                engine: g.name(),
+                device_ms: Some(median(&mut dev)),
+                resample_ms: Some(median(&mut rs)),
+                field_ms: Some(median(&mut fld)),
+                host_ms: median(&mut host),
+                host_min_ms: host_min,
+                host_cached_ms: None,
+                device_cached_ms: None,
+                floor_ms: Some(vol_bytes * 20.0 / bw * 1e3),
+                floor_cached_ms: None,
+                peak_device_volumes: g
+                    .mem_stats()
+                    .first()
+                    .map(|m| m.peak_bytes as f64 / vol_bytes),
+                reps,
+            };
+            progress(&format_row(&row));
+            report.rows.push(row);
         }
         if let Some(g) = &gpu {
             g.clear_cache();

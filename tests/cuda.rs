@@ -45,6 +45,17 @@ fn random_labels(shape: &[usize], seed: u64) -> Volume {
     v
 }
 
+/// Whether `second` reuses the device field that `first` made (`field_ms == 0`). The tests of
+/// this file run in parallel on one device engine, whose single cached field another test may
+/// replace between the two calls: the pair is tried up to 20 times; a broken cache fails all.
+fn cached_on_second_run(g: &CudaBackend, first: &Plan, second: &Plan, image: &Volume) -> bool {
+    (0..20).any(|_| {
+        apply_new(g, first, image, None).unwrap();
+        let (_, _, t) = apply_new(g, second, image, None).unwrap();
+        t.field_ms == 0.0
+    })
+}
+
 /// Fraction of values within `tol`, the largest difference, and NaN count.
 fn agreement(a: &[f32], b: &[f32], tol: f32) -> (f64, f32, usize) {
     assert_eq!(a.len(), b.len());
@@ -347,7 +358,7 @@ fn gpu_field_is_cached_across_alpha_and_angles() {
         }),
         ..Plan::default()
     };
-    let _ = apply_new(&g, &plan, &image, None).unwrap();
+    let first = plan.clone();
     plan.elastic = Some(Elastic {
         alpha: 250.0,
         sigma: 3.0,
@@ -355,8 +366,10 @@ fn gpu_field_is_cached_across_alpha_and_angles() {
     });
     plan.rotate_rad = vec![0.2, 0.0, 0.1];
     plan.mode = Mode::Reflect;
-    let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
-    assert_eq!(t.field_ms, 0.0, "the field was recomputed");
+    assert!(
+        cached_on_second_run(&g, &first, &plan, &image),
+        "the field was recomputed"
+    );
     plan.elastic = Some(Elastic {
         alpha: 250.0,
         sigma: 3.0,
@@ -615,10 +628,12 @@ fn gpu_matches_cpu_in_mm_space_with_anisotropic_sigma() {
         spacing_mm: vec![3.0, 1.0, 1.0],
         ..Plan::default()
     };
-    let _ = apply_new(&g, &plan, &image, None).unwrap();
+    let first = plan.clone();
     plan.rotate_rad = vec![0.1, 0.2, 0.3];
-    let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
-    assert_eq!(t.field_ms, 0.0, "same spacing: the field is cached");
+    assert!(
+        cached_on_second_run(&g, &first, &plan, &image),
+        "same spacing: the field is cached"
+    );
     plan.spacing_mm = vec![2.0, 1.0, 1.0];
     let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
     assert!(t.field_ms > 0.0, "another spacing needs another field");
@@ -713,6 +728,211 @@ fn plane_of(v: &Volume, axis: usize, index: usize, dst: &mut [f32]) {
                         k += 1;
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Many volumes in one set of launches (`CudaBackend::apply_batch` → `DeviceEngine::apply_many`)
+/// against one launch per volume: bit for bit, for a shared image and for one image per sample,
+/// with labels, RGB channels, 2D and 3D, samples with and without a field, sigmas shared by
+/// several samples and sigmas of their own, an identity plan, an output grid of another shape,
+/// and order 3 (prefiltered once per batch, with and without scipy's prepad). `Timings::batched` proves the batched path ran (a failed batch is retried job by job).
+#[test]
+fn gpu_batched_launch_equals_single_launches_bit_for_bit() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    struct Case {
+        shape: Vec<usize>,
+        channels: usize,
+        label: bool,
+        shared: bool,
+        out_shape: Option<Vec<usize>>,
+        order: Order,
+        mode: Mode,
+        /// One cval for every sample (order 3 grid-constant pads with it: one batch per cval).
+        fixed_cval: bool,
+    }
+    let cases = [
+        Case {
+            shape: vec![20, 33, 47],
+            channels: 1,
+            label: true,
+            shared: true,
+            out_shape: None,
+            order: Order::Linear,
+            mode: Mode::Constant,
+            fixed_cval: false,
+        },
+        Case {
+            shape: vec![20, 33, 47],
+            channels: 1,
+            label: true,
+            shared: false,
+            out_shape: None,
+            order: Order::Nearest,
+            mode: Mode::Reflect,
+            fixed_cval: false,
+        },
+        Case {
+            shape: vec![17, 26, 31],
+            channels: 2,
+            label: false,
+            shared: false,
+            out_shape: Some(vec![15, 29, 24]),
+            order: Order::Linear,
+            mode: Mode::Mirror,
+            fixed_cval: false,
+        },
+        Case {
+            shape: vec![40, 52],
+            channels: 3,
+            label: false,
+            shared: true,
+            out_shape: None,
+            order: Order::Linear,
+            mode: Mode::Wrap,
+            fixed_cval: false,
+        },
+        Case {
+            shape: vec![40, 52],
+            channels: 1,
+            label: true,
+            shared: false,
+            out_shape: Some(vec![33, 61]),
+            order: Order::Linear,
+            mode: Mode::Nearest,
+            fixed_cval: false,
+        },
+        Case {
+            shape: vec![20, 33, 47],
+            channels: 1,
+            label: true,
+            shared: true,
+            out_shape: None,
+            order: Order::Cubic,
+            mode: Mode::GridConstant,
+            fixed_cval: true,
+        },
+        Case {
+            shape: vec![17, 26, 31],
+            channels: 2,
+            label: false,
+            shared: false,
+            out_shape: None,
+            order: Order::Cubic,
+            mode: Mode::Reflect,
+            fixed_cval: false,
+        },
+        Case {
+            shape: vec![40, 52],
+            channels: 1,
+            label: false,
+            shared: false,
+            out_shape: Some(vec![33, 61]),
+            order: Order::Cubic,
+            mode: Mode::Nearest,
+            fixed_cval: false,
+        },
+    ];
+    for (ci, c) in cases.iter().enumerate() {
+        let ndim = c.shape.len();
+        let count = 9;
+        let images: Vec<Volume> = (0..if c.shared { 1 } else { count })
+            .map(|i| random_volume(&c.shape, c.channels, 900 + 10 * ci as u64 + i as u64))
+            .collect();
+        let labels: Vec<Volume> = (0..images.len())
+            .map(|i| random_labels(&c.shape, 700 + i as u64))
+            .collect();
+        let plans: Vec<Plan> = (0..count)
+            .map(|k| {
+                let mut p = random_plan(ndim, k as u64 + 3 * ci as u64, c.order, c.mode);
+                p.out_shape = c.out_shape.clone();
+                if let Some(e) = p.elastic.as_mut() {
+                    // Samples 0..4 share one sigma (one set of field passes for them all).
+                    if k < 4 {
+                        e.sigma = 3.0;
+                    }
+                }
+                if k == 5 {
+                    // An identity plan (copied, not launched) unless the grid changes.
+                    p = Plan {
+                        order: c.order,
+                        mode: c.mode,
+                        out_shape: c.out_shape.clone(),
+                        ..Plan::default()
+                    };
+                }
+                if c.fixed_cval {
+                    p.cval = 0.125;
+                }
+                p
+            })
+            .collect();
+        let pick = |k: usize| if c.shared { 0 } else { k };
+        let out_shape = c.out_shape.clone().unwrap_or_else(|| c.shape.clone());
+        let n_out: usize = out_shape.iter().product();
+        let mut outs: Vec<Vec<f32>> = (0..count)
+            .map(|_| vec![f32::NAN; c.channels * n_out])
+            .collect();
+        let mut lab_outs: Vec<Vec<f32>> = (0..count).map(|_| vec![f32::NAN; n_out]).collect();
+        let jobs = outs
+            .iter_mut()
+            .zip(lab_outs.iter_mut())
+            .enumerate()
+            .map(|(k, (o, l))| {
+                (
+                    augscope::engine::Job {
+                        plan: &plans[k],
+                        image: &images[pick(k)],
+                        label: c.label.then(|| &labels[pick(k)]),
+                    },
+                    augscope::engine::Outputs {
+                        image: o.as_mut_slice(),
+                        label: if c.label {
+                            Some(l.as_mut_slice())
+                        } else {
+                            None
+                        },
+                    },
+                )
+            })
+            .collect();
+        let results = g.apply_batch(jobs);
+        for (k, r) in results.into_iter().enumerate() {
+            let t = r.unwrap_or_else(|e| panic!("case {ci} job {k}: {e}"));
+            assert_eq!(
+                t.batched,
+                Some(count),
+                "case {ci} job {k} did not run batched"
+            );
+            let (want, want_lab, _) = apply_new(
+                &g,
+                &plans[k],
+                &images[pick(k)],
+                c.label.then(|| &labels[pick(k)]),
+            )
+            .unwrap_or_else(|e| panic!("case {ci} job {k} alone: {e}"));
+            let same = want
+                .data
+                .iter()
+                .zip(&outs[k])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "case {ci} job {k}: batched image differs from the single launch"
+            );
+            if let Some(wl) = want_lab {
+                assert_eq!(wl.data, lab_outs[k], "case {ci} job {k}: labels differ");
+            }
+            // And the single launch is the CPU's result (the engine's own bar).
+            if k % 4 == 0 {
+                let (cpu, _, _) = apply_new(&CpuBackend::new(), &plans[k], &images[pick(k)], None)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let (frac, worst, _) = agreement(&cpu.data, &outs[k], 1e-4);
+                assert!(
+                    frac >= 0.9999,
+                    "case {ci} job {k}: {frac} within 1e-4 of the CPU, worst {worst}"
+                );
             }
         }
     }

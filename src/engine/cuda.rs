@@ -333,7 +333,8 @@ pub struct ResampleParams {
     pub cval: f32,
     pub has_field: i32,
     pub has_label: i32,
-    pub reserved: i32,
+    /// The sample's field in a batched launch (`resample_many_*`): field + field_slot * stride.
+    pub field_slot: i32,
     /// The computed box of the output grid (voxels `box_lo + [0, box_shape)`), written compactly:
     /// the whole grid, or one plane for the viewer.
     pub box_lo: [i32; 3],
@@ -395,7 +396,7 @@ pub fn resample_params(map: &CoordMap, has_field: bool, cval: f32) -> ResamplePa
         cval,
         has_field: has_field as i32,
         has_label: 0,
-        reserved: 0,
+        field_slot: 0,
         box_lo: [0; 3],
         box_shape: shape3(&map.out_shape),
         n_box: map.out_shape.iter().product::<usize>() as i64,
@@ -462,6 +463,8 @@ struct Workspace {
     stats: Option<DevBuf<f64>>,
     dummy: Option<DevBuf<f32>>,
     dummy_out: Option<DevBuf<f32>>,
+    /// Philox keys of the samples of a field launch.
+    keys: Option<DevBuf<u32>>,
     pin_f32: Option<PinnedHostSlice<f32>>,
     pin_u16: Option<PinnedHostSlice<u16>>,
 }
@@ -517,6 +520,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 const BLOCK: u32 = 256;
+/// Output voxels per thread of the resample kernels (see [`resample_k`]). Measured on the H200
+/// (benches/GPU_NOTES.md, run 12): 2 and 4 gave no clear gain over 1 and compile 5–10x slower.
+const RESAMPLE_K: usize = 1;
+/// Blocks per SM of the order-0/1 resample kernels: 5 caps them at 48 registers (62.5 %
+/// occupancy instead of 50 % at 64); rotate 256×512×512 0.80 → 0.59 ms on the H200 (run 12).
+const RESAMPLE_MINB: usize = 5;
 /// Outputs per block along the axis of the tiled field kernels (TY * FIELD_K in kernels/field.cu).
 const FIELD_TL: usize = 128;
 /// The largest radius of the tiled field kernels (TILED_MAX_R in kernels/field.cu).
@@ -592,6 +601,63 @@ fn ptx_entries(ptx: &str) -> Vec<String> {
 /// Launch shape of the resample and coordinate kernels: a 3D grid over (x, y, z), so that a thread
 /// finds its voxel without integer division.
 fn grid_out(out_shape: &[usize]) -> Result<LaunchConfig, EngineError> {
+    grid_out_k(out_shape, 1)
+}
+
+/// Output voxels per thread of the resample kernels along the last axis (RS_K in
+/// kernels/resample.cu): 1 unless `AUGSCOPE_RS_K` (1 to 8) says otherwise, for measurements.
+fn resample_k() -> usize {
+    static K: OnceLock<usize> = OnceLock::new();
+    *K.get_or_init(|| {
+        std::env::var("AUGSCOPE_RS_K")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|k| (1..=8).contains(k))
+            .unwrap_or(RESAMPLE_K)
+    })
+}
+
+/// Blocks per SM the order-0/1 resample kernels are built for (RS_MINB in kernels/resample.cu):
+/// `RESAMPLE_MINB` unless `AUGSCOPE_RS_MINB` (1 to 8) says otherwise, for measurements.
+fn resample_minb() -> usize {
+    static B: OnceLock<usize> = OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("AUGSCOPE_RS_MINB")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|b| (1..=8).contains(b))
+            .unwrap_or(RESAMPLE_MINB)
+    })
+}
+
+/// The resample kernels' defines: the sampler's, 64-bit tap offsets when a channel has 2^31
+/// elements or more, the voxels per thread, and for orders 0 and 1 the register cap (order 3
+/// would spill under it).
+fn resample_defines(
+    mode: Mode,
+    order: Order,
+    ndim: usize,
+    store: Precision,
+    idx64: bool,
+) -> Vec<String> {
+    let mut d = sampler_defines(mode, order, ndim, store);
+    if idx64 {
+        d.push("-DIDX64".into());
+    }
+    let k = resample_k();
+    if k > 1 {
+        d.push(format!("-DRS_K={k}"));
+    }
+    let b = resample_minb();
+    if order != Order::Cubic && b > 1 {
+        d.push(format!("-DRS_MINB={b}"));
+    }
+    d
+}
+
+/// The launch of the resample kernels over `out_shape`, `k` voxels per thread along the last
+/// axis.
+fn grid_out_k(out_shape: &[usize], k: usize) -> Result<LaunchConfig, EngineError> {
     let (bx, by, bz) = resample_block();
     // 2D: the z threads of the block become more rows.
     let (d, h, w, by, bz) = match *out_shape {
@@ -604,7 +670,7 @@ fn grid_out(out_shape: &[usize]) -> Result<LaunchConfig, EngineError> {
         }
     };
     let (gx, gy, gz) = (
-        w.div_ceil(bx as usize),
+        w.div_ceil(bx as usize * k.max(1)),
         h.div_ceil(by as usize),
         d.div_ceil(bz as usize),
     );
@@ -641,13 +707,18 @@ fn axis_split(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (outer, shape[axis], inner)
 }
 
-/// One separable pass of the field on one component.
+/// One separable pass of the field over `slabs` consecutive slabs of `shape` each: slab g (global
+/// index, `slab0 + ` the launch's own) is component g % ndim of sample g / ndim of a batch.
 struct FieldPass<'a> {
     shape: &'a [usize],
     axis: usize,
-    gen_noise: i32,
-    key: (u32, u32),
-    k: u32,
+    /// The noise pass (axis 0): the input is the Philox noise of each slab; src is unused.
+    gen_noise: bool,
+    /// The Philox key (seed lo, seed hi) of every sample, on the device and on the host.
+    keys: &'a CudaSlice<u32>,
+    host_keys: &'a [(u32, u32)],
+    slab0: usize,
+    slabs: usize,
     tiled: bool,
     /// The noise pass through `gauss_col_noise_f32` (whole columns in one block).
     col: bool,
@@ -665,90 +736,118 @@ impl FieldPass<'_> {
     ) -> Result<(), EngineError> {
         let ndim = self.shape.len();
         let n: usize = self.shape.iter().product();
-        if src.len() != n || dst.len() != n {
+        let total = self.slabs * n;
+        // The whole-column noise pass reads nothing.
+        if (!self.col && src.len() != total) || dst.len() != total || self.slabs == 0 {
             return Err(EngineError::Cuda(
                 "field pass buffers of the wrong size".into(),
             ));
         }
+        if (self.slab0 + self.slabs).div_ceil(ndim) > self.host_keys.len()
+            || self.keys.len() < 2 * self.host_keys.len()
+        {
+            return Err(EngineError::Cuda(
+                "field pass without a key per sample".into(),
+            ));
+        }
         let (outer, len, inner) = axis_split(self.shape, self.axis);
-        let (key0, key1, kk, gen_noise) = (self.key.0, self.key.1, self.k, self.gen_noise);
         let too_large = || {
             EngineError::Shape(format!(
-                "grid {:?} is too large for the field kernels",
-                self.shape
+                "{} slabs of {:?} are too many for the field kernels",
+                self.slabs, self.shape
             ))
         };
+        let gen_noise = self.gen_noise as i32;
+        let (slab0, ndim_i) = (self.slab0 as i32, ndim as i32);
         if self.col {
-            if self.axis != 0 || self.gen_noise == 0 || inner.div_ceil(32) > (1 << 31) - 1 {
+            if self.axis != 0
+                || !self.gen_noise
+                || inner.div_ceil(32) > (1 << 31) - 1
+                || self.slabs > 65535
+            {
                 return Err(too_large());
             }
             let cfg = LaunchConfig {
-                grid_dim: (inner.div_ceil(32) as u32, 1, 1),
+                grid_dim: (inner.div_ceil(32) as u32, self.slabs as u32, 1),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
             let (len_i, inner_i) = (len as i32, inner as i64);
             let mut b = stream.launch_builder(f);
             b.arg(dst).arg(&len_i).arg(&inner_i);
-            b.arg(&key0).arg(&key1).arg(&kk).arg(&self.wts);
-            // SAFETY: gauss_col_noise_f32(float* dst, int n, i64 inner, u32 key0, u32 key1,
-            // u32 noise_k, FieldWeights): dst is a view of exactly n * inner elements (outer = 1 on axis 0,
-            // checked above); the kernel bounds-checks col < inner and i < n, and the host only
+            b.arg(self.keys).arg(&slab0).arg(&ndim_i).arg(&self.wts);
+            // SAFETY: gauss_col_noise_f32(float* dst, int n, i64 inner, const u32* keys,
+            // int slab0, int ndim, FieldWeights): dst is a view of exactly slabs * n * inner
+            // elements (outer = 1 on axis 0, checked above) and block y writes slab y only; keys
+            // holds 2 values per sample and every slab's sample is below host_keys.len()
+            // (checked above); the kernel bounds-checks col < inner and i < n, and the host only
             // picks it when n + 2R <= COL_ROWS (its shared tile).
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_col_noise_f32", e))?;
         } else if !self.tiled {
+            // One launch per slab, with that slab's key.
             let cfg = LaunchConfig {
                 grid_dim: (n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32, 1, 1),
                 block_dim: (BLOCK, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let (n_comp, ncomp, len_i, inner_i) = (n as i64, 1i32, len as i32, inner as i64);
-            let mut b = stream.launch_builder(f);
-            b.arg(src)
-                .arg(dst)
-                .arg(&n_comp)
-                .arg(&ncomp)
-                .arg(&len_i)
-                .arg(&inner_i);
-            b.arg(&gen_noise).arg(&key0).arg(&key1).arg(&kk);
-            // SAFETY: gauss_direct_f32(const float* src, float* dst, i64 n_comp, int ncomp, int n,
-            // i64 inner, int gen_noise, u32 key0, u32 key1, u32 noise_k): src and dst are views of
-            // exactly n = n_comp elements (checked above), ncomp = 1; the grid-stride loop stays
-            // below n_comp * ncomp.
-            unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_direct_f32", e))?;
+            for s in 0..self.slabs {
+                let g = self.slab0 + s;
+                let (key0, key1) = self.host_keys[g / ndim];
+                let kk = (g % ndim) as u32;
+                let src_s = src.slice(s * n..(s + 1) * n);
+                let mut dst_s = dst.slice_mut(s * n..(s + 1) * n);
+                let (n_comp, ncomp, len_i, inner_i) = (n as i64, 1i32, len as i32, inner as i64);
+                let mut b = stream.launch_builder(f);
+                b.arg(&src_s)
+                    .arg(&mut dst_s)
+                    .arg(&n_comp)
+                    .arg(&ncomp)
+                    .arg(&len_i)
+                    .arg(&inner_i);
+                b.arg(&gen_noise).arg(&key0).arg(&key1).arg(&kk);
+                // SAFETY: gauss_direct_f32(const float* src, float* dst, i64 n_comp, int ncomp,
+                // int n, i64 inner, int gen_noise, u32 key0, u32 key1, u32 noise_k): src and dst
+                // are views of exactly n = n_comp elements (one slab), ncomp = 1; the grid-stride
+                // loop stays below n_comp * ncomp.
+                unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_direct_f32", e))?;
+            }
         } else if self.axis < ndim - 1 {
-            if outer > 65535 || len.div_ceil(FIELD_TL) > 65535 {
+            let outer_all = self.slabs * outer;
+            if outer_all > 65535 || len.div_ceil(FIELD_TL) > 65535 {
                 return Err(too_large());
             }
             let cfg = LaunchConfig {
                 grid_dim: (
                     inner.div_ceil(32) as u32,
                     len.div_ceil(FIELD_TL) as u32,
-                    outer as u32,
+                    outer_all as u32,
                 ),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
-            let (outer_i, len_i, inner_i) = (outer as i32, len as i32, inner as i64);
+            let (outer_i, len_i, inner_i) = (outer_all as i32, len as i32, inner as i64);
+            let comp_outer = outer as i32;
             let mut b = stream.launch_builder(f);
             b.arg(src).arg(dst).arg(&outer_i).arg(&len_i).arg(&inner_i);
             b.arg(&gen_noise)
-                .arg(&key0)
-                .arg(&key1)
-                .arg(&kk)
+                .arg(self.keys)
+                .arg(&slab0)
+                .arg(&comp_outer)
+                .arg(&ndim_i)
                 .arg(&self.wts);
             // SAFETY: gauss_mid_f32(const float* src, float* dst, int outer, int n, i64 inner,
-            // int gen_noise, u32 key0, u32 key1, u32 noise_k, FieldWeights): src and dst are views of exactly
-            // outer * n * inner elements (checked above); the kernel bounds-checks i < n and
-            // col < inner, and blockIdx.z < outer by the grid.
+            // int gen_noise, const u32* keys, int slab0, int comp_outer, int ndim, FieldWeights):
+            // src and dst are views of exactly outer_all * n * inner elements (checked above);
+            // keys holds 2 values per sample of every slab (checked above); the kernel
+            // bounds-checks i < n and col < inner, and blockIdx.z < outer_all by the grid.
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_mid_f32", e))?;
         } else {
-            let lines = outer;
-            if lines.div_ceil(32) > 65535 {
+            let lines = self.slabs * outer;
+            if lines.div_ceil(32) > (1 << 31) - 1 || len.div_ceil(FIELD_TL) > 65535 {
                 return Err(too_large());
             }
             let cfg = LaunchConfig {
-                grid_dim: (len.div_ceil(FIELD_TL) as u32, lines.div_ceil(32) as u32, 1),
+                grid_dim: (lines.div_ceil(32) as u32, len.div_ceil(FIELD_TL) as u32, 1),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
@@ -756,13 +855,24 @@ impl FieldPass<'_> {
             let mut b = stream.launch_builder(f);
             b.arg(src).arg(dst).arg(&lines_i).arg(&len_i).arg(&self.wts);
             // SAFETY: gauss_last_f32(const float* src, float* dst, i64 lines, int n, FieldWeights):
-            // src and dst
-            // are views of exactly lines * n elements (the last axis, inner = 1; checked above);
-            // the kernel bounds-checks line < lines and i < n.
+            // src and dst are views of exactly lines * n elements (the last axis, inner = 1;
+            // checked above); the kernel bounds-checks line < lines and i < n.
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_last_f32", e))?;
         }
         Ok(())
     }
+}
+
+/// The kernels of a field's passes, one per axis: (tiled, whole-column noise pass, weights,
+/// function).
+type FieldKernels = Vec<(bool, bool, FieldWeights, CudaFunction)>;
+
+/// Philox keys (seed lo, seed hi) of seeds.
+fn philox_keys(seeds: &[u64]) -> Vec<(u32, u32)> {
+    seeds
+        .iter()
+        .map(|&s| (s as u32, (s >> 32) as u32))
+        .collect()
 }
 
 impl DeviceEngine {
@@ -831,6 +941,123 @@ impl DeviceEngine {
             .map_err(|e| driver_error("cannot record an event", e))
     }
 
+    /// The kernels of the field passes of `sigma_vox` on `shape`, one per axis, each built with
+    /// that axis's weights (one build when every axis has the same sigma). The noise pass (axis
+    /// 0) holds whole columns when they fit the shared tile (COL_ROWS in kernels/field.cu);
+    /// AUGSCOPE_FIELD_COL=0 turns that off, for measurements.
+    fn field_kernels(
+        &self,
+        sigma_vox: &[f64],
+        shape: &[usize],
+    ) -> Result<FieldKernels, EngineError> {
+        let ndim = shape.len();
+        let mut kernels = Vec::with_capacity(ndim);
+        for (axis, &sigma) in sigma_vox.iter().enumerate() {
+            let radius = field_build_radius(sigma);
+            let tiled = radius <= FIELD_TILED_MAX_R;
+            let col = axis == 0
+                && tiled
+                && shape[0] + 2 * radius <= FIELD_COL_ROWS
+                && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
+            let name = match (tiled, col, axis == ndim - 1) {
+                (false, _, _) => "gauss_direct_f32",
+                (true, true, _) => "gauss_col_noise_f32",
+                (true, false, false) => "gauss_mid_f32",
+                (true, false, true) => "gauss_last_f32",
+            };
+            kernels.push((
+                tiled,
+                col,
+                field_weights(sigma),
+                self.function(Family::Field, &field_defines(sigma), name)?,
+            ));
+        }
+        Ok(kernels)
+    }
+
+    /// Copies the samples' Philox keys into `slot` (two u32 per sample).
+    fn upload_keys<'a>(
+        &self,
+        slot: &'a mut Option<DevBuf<u32>>,
+        keys: &[(u32, u32)],
+    ) -> Result<&'a CudaSlice<u32>, EngineError> {
+        let flat: Vec<u32> = keys.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let buf = ensure(&self.dev, slot, flat.len(), "the noise keys")?;
+        let mut dst = buf.s.slice_mut(0..flat.len());
+        self.dev
+            .stream
+            .memcpy_htod(&flat, &mut dst)
+            .map_err(|e| driver_error("the noise keys", e))?;
+        Ok(&buf.s)
+    }
+
+    /// The passes `passes` (axes) of the unit field of `slabs` consecutive slabs (global slab
+    /// `slab0` first;
+    /// slab g is component g % ndim of sample g / ndim, with key `host_keys[g / ndim]`), each of
+    /// `shape`, into `out` (slabs * n values); `scratch` holds as many. Pass `axis` reads the
+    /// previous pass (pass 0 makes the noise); the passes alternate between `out` and `scratch` so
+    /// that the last one ends in `out`: 3D noise→out→scratch→out, 2D noise→scratch→out.
+    #[allow(clippy::too_many_arguments)]
+    fn field_passes(
+        &self,
+        kernels: &FieldKernels,
+        shape: &[usize],
+        keys: &CudaSlice<u32>,
+        host_keys: &[(u32, u32)],
+        slab0: usize,
+        slabs: usize,
+        passes: std::ops::Range<usize>,
+        out: &mut cudarc::driver::CudaViewMut<'_, f32>,
+        scratch: &mut cudarc::driver::CudaViewMut<'_, f32>,
+    ) -> Result<(), EngineError> {
+        let ndim = shape.len();
+        let n: usize = shape.iter().product();
+        // Slabs per launch: the grid's y and z limits (65535) of the noise and middle passes.
+        let per_launch = (0..ndim.saturating_sub(1))
+            .map(|a| 65535 / shape[..a].iter().product::<usize>().max(1))
+            .min()
+            .unwrap_or(65535)
+            .clamp(1, 65535);
+        let mut first = 0;
+        while first < slabs {
+            let count = per_launch.min(slabs - first);
+            let span = first * n..(first + count) * n;
+            for (axis, (tiled, col, wts, f)) in kernels.iter().enumerate() {
+                if !passes.contains(&axis) {
+                    continue;
+                }
+                let pass = FieldPass {
+                    shape,
+                    axis,
+                    gen_noise: axis == 0,
+                    keys,
+                    host_keys,
+                    slab0: slab0 + first,
+                    slabs: count,
+                    tiled: *tiled,
+                    col: *col,
+                    wts: *wts,
+                };
+                if (ndim - 1 - axis).is_multiple_of(2) {
+                    // The whole-column noise pass reads nothing (its scratch may be empty).
+                    let src = if *col {
+                        scratch.slice(0..0)
+                    } else {
+                        scratch.slice(span.clone())
+                    };
+                    let mut dst = out.slice_mut(span.clone());
+                    pass.launch(&self.dev.stream, f, &src, &mut dst)?;
+                } else {
+                    let src = out.slice(span.clone());
+                    let mut dst = scratch.slice_mut(span.clone());
+                    pass.launch(&self.dev.stream, f, &src, &mut dst)?;
+                }
+            }
+            first += count;
+        }
+        Ok(())
+    }
+
     /// Makes sure the unit field of (seed, per-axis sigma in voxels, out_shape) is on the device;
     /// returns the milliseconds its computation took on the device (0 when cached).
     fn ensure_field(
@@ -865,59 +1092,45 @@ impl DeviceEngine {
             "the elastic field scratch",
         )?;
         let _busy = self.dev.tracker.in_use(buf.bytes() + scratch.bytes());
-        // The kernel of each axis's pass, built with that axis's weights (one build when every
-        // axis has the same sigma). The noise pass (axis 0) holds whole columns when they fit the
-        // shared tile (COL_ROWS in kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns that off, for
-        // measurements.
-        let mut kernels = Vec::with_capacity(ndim);
-        for (axis, &sigma) in sigma_vox.iter().enumerate() {
-            let radius = field_build_radius(sigma);
-            let tiled = radius <= FIELD_TILED_MAX_R;
-            let col = axis == 0
-                && tiled
-                && shape[0] + 2 * radius <= FIELD_COL_ROWS
-                && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
-            let name = match (tiled, col, axis == ndim - 1) {
-                (false, _, _) => "gauss_direct_f32",
-                (true, true, _) => "gauss_col_noise_f32",
-                (true, false, false) => "gauss_mid_f32",
-                (true, false, true) => "gauss_last_f32",
-            };
-            kernels.push((
-                tiled,
-                col,
-                field_weights(sigma),
-                self.function(Family::Field, &field_defines(sigma), name)?,
-            ));
-        }
+        let kernels = self.field_kernels(sigma_vox, shape)?;
+        let host_keys = philox_keys(&[seed]);
+        let keys = self.upload_keys(&mut st.ws.keys, &host_keys)?;
         // Timed from here: the kernel lookups above (string keys) are host work.
         let e0 = self.event(stream)?;
+        // In 3D the noise pass writes the components themselves: with the whole-column kernel
+        // (no scratch) it runs over all three in one launch; the other passes go component by
+        // component through one scratch volume.
+        let noise_together = ndim == 3 && kernels[0].1;
+        if noise_together {
+            let mut all = buf.s.slice_mut(0..ndim * n);
+            let mut none = scratch.s.slice_mut(0..0);
+            self.field_passes(
+                &kernels,
+                shape,
+                keys,
+                &host_keys,
+                0,
+                ndim,
+                0..1,
+                &mut all,
+                &mut none,
+            )?;
+        }
         for k in 0..ndim {
             let mut comp = buf.s.slice_mut(k * n..(k + 1) * n);
-            // Pass `axis` reads the previous pass (pass 0 makes the noise). The passes alternate
-            // between the component and the scratch so that the last one ends in the component:
-            // 3D noise→comp→scratch→comp, 2D noise→scratch→comp.
-            for (axis, (tiled, col, wts, f)) in kernels.iter().enumerate() {
-                let pass = FieldPass {
-                    shape,
-                    axis,
-                    gen_noise: (axis == 0) as i32,
-                    key: (seed as u32, (seed >> 32) as u32),
-                    k: k as u32,
-                    tiled: *tiled,
-                    col: *col,
-                    wts: *wts,
-                };
-                if (ndim - 1 - axis).is_multiple_of(2) {
-                    let src = scratch.s.slice(0..n);
-                    let mut dst = comp.slice_mut(0..n);
-                    pass.launch(stream, f, &src, &mut dst)?;
-                } else {
-                    let src = comp.slice(0..n);
-                    let mut dst = scratch.s.slice_mut(0..n);
-                    pass.launch(stream, f, &src, &mut dst)?;
-                }
-            }
+            let mut scr = scratch.s.slice_mut(0..n);
+            let first = if noise_together { 1 } else { 0 };
+            self.field_passes(
+                &kernels,
+                shape,
+                keys,
+                &host_keys,
+                k,
+                1,
+                first..ndim,
+                &mut comp,
+                &mut scr,
+            )?;
         }
         let e1 = self.event(stream)?;
         e1.synchronize()
@@ -1067,6 +1280,366 @@ impl DeviceEngine {
         self.apply_region(job, out, precision, Region::default())
     }
 
+    /// Many whole-volume jobs of one shape in one set of launches ([`many_key`] says which jobs
+    /// fit together; the caller checks it): the fields of all samples that share a sigma are made
+    /// by one launch per pass, and one `resample_many` launch transforms every sample, each with
+    /// its own plan, seed, image (or one image for all) and outputs. Identity plans are copied on
+    /// the host, as [`Self::apply`] does. The results equal [`Self::apply`]'s bit for bit.
+    /// Returns the timings of the whole batch (the same for every job).
+    fn apply_many(
+        &self,
+        jobs: &mut [(Job<'_>, Outputs<'_>)],
+        precision: Precision,
+    ) -> Result<Timings, EngineError> {
+        let mut st = lock(&self.state);
+        match self.apply_many_locked(&mut st, jobs, precision) {
+            Err(EngineError::OutOfMemory(m)) => {
+                *st = State::default();
+                Err(EngineError::OutOfMemory(m))
+            }
+            r => r,
+        }
+    }
+
+    fn apply_many_locked(
+        &self,
+        st: &mut State,
+        jobs: &mut [(Job<'_>, Outputs<'_>)],
+        precision: Precision,
+    ) -> Result<Timings, EngineError> {
+        let t0 = Instant::now();
+        let mut timings = Timings::default();
+        let Some(first) = jobs.first() else {
+            return Ok(timings);
+        };
+        let key = many_key(&first.0, precision)
+            .ok_or_else(|| EngineError::Cuda("this job cannot be batched".into()))?;
+        let img0 = first.0.image;
+        let lab0 = first.0.label;
+        let (channels, in_shape) = (img0.channels, img0.shape.clone());
+        let lab_channels = lab0.map_or(0, |l| l.channels);
+        // Checked per job: the same key, valid buffers; identity plans are copied here.
+        let mut todo = vec![];
+        let mut maps = vec![];
+        let mut out_shape = vec![];
+        for (i, (job, out)) in jobs.iter_mut().enumerate() {
+            if many_key(job, precision).as_ref() != Some(&key) {
+                return Err(EngineError::Cuda(
+                    "jobs of different kinds in one batch".into(),
+                ));
+            }
+            let shape = check_job_region(job, out, None)?;
+            if job.plan.is_identity() && shape == job.image.shape {
+                out.image.copy_from_slice(&job.image.data);
+                if let (Some(l), Some(o)) = (job.label, out.label.as_deref_mut()) {
+                    o.copy_from_slice(&l.data);
+                }
+                continue;
+            }
+            maps.push(job.plan.compose(&job.image.shape)?);
+            todo.push(i);
+            out_shape = shape;
+        }
+        if todo.is_empty() {
+            timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            return Ok(timings);
+        }
+        let b = todo.len();
+        let ndim = in_shape.len();
+        let n_in: usize = in_shape.iter().product();
+        let n_out: usize = out_shape.iter().product();
+        // One image (and label map) for every sample, or one each.
+        let shared = todo.iter().all(|&i| {
+            std::ptr::eq(jobs[i].0.image, img0)
+                && match (jobs[i].0.label, lab0) {
+                    (Some(a), Some(b)) => std::ptr::eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                }
+        });
+        let copies = if shared { 1 } else { b };
+        let mut grid = grid_out_k(&out_shape, resample_k())?;
+        let zblocks = grid.grid_dim.2 as usize;
+        if zblocks * b > 65535 {
+            return Err(EngineError::Shape(format!(
+                "{b} samples of {out_shape:?} are too many for one launch"
+            )));
+        }
+        grid.grid_dim.2 = (zblocks * b) as u32;
+        st.resident = None;
+
+        // 1. Upload the image(s) and label map(s).
+        let t_up = Instant::now();
+        let ws = &mut st.ws;
+        let imgs: Vec<&[f32]> = todo[..copies]
+            .iter()
+            .map(|&i| &jobs[i].0.image.data[..])
+            .collect();
+        let per = channels * n_in;
+        let buf = ensure(&self.dev, &mut ws.img_f32, copies * per, "the images")?;
+        self.upload(&mut ws.pin_f32, &mut buf.s, copies * per, |s, c| {
+            fill_stacked(&imgs, per, s, c)
+        })?;
+        if lab_channels > 0 {
+            let labs: Vec<&[f32]> = todo[..copies]
+                .iter()
+                .filter_map(|&i| jobs[i].0.label.map(|l| &l.data[..]))
+                .collect();
+            let per = lab_channels * n_in;
+            let buf = ensure(&self.dev, &mut ws.lab_in, copies * per, "the label maps")?;
+            self.upload(&mut ws.pin_f32, &mut buf.s, copies * per, |s, c| {
+                fill_stacked(&labs, per, s, c)
+            })?;
+        }
+        timings.upload_ms = t_up.elapsed().as_secs_f64() * 1e3;
+
+        // Order 3: every image's coefficients, in one set of launches.
+        let cubic = key.order == Order::Cubic;
+        let e_pre0 = self.event(&self.dev.stream)?;
+        let (coef_shape, pad) = if cubic {
+            let cval = jobs[todo[0]].0.plan.cval;
+            self.prefilter_device(
+                ws,
+                key.mode,
+                &in_shape,
+                copies * channels,
+                Precision::F32,
+                cval,
+            )?
+        } else {
+            (in_shape.clone(), 0.0)
+        };
+        let e_pre1 = self.event(&self.dev.stream)?;
+        let n_coef: usize = coef_shape.iter().product();
+
+        // 2. The fields: one set of passes per sigma, over all of its samples.
+        let sigmas: Vec<Option<Vec<f64>>> = todo
+            .iter()
+            .map(|&i| {
+                let plan = jobs[i].0.plan;
+                match plan.elastic {
+                    Some(e) if e.alpha != 0.0 => plan.field_sigma_vox(ndim),
+                    _ => None,
+                }
+            })
+            .collect();
+        let (slots, groups) = field_slots(&sigmas);
+        let n_slots: usize = groups.iter().map(|g| g.1.len()).sum();
+        let field = if n_slots > 0 {
+            let mut fbuf =
+                DevBuf::<f32>::new(&self.dev, n_slots * ndim * n_out, "the elastic fields")?;
+            let largest = groups.iter().map(|g| g.1.len()).max().unwrap_or(0);
+            let scratch = ensure(
+                &self.dev,
+                &mut ws.field_scratch,
+                largest * ndim * n_out,
+                "the elastic field scratch",
+            )?;
+            let _busy = self.dev.tracker.in_use(fbuf.bytes() + scratch.bytes());
+            // Keys in slot order.
+            let mut seeds = vec![0u64; n_slots];
+            for (k, slot) in slots.iter().enumerate() {
+                if let (Some(slot), Some(e)) = (slot, jobs[todo[k]].0.plan.elastic) {
+                    seeds[*slot] = e.seed;
+                }
+            }
+            let host_keys = philox_keys(&seeds);
+            let mut kernels = vec![];
+            for (sigma, _) in &groups {
+                kernels.push(self.field_kernels(sigma, &out_shape)?);
+            }
+            let keys = self.upload_keys(&mut ws.keys, &host_keys)?;
+            let e0 = self.event(&self.dev.stream)?;
+            let mut slot0 = 0;
+            for ((_, members), k) in groups.iter().zip(&kernels) {
+                let g = members.len();
+                let len = g * ndim * n_out;
+                let mut out = fbuf
+                    .s
+                    .slice_mut(slot0 * ndim * n_out..slot0 * ndim * n_out + len);
+                let mut scr = scratch.s.slice_mut(0..len);
+                self.field_passes(
+                    k,
+                    &out_shape,
+                    keys,
+                    &host_keys,
+                    slot0 * ndim,
+                    g * ndim,
+                    0..ndim,
+                    &mut out,
+                    &mut scr,
+                )?;
+                slot0 += g;
+            }
+            let e1 = self.event(&self.dev.stream)?;
+            e1.synchronize()
+                .map_err(|e| driver_error("the elastic fields", e))?;
+            timings.field_ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64;
+            Some(fbuf)
+        } else {
+            None
+        };
+
+        // 3. Every sample's parameters, then one launch.
+        let mut params = Vec::with_capacity(b);
+        for (k, map) in maps.iter().enumerate() {
+            let plan = jobs[todo[k]].0.plan;
+            let mut p = resample_params(map, slots[k].is_some(), plan.cval);
+            p.channels = channels as i32;
+            p.pad = pad;
+            p.n_in = n_coef as i64;
+            p.in_shape = shape3(&coef_shape);
+            p.field_slot = slots[k].unwrap_or(0) as i32;
+            if lab_channels > 0 {
+                p.has_label = 1;
+                p.lab_channels = lab_channels as i32;
+                p.n_lab = n_in as i64;
+            }
+            params.push(p);
+        }
+        let mut pbuf = DevBuf::<ResampleParams>::new(&self.dev, b, "the sample parameters")?;
+        self.dev
+            .stream
+            .memcpy_htod(&params, &mut pbuf.s)
+            .map_err(|e| driver_error("the sample parameters", e))?;
+        let name = "resample_many_f32";
+        let f = self.function(
+            Family::Resample,
+            &resample_defines(
+                key.mode,
+                key.order,
+                ndim,
+                Precision::F32,
+                n_coef.max(n_in) >= 1 << 31,
+            ),
+            name,
+        )?;
+        ensure(&self.dev, &mut ws.dummy, 1, "a placeholder")?;
+        ensure(&self.dev, &mut ws.dummy_out, 1, "a placeholder")?;
+        ensure(
+            &self.dev,
+            &mut ws.out_f32,
+            b * channels * n_out,
+            "the outputs",
+        )?;
+        if lab_channels > 0 {
+            ensure(
+                &self.dev,
+                &mut ws.lab_out,
+                b * lab_channels * n_out,
+                "the label outputs",
+            )?;
+        }
+        let _busy = self
+            .dev
+            .tracker
+            .in_use(ws.device_bytes() + field.as_ref().map_or(0, |f| f.bytes()) + pbuf.bytes());
+        let missing = || EngineError::Cuda("workspace buffer missing".into());
+        let strides = ManyStrides {
+            img: if shared {
+                0
+            } else {
+                (channels * n_coef) as i64
+            },
+            out: (channels * n_out) as i64,
+            lab: if shared {
+                0
+            } else {
+                (lab_channels * n_in) as i64
+            },
+            lab_out: (lab_channels * n_out) as i64,
+            field: (ndim * n_out) as i64,
+            zblocks: zblocks as i32,
+            samples: b as i32,
+        };
+        let dummy = &ws.dummy.as_ref().ok_or_else(missing)?.s;
+        let field_s = field.as_ref().map_or(dummy, |f| &f.s);
+        let lab_in = if lab_channels > 0 {
+            &ws.lab_in.as_ref().ok_or_else(missing)?.s
+        } else {
+            dummy
+        };
+        let src = if cubic && key.mode.needs_prepad() {
+            &ws.img_pad
+        } else {
+            &ws.img_f32
+        };
+        let src = &src.as_ref().ok_or_else(missing)?.s;
+        let out_buf = &mut ws.out_f32.as_mut().ok_or_else(missing)?.s;
+        let lab_out = match ws.lab_out.as_mut() {
+            Some(l) if lab_channels > 0 => &mut l.s,
+            _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
+        };
+        let stream = self.dev.stream.clone();
+        let e_rs0 = self.event(&stream)?;
+        let mut lb = stream.launch_builder(&f);
+        lb.arg(src)
+            .arg(out_buf)
+            .arg(lab_in)
+            .arg(lab_out)
+            .arg(field_s)
+            .arg(&pbuf.s)
+            .arg(&strides);
+        // SAFETY: resample_many_f32(const float* img, float* out, const float* lab,
+        // float* lab_out, const float* field, const ResampleParams* ps, ManyStrides st): img holds
+        // `copies` images of channels * n_coef (the padded coefficients for order 3; stride 0
+        // when shared), out b * channels * n_out, lab
+        // and lab_out likewise for the label channels (or the 1-element placeholders when
+        // has_label = 0, never read), field n_slots * ndim * n_out with every field_slot below
+        // n_slots (or the placeholder when no sample has a field, has_field = 0), ps b
+        // parameter sets; grid.z = zblocks * b and blocks with s >= b return; every voxel is
+        // bounds-checked against its sample's box (output_voxel).
+        unsafe { lb.launch(grid) }.map_err(|e| driver_error(name, e))?;
+        let e_rs1 = self.event(&stream)?;
+
+        // 4. Download into each job's buffers.
+        let t_down = Instant::now();
+        let outs: Vec<(SendPtr, usize)> = todo
+            .iter()
+            .map(|&i| {
+                let o = &mut jobs[i].1.image;
+                (SendPtr(o.as_mut_ptr()), o.len())
+            })
+            .collect();
+        let per = channels * n_out;
+        let src = ws.out_f32.as_ref().ok_or_else(missing)?;
+        self.download(&mut ws.pin_f32, &src.s, b * per, |s, c| {
+            scatter_stacked(&outs, per, s, c)
+        })?;
+        if lab_channels > 0 {
+            let outs: Vec<(SendPtr, usize)> = todo
+                .iter()
+                .filter_map(|&i| {
+                    jobs[i]
+                        .1
+                        .label
+                        .as_deref_mut()
+                        .map(|o| (SendPtr(o.as_mut_ptr()), o.len()))
+                })
+                .collect();
+            let per = lab_channels * n_out;
+            let src = ws.lab_out.as_ref().ok_or_else(missing)?;
+            self.download(&mut ws.pin_f32, &src.s, b * per, |s, c| {
+                scatter_stacked(&outs, per, s, c)
+            })?;
+        }
+        timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("the transforms", e))?;
+        timings.resample_ms = e_rs0
+            .elapsed_ms(&e_rs1)
+            .map_err(|e| driver_error("timing", e))? as f64;
+        timings.prefilter_ms = e_pre0
+            .elapsed_ms(&e_pre1)
+            .map_err(|e| driver_error("timing", e))? as f64;
+        let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes())
+            + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
+        self.dev.set_pinned_bytes(pinned);
+        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(timings)
+    }
+
     fn apply_region(
         &self,
         job: Job<'_>,
@@ -1083,6 +1656,120 @@ impl DeviceEngine {
             }
             r => r,
         }
+    }
+
+    /// Order 3: pads (nearest, grid-constant: scipy's nprepad) and prefilters on the device the
+    /// `channels` images of `in_shape` in `ws.img_f32`, into `ws.img_pad` (padded) or in place,
+    /// then converts to the storage type in `ws.img_u16` (f16, bf16). Returns the coefficient
+    /// shape and the pad.
+    fn prefilter_device(
+        &self,
+        ws: &mut Workspace,
+        mode: Mode,
+        in_shape: &[usize],
+        channels: usize,
+        precision: Precision,
+        cval: f32,
+    ) -> Result<(Vec<usize>, f64), EngineError> {
+        let stream = self.dev.stream.clone();
+        let ndim = in_shape.len();
+        let n_in: usize = in_shape.iter().product();
+        let half = precision != Precision::F32;
+        let mut coef_shape = in_shape.to_vec();
+        let mut pad = 0.0;
+        let pdefs = sampler_defines(mode, Order::Cubic, ndim, precision);
+        let padded = mode.needs_prepad();
+        if padded {
+            coef_shape = in_shape.iter().map(|&n| n + 2 * SPLINE_PREPAD).collect();
+            pad = SPLINE_PREPAD as f64;
+        }
+        let n_coef: usize = coef_shape.iter().product();
+        if padded {
+            let f = self.function(Family::Prefilter, &pdefs, "pad_f32")?;
+            let dst = ensure(
+                &self.dev,
+                &mut ws.img_pad,
+                channels * n_coef,
+                "the padded image",
+            )?;
+            let Some(src) = ws.img_f32.as_ref() else {
+                return Err(EngineError::Cuda("image buffer missing".into()));
+            };
+            let p = PadParams {
+                n_out: n_coef as i64,
+                in_shape: shape3(in_shape),
+                out_shape: shape3(&coef_shape),
+                pad: SPLINE_PREPAD as i32,
+                cval,
+            };
+            let (ch, nin) = (channels as i32, n_in as i64);
+            let mut b = stream.launch_builder(&f);
+            b.arg(&src.s).arg(&mut dst.s).arg(&ch).arg(&nin).arg(&p);
+            // SAFETY: pad_f32(const float* src, float* dst, int channels, i64 n_in, PadParams):
+            // src holds >= channels * n_in elements, dst >= channels * n_coef (ensured above);
+            // one thread per padded voxel, bounds-checked against p.n_out = n_coef.
+            unsafe { b.launch(grid_1d(n_coef)?) }.map_err(|e| driver_error("pad_f32", e))?;
+        }
+        let scratch = ensure(
+            &self.dev,
+            &mut ws.scratch_f64,
+            channels * n_coef,
+            "the prefilter scratch",
+        )?;
+        let coef = if padded {
+            ws.img_pad.as_mut()
+        } else {
+            ws.img_f32.as_mut()
+        };
+        let Some(coef) = coef else {
+            return Err(EngineError::Cuda("coefficient buffer missing".into()));
+        };
+        let f = self.function(Family::Prefilter, &pdefs, "prefilter_axis_f32")?;
+        for axis in 0..ndim {
+            let (outer, len, inner) = axis_split(&coef_shape, axis);
+            let lines = channels * outer * inner;
+            let (lines_i, len_i, inner_i) = (lines as i64, len as i32, inner as i64);
+            let cfg = LaunchConfig {
+                grid_dim: (lines.div_ceil(128).max(1) as u32, 1, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = stream.launch_builder(&f);
+            b.arg(&mut coef.s)
+                .arg(&mut scratch.s)
+                .arg(&lines_i)
+                .arg(&len_i)
+                .arg(&inner_i);
+            // SAFETY: prefilter_axis_f32(float* data, double* scratch, i64 lines, int n,
+            // i64 inner): data (f32) and scratch (f64) hold >= channels * n_coef =
+            // lines * n elements; one thread per line, bounds-checked against `lines`.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("prefilter_axis_f32", e))?;
+        }
+        if half {
+            let f = self.function(Family::Prefilter, &pdefs, "to_store_f32")?;
+            let dst = ensure(
+                &self.dev,
+                &mut ws.img_u16,
+                channels * n_coef,
+                "the image coefficients",
+            )?;
+            let coef = if padded {
+                ws.img_pad.as_ref()
+            } else {
+                ws.img_f32.as_ref()
+            };
+            let Some(coef) = coef else {
+                return Err(EngineError::Cuda("coefficient buffer missing".into()));
+            };
+            let total = (channels * n_coef) as i64;
+            let mut b = stream.launch_builder(&f);
+            b.arg(&coef.s).arg(&mut dst.s).arg(&total);
+            // SAFETY: to_store_f32(const float* src, u16* dst, i64 n): both hold >= n =
+            // channels * n_coef elements; bounds-checked per thread.
+            unsafe { b.launch(grid_1d(channels * n_coef)?) }
+                .map_err(|e| driver_error("to_store_f32", e))?;
+        }
+        Ok((coef_shape, pad))
     }
 
     fn apply_locked(
@@ -1181,103 +1868,12 @@ impl DeviceEngine {
         let now_resident = if cubic { None } else { key };
 
         // 3. Cubic: pad (nearest, grid-constant) and prefilter on the device, then store type.
-        let mut coef_shape = img.shape.clone();
-        let mut pad = 0.0;
         let e_pre0 = self.event(&stream)?;
-        if cubic {
-            let pdefs = sampler_defines(plan.mode, Order::Cubic, ndim, precision);
-            let padded = plan.mode.needs_prepad();
-            if padded {
-                coef_shape = img.shape.iter().map(|&n| n + 2 * SPLINE_PREPAD).collect();
-                pad = SPLINE_PREPAD as f64;
-            }
-            let n_coef: usize = coef_shape.iter().product();
-            if padded {
-                let f = self.function(Family::Prefilter, &pdefs, "pad_f32")?;
-                let dst = ensure(
-                    &self.dev,
-                    &mut ws.img_pad,
-                    channels * n_coef,
-                    "the padded image",
-                )?;
-                let Some(src) = ws.img_f32.as_ref() else {
-                    return Err(EngineError::Cuda("image buffer missing".into()));
-                };
-                let p = PadParams {
-                    n_out: n_coef as i64,
-                    in_shape: shape3(&img.shape),
-                    out_shape: shape3(&coef_shape),
-                    pad: SPLINE_PREPAD as i32,
-                    cval: plan.cval,
-                };
-                let (ch, nin) = (channels as i32, n_in as i64);
-                let mut b = stream.launch_builder(&f);
-                b.arg(&src.s).arg(&mut dst.s).arg(&ch).arg(&nin).arg(&p);
-                // SAFETY: pad_f32(const float* src, float* dst, int channels, i64 n_in, PadParams):
-                // src holds >= channels * n_in elements, dst >= channels * n_coef (ensured above);
-                // one thread per padded voxel, bounds-checked against p.n_out = n_coef.
-                unsafe { b.launch(grid_1d(n_coef)?) }.map_err(|e| driver_error("pad_f32", e))?;
-            }
-            let scratch = ensure(
-                &self.dev,
-                &mut ws.scratch_f64,
-                channels * n_coef,
-                "the prefilter scratch",
-            )?;
-            let coef = if padded {
-                ws.img_pad.as_mut()
-            } else {
-                ws.img_f32.as_mut()
-            };
-            let Some(coef) = coef else {
-                return Err(EngineError::Cuda("coefficient buffer missing".into()));
-            };
-            let f = self.function(Family::Prefilter, &pdefs, "prefilter_axis_f32")?;
-            for axis in 0..ndim {
-                let (outer, len, inner) = axis_split(&coef_shape, axis);
-                let lines = channels * outer * inner;
-                let (lines_i, len_i, inner_i) = (lines as i64, len as i32, inner as i64);
-                let cfg = LaunchConfig {
-                    grid_dim: (lines.div_ceil(128).max(1) as u32, 1, 1),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let mut b = stream.launch_builder(&f);
-                b.arg(&mut coef.s)
-                    .arg(&mut scratch.s)
-                    .arg(&lines_i)
-                    .arg(&len_i)
-                    .arg(&inner_i);
-                // SAFETY: prefilter_axis_f32(float* data, double* scratch, i64 lines, int n,
-                // i64 inner): data (f32) and scratch (f64) hold >= channels * n_coef =
-                // lines * n elements; one thread per line, bounds-checked against `lines`.
-                unsafe { b.launch(cfg) }.map_err(|e| driver_error("prefilter_axis_f32", e))?;
-            }
-            if half {
-                let f = self.function(Family::Prefilter, &pdefs, "to_store_f32")?;
-                let dst = ensure(
-                    &self.dev,
-                    &mut ws.img_u16,
-                    channels * n_coef,
-                    "the image coefficients",
-                )?;
-                let coef = if padded {
-                    ws.img_pad.as_ref()
-                } else {
-                    ws.img_f32.as_ref()
-                };
-                let Some(coef) = coef else {
-                    return Err(EngineError::Cuda("coefficient buffer missing".into()));
-                };
-                let total = (channels * n_coef) as i64;
-                let mut b = stream.launch_builder(&f);
-                b.arg(&coef.s).arg(&mut dst.s).arg(&total);
-                // SAFETY: to_store_f32(const float* src, u16* dst, i64 n): both hold >= n =
-                // channels * n_coef elements; bounds-checked per thread.
-                unsafe { b.launch(grid_1d(channels * n_coef)?) }
-                    .map_err(|e| driver_error("to_store_f32", e))?;
-            }
-        }
+        let (coef_shape, pad) = if cubic {
+            self.prefilter_device(ws, plan.mode, &img.shape, channels, precision, plan.cval)?
+        } else {
+            (img.shape.clone(), 0.0)
+        };
         let e_pre1 = self.event(&stream)?;
 
         // 4. The fused resample.
@@ -1299,11 +1895,9 @@ impl DeviceEngine {
             Precision::F16 => "resample_f16",
             Precision::Bf16 => "resample_bf16",
         };
-        let mut rdefs = sampler_defines(plan.mode, plan.order, ndim, precision);
-        if p.n_in.max(p.n_lab) >= 1 << 31 {
-            // Channels of 2^31 elements or more need 64-bit tap offsets.
-            rdefs.push("-DIDX64".into());
-        }
+        // Channels of 2^31 elements or more need 64-bit tap offsets.
+        let idx64 = p.n_in.max(p.n_lab) >= 1 << 31;
+        let rdefs = resample_defines(plan.mode, plan.order, ndim, precision, idx64);
         let f = self.function(Family::Resample, &rdefs, name)?;
         ensure(&self.dev, &mut ws.dummy, 1, "a placeholder")?;
         ensure(&self.dev, &mut ws.dummy_out, 1, "a placeholder")?;
@@ -1357,7 +1951,8 @@ impl DeviceEngine {
             // 1-element placeholder when has_label = 0, never read), field ndim * n_out (or the
             // placeholder when has_field = 0); all ensured above; one thread per output voxel,
             // bounds-checked against out_shape (output_voxel).
-            unsafe { b.launch(grid_out(&box_shape)?) }.map_err(|e| driver_error(name, e))?;
+            unsafe { b.launch(grid_out_k(&box_shape, resample_k())?) }
+                .map_err(|e| driver_error(name, e))?;
         } else {
             let src = if cubic && plan.mode.needs_prepad() {
                 &ws.img_pad
@@ -1380,7 +1975,8 @@ impl DeviceEngine {
             // SAFETY: resample_f32(const float* img, float* out, const float* lab, float* lab_out,
             // const float* field, ResampleParams): the same lengths as above, in f32; all
             // ensured above; bounds-checked against out_shape (output_voxel).
-            unsafe { b.launch(grid_out(&box_shape)?) }.map_err(|e| driver_error(name, e))?;
+            unsafe { b.launch(grid_out_k(&box_shape, resample_k())?) }
+                .map_err(|e| driver_error(name, e))?;
         }
         let e_rs1 = self.event(&stream)?;
 
@@ -1566,6 +2162,118 @@ impl SendPtr {
     }
 }
 
+/// What jobs must share to run in one batched launch ([`DeviceEngine::apply_many`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManyKey {
+    in_shape: Vec<usize>,
+    channels: usize,
+    out_shape: Vec<usize>,
+    mode: Mode,
+    order: Order,
+    lab_channels: Option<usize>,
+    /// The cval the order-3 grid-constant prepad writes (bits).
+    pad_cval: Option<u32>,
+}
+
+/// The batch a job can join, or `None` when it runs alone: half-precision storage takes the
+/// single-volume path. Order 3 prefilters once per batch (every image of the batch, padded with
+/// one cval in grid-constant mode).
+pub fn many_key(job: &Job<'_>, precision: Precision) -> Option<ManyKey> {
+    let plan = job.plan;
+    if precision != Precision::F32 {
+        return None;
+    }
+    if !matches!(job.image.ndim(), 2 | 3) {
+        return None;
+    }
+    Some(ManyKey {
+        in_shape: job.image.shape.clone(),
+        channels: job.image.channels,
+        out_shape: plan
+            .out_shape
+            .clone()
+            .unwrap_or_else(|| job.image.shape.clone()),
+        mode: plan.mode,
+        order: plan.order,
+        lab_channels: job.label.map(|l| l.channels),
+        pad_cval: (plan.order == Order::Cubic && plan.mode == Mode::GridConstant)
+            .then(|| plan.cval.to_bits()),
+    })
+}
+
+/// Samples that share a sigma: the per-axis sigmas and the samples' indices.
+pub type SigmaGroup = (Vec<f64>, Vec<usize>);
+
+/// The field slot of each sample (`None`: no elastic field) and the groups of samples that share
+/// a sigma (the per-axis sigmas, compared bit for bit), in slot order: group g's samples take
+/// consecutive slots, so that one set of passes makes all of their fields.
+pub fn field_slots(sigmas: &[Option<Vec<f64>>]) -> (Vec<Option<usize>>, Vec<SigmaGroup>) {
+    let mut groups: Vec<SigmaGroup> = vec![];
+    for (i, s) in sigmas.iter().enumerate() {
+        let Some(s) = s else { continue };
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        match groups.iter_mut().find(|g| bits(&g.0) == bits(s)) {
+            Some(g) => g.1.push(i),
+            None => groups.push((s.clone(), vec![i])),
+        }
+    }
+    let mut slots = vec![None; sigmas.len()];
+    let mut next = 0;
+    for (_, members) in &groups {
+        for &i in members {
+            slots[i] = Some(next);
+            next += 1;
+        }
+    }
+    (slots, groups)
+}
+
+/// Fills `c` (elements `s..s + c.len()` of the concatenation of `parts`, `per` elements each).
+fn fill_stacked(parts: &[&[f32]], per: usize, s: usize, c: &mut [f32]) {
+    let mut done = 0;
+    while done < c.len() {
+        let at = s + done;
+        let (j, off) = (at / per, at % per);
+        let take = (per - off).min(c.len() - done);
+        c[done..done + take].copy_from_slice(&parts[j][off..off + take]);
+        done += take;
+    }
+}
+
+/// Writes `c` (elements `s..` of the concatenation of the outputs, `per` elements each) into
+/// the outputs; concurrent callers write disjoint ranges (see [`SendPtr`]).
+fn scatter_stacked(outs: &[(SendPtr, usize)], per: usize, s: usize, c: &[f32]) {
+    let mut done = 0;
+    while done < c.len() {
+        let at = s + done;
+        let (j, off) = (at / per, at % per);
+        let take = (per - off).min(c.len() - done);
+        outs[j]
+            .0
+            .slice(off, take, outs[j].1)
+            .copy_from_slice(&c[done..done + take]);
+        done += take;
+    }
+}
+
+/// Element strides between the samples of `resample_many_*`; must match `struct ManyStrides` in
+/// kernels/resample.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct ManyStrides {
+    img: i64,
+    out: i64,
+    lab: i64,
+    lab_out: i64,
+    field: i64,
+    zblocks: i32,
+    samples: i32,
+}
+
+// SAFETY: #[repr(C)], plain old data (i64 and i32 only), laid out as `struct ManyStrides` in
+// kernels/resample.cu (48 bytes, 8-byte aligned).
+unsafe impl DeviceRepr for ManyStrides {}
+
 fn registry() -> &'static Mutex<HashMap<usize, Arc<DeviceEngine>>> {
     static R: OnceLock<Mutex<HashMap<usize, Arc<DeviceEngine>>>> = OnceLock::new();
     R.get_or_init(|| Mutex::new(HashMap::new()))
@@ -1698,7 +2406,10 @@ impl CudaBackend {
     }
 
     /// Applies many jobs, split across the backend's devices (job i on device i mod n), each
-    /// device working through its share on its own thread.
+    /// device working through its share on its own thread: consecutive jobs of one kind
+    /// ([`many_key`]) run together in batched launches ([`DeviceEngine::apply_many`]), as many
+    /// at a time as fit the device's memory budget; a batch that fails (out of memory, say) is
+    /// retried job by job, so every job gets its own result.
     pub fn apply_batch(
         &self,
         jobs: Vec<(Job<'_>, Outputs<'_>)>,
@@ -1707,8 +2418,10 @@ impl CudaBackend {
         let mut per_dev: Vec<Vec<(usize, Job<'_>, Outputs<'_>)>> =
             (0..n_dev).map(|_| vec![]).collect();
         let total = jobs.len();
+        // Contiguous shares, so that neighbours (usually of one kind) stay together.
+        let share = total.div_ceil(n_dev.max(1)).max(1);
         for (i, (j, o)) in jobs.into_iter().enumerate() {
-            per_dev[i % n_dev].push((i, j, o));
+            per_dev[(i / share).min(n_dev - 1)].push((i, j, o));
         }
         let mut results: Vec<Option<Result<Timings, EngineError>>> =
             (0..total).map(|_| None).collect();
@@ -1718,11 +2431,7 @@ impl CudaBackend {
                 .zip(&self.engines)
                 .map(|(work, eng)| {
                     let precision = self.precision;
-                    s.spawn(move || {
-                        work.into_iter()
-                            .map(|(i, j, o)| (i, eng.apply(j, o, precision)))
-                            .collect::<Vec<_>>()
-                    })
+                    s.spawn(move || eng.run_jobs(work, precision))
                 })
                 .collect();
             for h in handles {
@@ -1738,6 +2447,85 @@ impl CudaBackend {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(EngineError::Cuda("a device worker stopped".into()))))
             .collect()
+    }
+}
+
+impl DeviceEngine {
+    /// How many jobs like `job` one batched launch takes: what fits a quarter of the driver's
+    /// free memory (and half of an `AUGSCOPE_GPU_MEM_LIMIT`), at most 8 GiB and 256 samples,
+    /// and the grid's z limit.
+    fn many_capacity(&self, job: &Job<'_>) -> usize {
+        let out_shape = job
+            .plan
+            .out_shape
+            .clone()
+            .unwrap_or_else(|| job.image.shape.clone());
+        let n_out: usize = out_shape.iter().product();
+        let n_in: usize = job.image.shape.iter().product();
+        let ndim = out_shape.len();
+        let lab = job.label.map_or(0, |l| l.channels);
+        // Field and its scratch, outputs, and an image and label map each (when not shared).
+        let per_sample =
+            4 * (2 * ndim * n_out + (job.image.channels + lab) * (n_out + n_in)) + 1024;
+        let stats = self.dev.mem_stats();
+        let mut budget = (stats.driver_free_bytes / 4).min(8 << 30);
+        if let Some(l) = stats.limit_bytes {
+            budget = budget.min(l / 2);
+        }
+        let zblocks = grid_out_k(&out_shape, resample_k())
+            .map_or(1, |g| g.grid_dim.2 as usize)
+            .max(1);
+        (budget / per_sample).clamp(1, 256).min(65535 / zblocks)
+    }
+
+    /// This device's share of [`CudaBackend::apply_batch`].
+    fn run_jobs(
+        &self,
+        work: Vec<(usize, Job<'_>, Outputs<'_>)>,
+        precision: Precision,
+    ) -> Vec<(usize, Result<Timings, EngineError>)> {
+        let mut results = Vec::with_capacity(work.len());
+        let mut it = work.into_iter().peekable();
+        while let Some((i, job, out)) = it.next() {
+            let Some(key) = many_key(&job, precision) else {
+                results.push((i, self.apply(job, out, precision)));
+                continue;
+            };
+            let cap = self.many_capacity(&job);
+            let mut ids = vec![i];
+            let mut chunk = vec![(job, out)];
+            while chunk.len() < cap {
+                match it.next_if(|(_, j, _)| many_key(j, precision).as_ref() == Some(&key)) {
+                    Some((i, j, o)) => {
+                        ids.push(i);
+                        chunk.push((j, o));
+                    }
+                    None => break,
+                }
+            }
+            if chunk.len() == 1 {
+                for (i, (j, o)) in ids.into_iter().zip(chunk) {
+                    results.push((i, self.apply(j, o, precision)));
+                }
+                continue;
+            }
+            match self.apply_many(&mut chunk, precision) {
+                Ok(t) => {
+                    let t = Timings {
+                        batched: Some(chunk.len()),
+                        ..t
+                    };
+                    results.extend(ids.into_iter().map(|i| (i, Ok(t.clone()))));
+                }
+                Err(_) => {
+                    // One by one: each job gets its own result (or error).
+                    for (i, (j, o)) in ids.into_iter().zip(chunk) {
+                        results.push((i, self.apply(j, o, precision)));
+                    }
+                }
+            }
+        }
+        results
     }
 }
 
@@ -1779,6 +2567,10 @@ impl Backend for CudaBackend {
         // Concurrent callers spread over the devices; one caller uses them in turn.
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
         self.engines[i].apply(job, out, self.precision)
+    }
+
+    fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
+        self.apply_batch(jobs)
     }
 }
 
@@ -1858,6 +2650,90 @@ pub fn apply_new_with_fallback(
     }
 }
 
+/// One result of [`apply_many_new_with_fallback`]: the image, the label map, the timings and the
+/// out-of-memory note when the job was retried on the CPU.
+pub type NewResult = (
+    crate::volume::Volume,
+    Option<crate::volume::Volume>,
+    Timings,
+    Option<String>,
+);
+
+/// [`apply_new_with_fallback`] for many jobs at once, through [`Backend::apply_many`] (batched
+/// launches on the CUDA engine): a job that runs out of GPU memory is retried on the CPU engine.
+pub fn apply_many_new_with_fallback(
+    backend: &dyn Backend,
+    items: &[(
+        &Plan,
+        &crate::volume::Volume,
+        Option<&crate::volume::Volume>,
+    )],
+) -> Vec<Result<NewResult, EngineError>> {
+    let shapes: Vec<Vec<usize>> = items
+        .iter()
+        .map(|(plan, img, _)| plan.out_shape.clone().unwrap_or_else(|| img.shape.clone()))
+        .collect();
+    let mut bufs: Vec<(Vec<f32>, Option<Vec<f32>>)> = items
+        .iter()
+        .zip(&shapes)
+        .map(|((_, img, lab), shape)| {
+            let n: usize = shape.iter().product();
+            (
+                vec![0f32; img.channels * n],
+                lab.map(|l| vec![0f32; l.channels * n]),
+            )
+        })
+        .collect();
+    let jobs: Vec<(Job<'_>, Outputs<'_>)> = items
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&(plan, image, label), (o, l))| {
+            (
+                Job { plan, image, label },
+                Outputs {
+                    image: o,
+                    label: l.as_deref_mut(),
+                },
+            )
+        })
+        .collect();
+    let results = backend.apply_many(jobs);
+    results
+        .into_iter()
+        .zip(bufs)
+        .zip(items.iter().zip(&shapes))
+        .map(|((r, (o, l)), (&(plan, image, label), shape))| match r {
+            Ok(t) => {
+                let mk = |src: &crate::volume::Volume, data: Vec<f32>| {
+                    let mut v = src.clone_meta();
+                    v.shape = shape.clone();
+                    v.data = data;
+                    v
+                };
+                let lab = match (label, l) {
+                    (Some(src), Some(d)) => Some(mk(src, d)),
+                    _ => None,
+                };
+                Ok((mk(image, o), lab, t, None))
+            }
+            Err(EngineError::OutOfMemory(why)) => {
+                let cpu = super::cpu::CpuBackend::new();
+                let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
+                Ok((
+                    a,
+                    b,
+                    t,
+                    Some(format!(
+                        "{} ran out of memory ({why}); retried on the CPU engine",
+                        backend.name()
+                    )),
+                ))
+            }
+            Err(e) => Err(e),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1867,6 +2743,50 @@ mod tests {
         assert_eq!(std::mem::size_of::<ResampleParams>(), 280);
         assert_eq!(std::mem::align_of::<ResampleParams>(), 8);
         assert_eq!(std::mem::size_of::<PadParams>(), 40);
+        assert_eq!(std::mem::size_of::<ManyStrides>(), 48);
+        assert!(!BOUNDARY_CUH.is_empty() && Family::Resample.program().contains("ManyStrides"));
+    }
+
+    #[test]
+    fn field_slots_group_samples_by_sigma_in_slot_order() {
+        let s = |v: f64| Some(vec![v, v, v]);
+        let sigmas = vec![s(3.0), None, s(2.5), s(3.0), s(2.5), None, s(3.0)];
+        let (slots, groups) = field_slots(&sigmas);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0], (vec![3.0; 3], vec![0, 3, 6]));
+        assert_eq!(groups[1], (vec![2.5; 3], vec![2, 4]));
+        assert_eq!(
+            slots,
+            vec![Some(0), None, Some(3), Some(1), Some(4), None, Some(2)]
+        );
+        // Bit-for-bit comparison: 0.1 + 0.2 is not 0.3.
+        let (_, g) = field_slots(&[Some(vec![0.1 + 0.2]), Some(vec![0.3])]);
+        assert_eq!(g.len(), 2);
+        let (slots, g) = field_slots(&[None, None]);
+        assert!(g.is_empty() && slots == vec![None, None]);
+    }
+
+    #[test]
+    fn stacked_fill_and_scatter_cross_sample_boundaries() {
+        let parts: Vec<Vec<f32>> = (0..3)
+            .map(|j| (0..5).map(|i| (10 * j + i) as f32).collect())
+            .collect();
+        let refs: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
+        let mut flat = vec![0f32; 15];
+        for (s, c) in [(0usize, 4usize), (4, 7), (11, 4)] {
+            fill_stacked(&refs, 5, s, &mut flat[s..s + c]);
+        }
+        assert_eq!(flat, parts.concat());
+        let mut outs: Vec<Vec<f32>> = vec![vec![-1.0; 5]; 3];
+        let ptrs: Vec<(SendPtr, usize)> = outs
+            .iter_mut()
+            .map(|o| (SendPtr(o.as_mut_ptr()), o.len()))
+            .collect();
+        for (s, c) in [(0usize, 6usize), (6, 2), (8, 7)] {
+            scatter_stacked(&ptrs, 5, s, &flat[s..s + c]);
+        }
+        drop(ptrs);
+        assert_eq!(outs, parts);
     }
 
     #[test]

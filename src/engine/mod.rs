@@ -46,6 +46,10 @@ pub struct Timings {
     pub download_ms: f64,
     /// Everything, end to end.
     pub total_ms: f64,
+    /// When the job ran in a batched launch: how many samples these timings cover (all of them
+    /// together); absent for a job that ran alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batched: Option<usize>,
 }
 
 /// The inputs of one application of a plan.
@@ -69,6 +73,12 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
     /// Applies `job.plan` to `job.image` (and label) into `out`.
     fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError>;
+
+    /// Applies many jobs, one result per job in order. The CUDA engine runs jobs of one shape
+    /// together, in batched launches; the default runs them one after another.
+    fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
+        jobs.into_iter().map(|(j, o)| self.apply(j, o)).collect()
+    }
 }
 
 /// Checks a job's grids and the output buffer sizes; returns the output shape.

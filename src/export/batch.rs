@@ -388,6 +388,12 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
         BackendSpec::Cuda(ids) if backend_name.starts_with("cuda") => ids.len().max(1),
         _ => 1,
     };
+    // Samples a GPU worker takes together (one item on the CPU engine).
+    let gather = if backend_name.starts_with("cuda") {
+        64
+    } else {
+        1
+    };
     let n_writers = if opts.writers > 0 {
         opts.writers
     } else {
@@ -435,7 +441,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     let backend = selected.backend;
     type Loaded = (Item, Arc<Volume>, Option<Arc<Volume>>, f64);
     std::thread::scope(|s| {
-        let (job_tx, job_rx) = sync_channel::<Loaded>(2);
+        let (job_tx, job_rx) = sync_channel::<Loaded>(2 + gather);
         let (out_tx, out_rx) = sync_channel::<Computed>(n_writers + 1);
         let (rec_tx, rec_rx) = std::sync::mpsc::channel::<String>();
         let job_rx = Arc::new(Mutex::new(job_rx));
@@ -496,7 +502,8 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
             }
         });
 
-        // Compute workers.
+        // Compute workers. On a GPU a worker takes the samples waiting in the queue together
+        // (up to `gather`, about 512 MB of outputs): the engine runs them in batched launches.
         for _ in 0..n_compute {
             let job_rx = job_rx.clone();
             let out_tx = out_tx.clone();
@@ -504,63 +511,85 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
             let backend_note = backend_note.clone();
             let fail = &fail;
             s.spawn(move || {
-                while let Some((item, img, lab, read_ms)) = recv_shared(&job_rx) {
+                while let Some(first) = recv_shared(&job_rx) {
                     if stopped() {
                         return;
                     }
+                    let per_sample =
+                        4 * first.1.data.len() + first.2.as_ref().map_or(0, |l| 4 * l.data.len());
+                    let take = gather.min((512usize << 20) / per_sample.max(1)).max(1);
+                    let mut items = vec![first];
+                    if take > 1
+                        && let Ok(rx) = job_rx.lock()
+                    {
+                        while items.len() < take {
+                            match rx.try_recv() {
+                                Ok(v) => items.push(v),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     let t = Instant::now();
-                    let sample = match opts.preset.sample(item.seed, img.ndim(), &img.spacing_mm) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            fail(e.into());
+                    let mut samples = Vec::with_capacity(items.len());
+                    for (item, img, _, _) in &items {
+                        match opts.preset.sample(item.seed, img.ndim(), &img.spacing_mm) {
+                            Ok(s) => samples.push(s),
+                            Err(e) => {
+                                fail(e.into());
+                                return;
+                            }
+                        }
+                    }
+                    let work: Vec<_> = items
+                        .iter()
+                        .zip(&samples)
+                        .map(|((_, img, lab, _), sample)| (&sample.plan, &**img, lab.as_deref()))
+                        .collect();
+                    let results = engine::cuda::apply_many_new_with_fallback(backend, &work);
+                    // The batch's time, shared evenly by its samples.
+                    let compute_ms = t.elapsed().as_secs_f64() * 1e3 / items.len() as f64;
+                    for ((item, _, _, read_ms), (sample, r)) in
+                        items.into_iter().zip(samples.into_iter().zip(results))
+                    {
+                        let (out, out_label, timings, oom) = match r {
+                            Ok(v) => v,
+                            Err(e) => {
+                                fail(e.into());
+                                return;
+                            }
+                        };
+                        let used = if oom.is_some() {
+                            "cpu".to_string()
+                        } else {
+                            backend.name()
+                        };
+                        let record = json!({
+                            "input": opts.inputs[item.input],
+                            "label": opts.labels.get(item.input),
+                            "output": item.output,
+                            "label_output": item.label_output,
+                            "index": item.index,
+                            "seed": item.seed,
+                            "shard": format!("{}/{}", opts.shard.0, opts.shard.1),
+                            "preset": opts.preset.name,
+                            "done": sample.done,
+                            "drawn": sample.drawn,
+                            "plan": sample.plan,
+                            "backend": used,
+                            "backend_note": oom.or_else(|| backend_note.clone()),
+                            "timings_ms": { "engine": timings },
+                        });
+                        let c = Computed {
+                            item,
+                            image: out,
+                            label: out_label,
+                            record,
+                            compute_ms,
+                            read_ms,
+                        };
+                        if out_tx.send(c).is_err() {
                             return;
                         }
-                    };
-                    let r = engine::cuda::apply_new_with_fallback(
-                        backend,
-                        &sample.plan,
-                        &img,
-                        lab.as_deref(),
-                    );
-                    let (out, out_label, timings, oom) = match r {
-                        Ok(v) => v,
-                        Err(e) => {
-                            fail(e.into());
-                            return;
-                        }
-                    };
-                    let compute_ms = t.elapsed().as_secs_f64() * 1e3;
-                    let used = if oom.is_some() {
-                        "cpu".to_string()
-                    } else {
-                        backend.name()
-                    };
-                    let record = json!({
-                        "input": opts.inputs[item.input],
-                        "label": opts.labels.get(item.input),
-                        "output": item.output,
-                        "label_output": item.label_output,
-                        "index": item.index,
-                        "seed": item.seed,
-                        "shard": format!("{}/{}", opts.shard.0, opts.shard.1),
-                        "preset": opts.preset.name,
-                        "done": sample.done,
-                        "drawn": sample.drawn,
-                        "plan": sample.plan,
-                        "backend": used,
-                        "backend_note": oom.or_else(|| backend_note.clone()),
-                        "timings_ms": { "engine": timings },
-                    });
-                    let c = Computed {
-                        item,
-                        image: out,
-                        label: out_label,
-                        record,
-                        compute_ms,
-                        read_ms,
-                    };
-                    if out_tx.send(c).is_err() {
-                        return;
                     }
                 }
             });
