@@ -2,8 +2,9 @@
 # Screenshots of the real augscope window under Xvfb (software Vulkan, lavapipe), for the README.
 # Needs: apt-get install -y xvfb mesa-vulkan-drivers libvulkan1 imagemagick xdotool
 # Usage: scripts/screenshots.sh [path/to/augscope]   (default: target/release/augscope)
-# Writes docs/explorer.png (the bundled sample, rotated with elastic on), docs/compare.png and
-# docs/export.png (the batch export dialog).
+# Writes docs/explorer.png (the bundled sample, rotated with elastic on), docs/compare.png,
+# docs/export.png (the batch export dialog), docs/filter.png (a LoG after the transform) and
+# docs/febds.png (the FEBDS mask over the synthetic mammogram of the FEBDS fixtures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/augscope}
@@ -22,8 +23,12 @@ SHOT="rotate=12,-8,5;elastic=900,11;translate=0,6,-4"
 # waits for its window. A fresh profile each time, so the screenshots do not depend on saved state.
 start() {
   export XDG_DATA_HOME=$(mktemp -d) XDG_CONFIG_HOME=$(mktemp -d)
-  AUGSCOPE_SHOT="$1" "$BIN" view assets/mni152_t1.nii.gz \
-    --label assets/mni152_tissue_labels.nii.gz &
+  if [ -n "${2:-}" ]; then
+    AUGSCOPE_SHOT="$1" "$BIN" view "$2" &
+  else
+    AUGSCOPE_SHOT="$1" "$BIN" view assets/mni152_t1.nii.gz \
+      --label assets/mni152_tissue_labels.nii.gz &
+  fi
   APP=$!
   WID=""
   for _ in $(seq 1 120); do
@@ -50,4 +55,16 @@ kill $APP; wait $APP 2>/dev/null || true
 start "$SHOT;export=$HOME/augscope-batch"
 sleep 12
 import -window root docs/export.png
-echo "wrote docs/explorer.png docs/compare.png docs/export.png"
+kill $APP; wait $APP 2>/dev/null || true
+
+# The filter panel: a LoG after the transform.
+start "$SHOT;filter=log,1.5,after"
+sleep 14
+import -window root docs/filter.png
+kill $APP; wait $APP 2>/dev/null || true
+
+# The FEBDS mask (dog) as an overlay on a 2D mammogram-like image.
+start "rotate=0,0,0;filter=febds,0" tests/fixtures/febds/input.npy
+sleep 14
+import -window root docs/febds.png
+echo "wrote docs/explorer.png docs/compare.png docs/export.png docs/filter.png docs/febds.png"

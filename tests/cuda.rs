@@ -50,8 +50,8 @@ fn random_labels(shape: &[usize], seed: u64) -> Volume {
 /// replace between the two calls: the pair is tried up to 20 times; a broken cache fails all.
 fn cached_on_second_run(g: &CudaBackend, first: &Plan, second: &Plan, image: &Volume) -> bool {
     (0..20).any(|_| {
-        apply_new(g, first, image, None).unwrap();
-        let (_, _, t) = apply_new(g, second, image, None).unwrap();
+        apply_new(g, first, image, None).unwrap_or_else(|e| panic!("{e}"));
+        let (_, _, t) = apply_new(g, second, image, None).unwrap_or_else(|e| panic!("{e}"));
         t.field_ms == 0.0
     })
 }

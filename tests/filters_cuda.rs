@@ -276,6 +276,45 @@ fn gpu_median_matches_cpu_bit_for_bit_on_every_path() {
     }
 }
 
+/// `cuda:0,0`: the arrays of a batch split between two device workers (here twice the same
+/// device, so that one GPU checks the split and the reassembly), as `cuda:0,1` splits them over
+/// two GPUs; the result is the one-launch result.
+#[test]
+fn gpu_filter_batch_splits_between_listed_devices() {
+    need_gpu!();
+    let shape = [37usize, 45];
+    let n = shape[0] * shape[1];
+    let data = random(n * 5, 404);
+    let b = Boundary {
+        mode: Mode::Reflect,
+        cval: 0.0,
+    };
+    for f in [
+        Filter::Gaussian { sigma: vec![2.5] },
+        Filter::Median { size: vec![5] },
+    ] {
+        let one = on_gpu(&f, b, &data, &shape, Precision::F32);
+        let r = run(
+            &f,
+            b,
+            &data,
+            &shape,
+            &BackendSpec::Cuda(vec![0, 0]),
+            Precision::F32,
+        )
+        .unwrap_or_else(|e| panic!("{f:?}: {e}"));
+        assert_eq!(r.backend, "cuda:0,0", "fell back: {:?}", r.note);
+        assert_eq!(r.out.len(), one.len());
+        assert!(
+            r.out
+                .iter()
+                .zip(&one)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{f:?}: the split batch differs from one launch"
+        );
+    }
+}
+
 #[test]
 fn gpu_half_precision_storage_stays_close() {
     need_gpu!();

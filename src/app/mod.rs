@@ -742,8 +742,9 @@ pub fn febds_map((lo, hi): (f32, f32)) -> (f32, f32) {
     }
 }
 
-/// Parameters from `rotate=a0,a1,a2;scale=s;translate=t0,t1,t2;elastic=alpha,sigma;seed=n`
-/// (degrees, voxels); the rest as in `base`. Unknown or malformed parts are ignored.
+/// Parameters from `rotate=a0,a1,a2;scale=s;translate=t0,t1,t2;elastic=alpha,sigma;seed=n;
+/// filter=KIND[,VALUE[,after]]` (degrees, voxels; see `filter_spec`); the rest as in `base`.
+/// Unknown or malformed parts are ignored.
 pub fn preset_params(spec: &str, base: Params) -> Params {
     let mut p = Params {
         elastic: false,
@@ -756,6 +757,10 @@ pub fn preset_params(spec: &str, base: Params) -> Params {
         let Some((k, v)) = part.split_once('=') else {
             continue;
         };
+        if k.trim() == "filter" {
+            filter_spec(v, &mut p.filter);
+            continue;
+        }
         let nums: Vec<f64> = v.split(',').filter_map(|t| t.trim().parse().ok()).collect();
         match (k.trim(), nums.as_slice()) {
             ("rotate", [a, b, c]) => p.rotate_deg = [*a, *b, *c],
@@ -771,6 +776,38 @@ pub fn preset_params(spec: &str, base: Params) -> Params {
         }
     }
     p
+}
+
+/// `KIND[,VALUE[,after]]` of [`preset_params`]: gaussian or log (VALUE sigma), median (VALUE
+/// the window), febds (VALUE 0 dog, 1 log, 2 fft); the filter is enabled, before the transform
+/// unless `after`.
+fn filter_spec(v: &str, f: &mut state::FilterParams) {
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    let val: Option<f64> = parts.get(1).and_then(|t| t.parse().ok());
+    let kind = match parts.first().copied() {
+        Some("gaussian") => state::FilterKind::Gaussian,
+        Some("log") => state::FilterKind::Log,
+        Some("median") => state::FilterKind::Median,
+        Some("febds") => state::FilterKind::Febds,
+        _ => return,
+    };
+    f.enabled = true;
+    f.kind = kind;
+    match (kind, val) {
+        (state::FilterKind::Gaussian | state::FilterKind::Log, Some(s)) => f.sigma_vox = s,
+        (state::FilterKind::Median, Some(k)) => f.median_size = k as usize,
+        (state::FilterKind::Febds, Some(m)) => {
+            f.febds_method = match m as i64 {
+                1 => crate::filter::FebdsMethod::Log,
+                2 => crate::filter::FebdsMethod::Fft,
+                _ => crate::filter::FebdsMethod::Dog,
+            }
+        }
+        _ => {}
+    }
+    if parts.get(2) == Some(&"after") {
+        f.stage = state::FilterStage::After;
+    }
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -824,5 +861,26 @@ impl eframe::App for App {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn screenshot_spec_sets_the_filter() {
+        let p = preset_params("rotate=1,2,3;filter=log,1.5,after", Params::default());
+        assert_eq!(p.rotate_deg, [1.0, 2.0, 3.0]);
+        assert!(p.filter.enabled);
+        assert_eq!(p.filter.kind, state::FilterKind::Log);
+        assert_eq!(p.filter.sigma_vox, 1.5);
+        assert_eq!(p.filter.stage, state::FilterStage::After);
+        let p = preset_params("filter=febds,2", Params::default());
+        assert_eq!(p.filter.kind, state::FilterKind::Febds);
+        assert_eq!(p.filter.febds_method, crate::filter::FebdsMethod::Fft);
+        assert_eq!(p.filter.stage, state::FilterStage::Before);
+        let p = preset_params("filter=nonsense,3", Params::default());
+        assert!(!p.filter.enabled);
     }
 }

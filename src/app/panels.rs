@@ -269,11 +269,11 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 egui::CollapsingHeader::new("Sampling")
                     .default_open(true)
                     .show(ui, |ui| sampling_ui(ui, params));
-                // Closed at first, so that the panel fits a 940-pixel window; the title says
-                // what runs.
+                // Closed at first unless a filter is on, so that the panel fits a 940-pixel
+                // window; the title says what runs.
                 egui::CollapsingHeader::new(filter_title(&params.filter))
                     .id_salt("filter section")
-                    .default_open(false)
+                    .default_open(params.filter.enabled)
                     .show(ui, |ui| filter_ui(ui, &mut params.filter, display, rt, nd));
                 egui::CollapsingHeader::new("Engine")
                     .default_open(true)

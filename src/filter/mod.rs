@@ -193,7 +193,7 @@ pub struct FilterRun {
 
 /// Applies `filter` to `data` (`data.len() / prod(shape)` arrays of `shape`: channels or batch
 /// items, all in one launch on a GPU) on the engine `spec` asks for (DESIGN §6): `cuda[:N]` runs
-/// on that device, `cpu` and `auto` on the CPU (the data lives on the host). A CUDA request that
+/// on that device, `cuda:0,1` splits the arrays between the devices, `cpu` and `auto` on the CPU (the data lives on the host). A CUDA request that
 /// cannot be met (no driver, no device, NVRTC failing) and a GPU out of memory fall back to the
 /// CPU with a note, never an error. `precision` is the GPU storage type.
 pub fn run(
@@ -225,17 +225,46 @@ pub fn run(
             note: None,
         });
     }
-    let f = filter.resolved(shape.len(), data.len() / n)?;
-    let ordinal = ids.first().copied().unwrap_or(0);
-    let result = cuda::apply(&f, b, data, shape, ordinal, precision);
+    let count = data.len() / n;
+    let f = filter.resolved(shape.len(), count)?;
+    // Several devices split the arrays (batch items or channels) between them, contiguous
+    // shares, one thread each; one device takes them all in one launch.
+    let ids: Vec<usize> = if ids.is_empty() { vec![0] } else { ids.clone() };
+    let parts = ids.len().min(count).max(1);
+    let share = count.div_ceil(parts);
+    let names: Vec<String> = ids[..parts].iter().map(|i| i.to_string()).collect();
+    let backend = format!("cuda:{}", names.join(","));
+    let result: Result<Vec<f32>, EngineError> = if parts == 1 {
+        cuda::apply(&f, b, data, shape, ids[0], precision)
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = data
+                .chunks(share * n)
+                .zip(&ids)
+                .map(|(chunk, &ordinal)| {
+                    let f = &f;
+                    s.spawn(move || cuda::apply(f, b, chunk, shape, ordinal, precision))
+                })
+                .collect();
+            let mut out = Vec::with_capacity(data.len());
+            for h in handles {
+                match h.join() {
+                    Ok(Ok(part)) => out.extend(part),
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Err(EngineError::Cuda("a device worker stopped".into())),
+                }
+            }
+            Ok(out)
+        })
+    };
     match result {
         Ok(out) => Ok(FilterRun {
             out,
-            backend: format!("cuda:{ordinal}"),
+            backend,
             note: None,
         }),
         Err(EngineError::OutOfMemory(why)) => cpu(Some(format!(
-            "cuda:{ordinal} ran out of memory ({why}); retried on the CPU engine"
+            "{backend} ran out of memory ({why}); retried on the CPU engine"
         ))),
         Err(e) => {
             let why = match &e {
