@@ -257,42 +257,49 @@ pub fn closing(mask: &[f32], [h, w]: [usize; 2], k: usize) -> Vec<f32> {
     box_extreme(&dil, [h, w], k, false)
 }
 
-/// Max (or min) over a `k × k` box with 0 outside the image; separable.
+/// Max (or min) over a `k × k` box with 0 outside the image; separable, each pass as `k`
+/// element-wise folds of shifted rows (vectorised; the window order does not matter for max/min).
 fn box_extreme(x: &[f32], [h, w]: [usize; 2], k: usize, max: bool) -> Vec<f32> {
-    let r = (k / 2) as i64;
-    let pick = |a: f32, b: f32| if max { a.max(b) } else { a.min(b) };
-    let at = |line: &[f32], i: i64, n: usize| {
-        if (0..n as i64).contains(&i) {
-            line[i as usize]
+    if max {
+        box_extreme_with::<true>(x, [h, w], k)
+    } else {
+        box_extreme_with::<false>(x, [h, w], k)
+    }
+}
+
+fn fold_rows<const MAX: bool>(o: &mut [f32], s: &[f32]) {
+    for (a, &b) in o.iter_mut().zip(s) {
+        *a = if MAX { a.max(b) } else { a.min(b) };
+    }
+}
+
+fn box_extreme_with<const MAX: bool>(x: &[f32], [h, w]: [usize; 2], k: usize) -> Vec<f32> {
+    let r = k / 2;
+    let mut tmp = vec![0f32; x.len()];
+    tmp.par_chunks_mut(w).zip(x.par_chunks(w)).for_each_init(
+        || vec![0f32; w + 2 * r],
+        |padded, (o, line)| {
+            padded[r..r + w].copy_from_slice(line);
+            o.copy_from_slice(&padded[..w]);
+            for d in 1..=2 * r {
+                fold_rows::<MAX>(o, &padded[d..d + w]);
+            }
+        },
+    );
+    let zeros = vec![0f32; w];
+    let row = |y: i64| -> &[f32] {
+        if (0..h as i64).contains(&y) {
+            &tmp[y as usize * w..(y as usize + 1) * w]
         } else {
-            0.0
+            &zeros
         }
     };
-    let mut tmp = vec![0f32; x.len()];
-    tmp.par_chunks_mut(w)
-        .zip(x.par_chunks(w))
-        .for_each(|(o, line)| {
-            for (i, v) in o.iter_mut().enumerate() {
-                let i = i as i64;
-                *v = (i - r..=i + r)
-                    .map(|j| at(line, j, w))
-                    .reduce(pick)
-                    .unwrap_or(0.0);
-            }
-        });
     let mut out = vec![0f32; x.len()];
     out.par_chunks_mut(w).enumerate().for_each(|(y, o)| {
-        for (xi, v) in o.iter_mut().enumerate() {
-            *v = (y as i64 - r..=y as i64 + r)
-                .map(|j| {
-                    if (0..h as i64).contains(&j) {
-                        tmp[j as usize * w + xi]
-                    } else {
-                        0.0
-                    }
-                })
-                .reduce(pick)
-                .unwrap_or(0.0);
+        let y0 = y as i64 - r as i64;
+        o.copy_from_slice(row(y0));
+        for d in 1..=2 * r as i64 {
+            fold_rows::<MAX>(o, row(y0 + d));
         }
     });
     out
@@ -300,39 +307,94 @@ fn box_extreme(x: &[f32], [h, w]: [usize; 2], k: usize, max: bool) -> Vec<f32> {
 
 /// `scipy.ndimage.binary_fill_holes` in 2D: background pixels not 4-connected to the border
 /// become foreground.
+///
+/// By runs, not pixels: each row's runs of background are found in parallel, runs that overlap
+/// on neighbouring rows (4-connectivity: a shared column) are joined in a union-find, and the
+/// components with a run on the border stay background. A flood fill visits every background
+/// pixel one at a time (about 200 ms on a 4096 × 3328 mammogram, single-threaded); the runs are a
+/// few per row.
 pub fn fill_holes(mask: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
-    let mut outside = vec![false; mask.len()];
-    let mut stack: Vec<usize> = Vec::new();
-    let seed = |i: usize, outside: &mut Vec<bool>, stack: &mut Vec<usize>| {
-        if mask[i] == 0.0 && !outside[i] {
-            outside[i] = true;
-            stack.push(i);
-        }
-    };
-    for x in 0..w {
-        seed(x, &mut outside, &mut stack);
-        seed((h - 1) * w + x, &mut outside, &mut stack);
+    if mask.is_empty() {
+        return vec![];
     }
-    for y in 0..h {
-        seed(y * w, &mut outside, &mut stack);
-        seed(y * w + w - 1, &mut outside, &mut stack);
+    // Background runs [start, end) of each row.
+    let rows: Vec<Vec<(usize, usize)>> = mask
+        .par_chunks(w)
+        .map(|line| {
+            let mut runs = vec![];
+            let mut x = 0;
+            while x < w {
+                if line[x] == 0.0 {
+                    let s = x;
+                    while x < w && line[x] == 0.0 {
+                        x += 1;
+                    }
+                    runs.push((s, x));
+                } else {
+                    x += 1;
+                }
+            }
+            runs
+        })
+        .collect();
+    let mut first = Vec::with_capacity(h + 1);
+    let mut total = 0;
+    for r in &rows {
+        first.push(total);
+        total += r.len();
     }
-    while let Some(i) = stack.pop() {
-        let (y, x) = (i / w, i % w);
-        if y > 0 {
-            seed(i - w, &mut outside, &mut stack);
+    first.push(total);
+    let mut parent: Vec<usize> = (0..total).collect();
+    fn find(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
         }
-        if y + 1 < h {
-            seed(i + w, &mut outside, &mut stack);
-        }
-        if x > 0 {
-            seed(i - 1, &mut outside, &mut stack);
-        }
-        if x + 1 < w {
-            seed(i + 1, &mut outside, &mut stack);
+        i
+    }
+    // Join runs of neighbouring rows that share a column (merge of two sorted run lists).
+    for y in 0..h.saturating_sub(1) {
+        let (a, b) = (&rows[y], &rows[y + 1]);
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let (s0, e0) = a[i];
+            let (s1, e1) = b[j];
+            if s0 < e1 && s1 < e0 {
+                let (ra, rb) = (
+                    find(&mut parent, first[y] + i),
+                    find(&mut parent, first[y + 1] + j),
+                );
+                if ra != rb {
+                    parent[ra.max(rb)] = ra.min(rb);
+                }
+            }
+            if e0 < e1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
         }
     }
-    outside.iter().map(|&o| f32::from(!o)).collect()
+    // Components that touch the border.
+    let mut outside = vec![false; total];
+    for (y, runs) in rows.iter().enumerate() {
+        for (k, &(s, e)) in runs.iter().enumerate() {
+            if y == 0 || y == h - 1 || s == 0 || e == w {
+                let r = find(&mut parent, first[y] + k);
+                outside[r] = true;
+            }
+        }
+    }
+    let roots: Vec<bool> = (0..total).map(|i| outside[find(&mut parent, i)]).collect();
+    let mut out = vec![1f32; mask.len()];
+    out.par_chunks_mut(w).enumerate().for_each(|(y, line)| {
+        for (k, &(s, e)) in rows[y].iter().enumerate() {
+            if roots[first[y] + k] {
+                line[s..e].fill(0.0);
+            }
+        }
+    });
+    out
 }
 
 /// Steps 2–3: `|·|`, the 5×5 median (mirror), gamma 1.25 on the 12-bit scale.
@@ -395,5 +457,122 @@ mod tests {
         assert_eq!(c[0], 0.0);
         assert_eq!(c[3 * 20 + 3], 1.0);
         assert_eq!(c[2 * 20 + 10], 0.0);
+    }
+
+    /// The pixel flood fill the run-based `fill_holes` replaced: the reference.
+    fn flood_fill_holes(mask: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
+        let mut outside = vec![false; mask.len()];
+        let mut stack: Vec<usize> = Vec::new();
+        let seed = |i: usize, outside: &mut Vec<bool>, stack: &mut Vec<usize>| {
+            if mask[i] == 0.0 && !outside[i] {
+                outside[i] = true;
+                stack.push(i);
+            }
+        };
+        for x in 0..w {
+            seed(x, &mut outside, &mut stack);
+            seed((h - 1) * w + x, &mut outside, &mut stack);
+        }
+        for y in 0..h {
+            seed(y * w, &mut outside, &mut stack);
+            seed(y * w + w - 1, &mut outside, &mut stack);
+        }
+        while let Some(i) = stack.pop() {
+            let (y, x) = (i / w, i % w);
+            if y > 0 {
+                seed(i - w, &mut outside, &mut stack);
+            }
+            if y + 1 < h {
+                seed(i + w, &mut outside, &mut stack);
+            }
+            if x > 0 {
+                seed(i - 1, &mut outside, &mut stack);
+            }
+            if x + 1 < w {
+                seed(i + 1, &mut outside, &mut stack);
+            }
+        }
+        outside.iter().map(|&o| f32::from(!o)).collect()
+    }
+
+    #[test]
+    fn run_fill_holes_equals_the_pixel_flood_fill() {
+        let mut s = 0x1234_5678_9abc_def1u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        // Random masks of several densities (mazes of runs, spirals of holes), thin and
+        // degenerate shapes included.
+        for (h, w) in [
+            (1, 1),
+            (1, 9),
+            (9, 1),
+            (2, 2),
+            (17, 23),
+            (64, 48),
+            (120, 200),
+        ] {
+            for density in [2u64, 4, 5, 6, 8] {
+                let m: Vec<f32> = (0..h * w)
+                    .map(|_| f32::from(next() % 10 < density))
+                    .collect();
+                assert_eq!(
+                    fill_holes(&m, [h, w]),
+                    flood_fill_holes(&m, [h, w]),
+                    "{h}x{w} density {density}"
+                );
+            }
+        }
+        // A ring of rings: holes inside holes.
+        let (h, w) = (41usize, 41usize);
+        let m: Vec<f32> = (0..h * w)
+            .map(|i| {
+                let (y, x) = ((i / w) as i64 - 20, (i % w) as i64 - 20);
+                let r = y.abs().max(x.abs());
+                f32::from(r % 4 == 2)
+            })
+            .collect();
+        assert_eq!(fill_holes(&m, [h, w]), flood_fill_holes(&m, [h, w]));
+    }
+
+    #[test]
+    fn box_extreme_equals_the_window_definition() {
+        let (h, w) = (13usize, 17usize);
+        let x: Vec<f32> = (0..h * w).map(|i| ((i * 37) % 11) as f32 - 3.0).collect();
+        for k in [1usize, 3, 7] {
+            for max in [true, false] {
+                let got = box_extreme(&x, [h, w], k, max);
+                let r = (k / 2) as i64;
+                for y in 0..h as i64 {
+                    for xi in 0..w as i64 {
+                        let mut want = if max {
+                            f32::NEG_INFINITY
+                        } else {
+                            f32::INFINITY
+                        };
+                        for dy in -r..=r {
+                            for dx in -r..=r {
+                                let (yy, xx) = (y + dy, xi + dx);
+                                let v =
+                                    if (0..h as i64).contains(&yy) && (0..w as i64).contains(&xx) {
+                                        x[yy as usize * w + xx as usize]
+                                    } else {
+                                        0.0
+                                    };
+                                want = if max { want.max(v) } else { want.min(v) };
+                            }
+                        }
+                        assert_eq!(
+                            got[y as usize * w + xi as usize],
+                            want,
+                            "k {k} max {max} at {y},{xi}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
