@@ -1624,20 +1624,34 @@ impl DeviceEngine {
             })?;
         }
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
-        stream
+        self.finish(ws, [&e_pre0, &e_pre1, &e_rs0, &e_rs1], &mut timings)?;
+        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(timings)
+    }
+
+    /// The end of a transform: waits for the stream, reads the prefilter and resample times
+    /// from their events ([start, end] each) and records the pinned staging size.
+    fn finish(
+        &self,
+        ws: &Workspace,
+        [pre0, pre1, rs0, rs1]: [&cudarc::driver::CudaEvent; 4],
+        timings: &mut Timings,
+    ) -> Result<(), EngineError> {
+        self.dev
+            .stream
             .synchronize()
-            .map_err(|e| driver_error("the transforms", e))?;
-        timings.resample_ms = e_rs0
-            .elapsed_ms(&e_rs1)
-            .map_err(|e| driver_error("timing", e))? as f64;
-        timings.prefilter_ms = e_pre0
-            .elapsed_ms(&e_pre1)
-            .map_err(|e| driver_error("timing", e))? as f64;
+            .map_err(|e| driver_error("the transform", e))?;
+        let ms = |a: &cudarc::driver::CudaEvent, b| {
+            a.elapsed_ms(b)
+                .map(f64::from)
+                .map_err(|e| driver_error("timing", e))
+        };
+        timings.prefilter_ms = ms(pre0, pre1)?;
+        timings.resample_ms = ms(rs0, rs1)?;
         let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes())
             + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
         self.dev.set_pinned_bytes(pinned);
-        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
-        Ok(timings)
+        Ok(())
     }
 
     fn apply_region(
@@ -2013,18 +2027,7 @@ impl DeviceEngine {
             })?;
         }
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
-        stream
-            .synchronize()
-            .map_err(|e| driver_error("the transform", e))?;
-        timings.prefilter_ms = e_pre0
-            .elapsed_ms(&e_pre1)
-            .map_err(|e| driver_error("timing", e))? as f64;
-        timings.resample_ms = e_rs0
-            .elapsed_ms(&e_rs1)
-            .map_err(|e| driver_error("timing", e))? as f64;
-        let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes())
-            + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
-        self.dev.set_pinned_bytes(pinned);
+        self.finish(ws, [&e_pre0, &e_pre1, &e_rs0, &e_rs1], &mut timings)?;
         st.resident = now_resident;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
