@@ -16,6 +16,11 @@ Usage (GPU machine):
     python3 benches/peers_filters.py --augscope target/release/augscope --json peers_filters.json
 Options: --shape DxHxW, --mammo HxW, --reps N, --skip-cupy, --skip-torch, --check.
 Missing packages (cupy, torch, medical-image-std) are reported and their rows skipped.
+medical-image-std's own requirements pull in much more than FEBDS needs; on a machine that has
+torch but no network, its wheel and pydicom's are enough (`pip download --no-deps` elsewhere):
+    pip install --no-deps --target /tmp/mis medical_image_std-0.8.2-py3-none-any.whl \
+        pydicom-3.0.2-py3-none-any.whl
+    PYTHONPATH=/tmp/mis python3 benches/peers_filters.py --augscope BIN
 """
 import argparse
 import json
