@@ -191,9 +191,13 @@ __device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, 
     sample_store(p, x, idx, img, out, lab, lab_out);
 }
 #else
-// RS_K output voxels of one row, blockDim.x apart. Without a field, the part of the affine that
-// depends on the row, (offset + m_i0 c_0) + m_i1 c_1 (2D: offset + m_i0 c_0), is computed once
-// per row: the same f64 operations in the same order as input_coordinate, so the same x.
+// RS_K output voxels of one row, blockDim.x apart, software-pipelined: the coordinates and tap
+// offsets of all of them first, then all their loads, then the interpolation, so that a thread
+// has RS_K voxels' gathers in flight (the kernel is latency bound: GPU_NOTES run 17). Without a
+// field, the part of the affine that depends on the row, (offset + m_i0 c_0) + m_i1 c_1 (2D:
+// offset + m_i0 c_0), is computed once per row: the same f64 operations in the same order as
+// input_coordinate, so the same x. A voxel near an edge, several channels or a label map take
+// the one-voxel path (sample_store) for the whole group.
 __device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, const store_t* __restrict__ img,
                                                store_t* __restrict__ out, const float* __restrict__ lab,
                                                float* __restrict__ lab_out, const float* __restrict__ field) {
@@ -214,8 +218,8 @@ __device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, 
     pv[0] = y + p.box_lo[0];
     row = (long long)y * w_box;
 #endif
-    if (!p.has_field) {
-        double base[NDIM];
+    double base[NDIM];
+    {
         double c[NDIM];
 #pragma unroll
         for (int a = 0; a < L; a++) {
@@ -229,28 +233,45 @@ __device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, 
             for (int j = 0; j < L; j++) s += p.m[i * 3 + j] * c[j];
             base[i] = s;
         }
-#pragma unroll
-        for (int k = 0; k < RS_K; k++) {
-            const int xo = x0 + k * blockDim.x;
-            if (xo >= w_box) return;
+    }
+    // The input coordinate of voxel k of the group; false past the row's end.
+    auto coord = [&](int k, double* x) -> bool {
+        const int xo = x0 + k * (int)blockDim.x;
+        if (xo >= w_box) return false;
+        if (!p.has_field) {
             const int px = xo + p.box_lo[L];
             const int q = p.flip[L] ? p.out_shape[L] - 1 - px : px;
             const double cl = small_int_to_double(q) - p.ctr_out[L];
-            double x[3];
 #pragma unroll
             for (int i = 0; i < NDIM; i++) x[i] = base[i] + p.m[i * 3 + L] * cl;
-            sample_store(p, x, row + xo, img, out, lab, lab_out);
+        } else {
+            int pq[3] = {pv[0], pv[1], pv[2]};
+            pq[L] = xo + p.box_lo[L];
+            input_coordinate(p, field, pq, x);
         }
-    } else {
+        return true;
+    };
+    idx_t tb[RS_K];
+    float tw[RS_K][NDIM][ORDER + 1];
+    bool fast = p.channels == 1 && !p.has_label;
 #pragma unroll
-        for (int k = 0; k < RS_K; k++) {
-            const int xo = x0 + k * blockDim.x;
-            if (xo >= w_box) return;
-            pv[L] = xo + p.box_lo[L];
-            double x[3];
-            input_coordinate(p, field, pv, x);
-            sample_store(p, x, row + xo, img, out, lab, lab_out);
-        }
+    for (int k = 0; k < RS_K; k++) {
+        double x[3];
+        fast = fast && coord(k, x) && interior_taps<ORDER>(x, p.in_shape, p.pad, &tb[k], tw[k]);
+    }
+    if (fast) {
+        float r[RS_K];
+#pragma unroll
+        for (int k = 0; k < RS_K; k++) r[k] = eval_interior<ORDER>(img, tb[k], p.in_shape, tw[k], LoadStore());
+#pragma unroll
+        for (int k = 0; k < RS_K; k++) out[row + x0 + k * (int)blockDim.x] = to_store(r[k]);
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < RS_K; k++) {
+        double x[3];
+        if (!coord(k, x)) return;
+        sample_store(p, x, row + x0 + k * (int)blockDim.x, img, out, lab, lab_out);
     }
 }
 #endif
