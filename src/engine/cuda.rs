@@ -521,7 +521,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 const BLOCK: u32 = 256;
 /// Output voxels per thread of the resample kernels (see [`resample_k`]). Measured on the H200
-/// (benches/GPU_NOTES.md, run 12): 2 and 4 gave no clear gain over 1 and compile 5–10x slower.
+/// (benches/GPU_NOTES.md, runs 12 and 18, also software-pipelined): 2 and 4 gain at most 3 % on
+/// the large rotate, lose on small volumes and compile several times slower.
 const RESAMPLE_K: usize = 1;
 /// Blocks per SM of the order-0/1 resample kernels: 5 caps them at 48 registers (62.5 %
 /// occupancy instead of 50 % at 64); rotate 256×512×512 0.80 → 0.59 ms on the H200 (run 12).
