@@ -2637,21 +2637,26 @@ pub fn apply_new_with_fallback(
 > {
     match super::apply_new(backend, plan, image, label) {
         Ok((a, b, t)) => Ok((a, b, t, None)),
-        Err(EngineError::OutOfMemory(why)) => {
-            let cpu = super::cpu::CpuBackend::new();
-            let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
-            Ok((
-                a,
-                b,
-                t,
-                Some(format!(
-                    "{} ran out of memory ({why}); retried on the CPU engine",
-                    backend.name()
-                )),
-            ))
-        }
+        Err(EngineError::OutOfMemory(why)) => retry_on_cpu(backend, &why, plan, image, label),
         Err(e) => Err(e),
     }
+}
+
+/// The job again on the CPU engine, after `backend` ran out of memory (`why`), with the note.
+fn retry_on_cpu(
+    backend: &dyn Backend,
+    why: &str,
+    plan: &Plan,
+    image: &crate::volume::Volume,
+    label: Option<&crate::volume::Volume>,
+) -> Result<NewResult, EngineError> {
+    let cpu = super::cpu::CpuBackend::new();
+    let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
+    let note = format!(
+        "{} ran out of memory ({why}); retried on the CPU engine",
+        backend.name()
+    );
+    Ok((a, b, t, Some(note)))
 }
 
 /// One result of [`apply_many_new_with_fallback`]: the image, the label map, the timings and the
@@ -2709,10 +2714,7 @@ pub fn apply_many_new_with_fallback(
         .map(|((r, (o, l)), (&(plan, image, label), shape))| match r {
             Ok(t) => {
                 let mk = |src: &crate::volume::Volume, data: Vec<f32>| {
-                    let mut v = src.clone_meta();
-                    v.shape = shape.clone();
-                    v.data = data;
-                    v
+                    super::output_volume(src, shape, data)
                 };
                 let lab = match (label, l) {
                     (Some(src), Some(d)) => Some(mk(src, d)),
@@ -2720,19 +2722,7 @@ pub fn apply_many_new_with_fallback(
                 };
                 Ok((mk(image, o), lab, t, None))
             }
-            Err(EngineError::OutOfMemory(why)) => {
-                let cpu = super::cpu::CpuBackend::new();
-                let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
-                Ok((
-                    a,
-                    b,
-                    t,
-                    Some(format!(
-                        "{} ran out of memory ({why}); retried on the CPU engine",
-                        backend.name()
-                    )),
-                ))
-            }
+            Err(EngineError::OutOfMemory(why)) => retry_on_cpu(backend, &why, plan, image, label),
             Err(e) => Err(e),
         })
         .collect()

@@ -139,6 +139,14 @@ pub fn check_job_region(
     Ok(out_shape)
 }
 
+/// An output volume of `shape` holding `data`, with `src`'s metadata (spacing, affine, dtype).
+pub(crate) fn output_volume(src: &Volume, shape: &[usize], data: Vec<f32>) -> Volume {
+    let mut v = src.clone_meta();
+    v.shape = shape.to_vec();
+    v.data = data;
+    v
+}
+
 /// Applies a plan on a backend into freshly allocated volumes that keep the input's header.
 pub fn apply_new(
     backend: &dyn Backend,
@@ -160,12 +168,7 @@ pub fn apply_new(
             label: lab_out.as_deref_mut(),
         },
     )?;
-    let mk = |src: &Volume, data: Vec<f32>| {
-        let mut v = src.clone_meta();
-        v.shape = out_shape.clone();
-        v.data = data;
-        v
-    };
+    let mk = |src: &Volume, data: Vec<f32>| output_volume(src, &out_shape, data);
     let img = mk(image, img_out);
     let lab = match (label, lab_out) {
         (Some(l), Some(d)) => Some(mk(l, d)),
