@@ -844,6 +844,7 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
         stop: stop.clone(),
         counter: Default::default(),
         writers: 0,
+        filter: None,
     };
     let summary = match batch::run(&opts) {
         Ok(s) => s,

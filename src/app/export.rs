@@ -20,9 +20,9 @@ use crate::augment::preset::{
     ElasticSpec, FlipSpec, Preset, RotateSpec, SamplingSpec, ScaleDistribution, ScaleSpec,
     TranslateSpec, Unit,
 };
-use crate::export::batch::{self, BatchOptions, BatchProgress, BatchSummary};
+use crate::export::batch::{self, BatchFilter, BatchOptions, BatchProgress, BatchSummary};
 
-use super::state::{Params, State};
+use super::state::{FilterStage, Params, State};
 use super::{Command, Runtime};
 
 /// The dialog's settings, kept across restarts.
@@ -164,6 +164,17 @@ pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
 }
 
 /// Starts a batch with the dialog's settings on the open scan.
+/// The filter panel's intensity filter for the exported samples (none for the FEBDS overlay,
+/// which changes no value): the same filter, boundary and stage as the view.
+pub fn export_filter(state: &State, scan: &super::Scan) -> Option<BatchFilter> {
+    let f = &state.params.filter;
+    Some(BatchFilter {
+        filter: f.intensity_filter(scan.loaded.range.1)?,
+        boundary: f.boundary(),
+        after: f.stage == FilterStage::After,
+    })
+}
+
 pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
     if rt.export.running() {
         return Err("an export is already running".into());
@@ -212,6 +223,7 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
         stop: stop.clone(),
         counter: counter.clone(),
         writers: 0,
+        filter: export_filter(state, scan),
     };
     let (tx, done) = channel();
     std::thread::Builder::new()
@@ -301,12 +313,19 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                     egui::Checkbox::new(include_label, "label map included"),
                 );
                 ui.checkbox(resume, "resume a batch in this folder");
-                if state.params.filter.intensity_filter(1.0).is_some() {
-                    // Honest about the difference from the view: batch export is spatial only.
-                    ui.weak(
-                        "the filter panel's filter is not applied to exported samples \
-                         (spatial transforms only, as augscope batch)",
-                    );
+                if let Some(f) = state.params.filter.intensity_filter(1.0) {
+                    let stage = if state.params.filter.stage == FilterStage::After {
+                        "after"
+                    } else {
+                        "before"
+                    };
+                    ui.weak(format!(
+                        "every sample gets the filter panel's {} {stage} the transform \
+                         (label maps unfiltered)",
+                        f.name()
+                    ));
+                } else if state.params.filter.febds().is_some() {
+                    ui.weak("the FEBDS overlay is not exported (the images are)");
                 }
             });
             ui.separator();

@@ -59,6 +59,47 @@ pub struct BatchOptions {
     pub counter: Arc<BatchProgress>,
     /// Parallel writers (compression runs in them); 0 picks one per two cores, at least 2.
     pub writers: usize,
+    /// An intensity filter for every sample (the explorer's filter panel), or none.
+    pub filter: Option<BatchFilter>,
+}
+
+/// An intensity filter of a batch: before the spatial transform (each input is filtered once,
+/// then every sample resamples the filtered input) or after it (every output image is
+/// filtered). Label maps are never filtered. Runs on the batch's engine (`filter::run`).
+#[derive(Clone, Debug)]
+pub struct BatchFilter {
+    pub filter: crate::filter::Filter,
+    pub boundary: crate::filter::Boundary,
+    pub after: bool,
+}
+
+impl BatchFilter {
+    /// The filtered copy of `v` (every channel), on `opts`' engine.
+    fn apply(&self, v: &Volume, opts: &BatchOptions) -> Result<Volume, BatchError> {
+        let r = crate::filter::run(
+            &self.filter,
+            self.boundary,
+            &v.data,
+            &v.shape,
+            &opts.backend,
+            opts.precision,
+        )
+        .map_err(|e| usage(format!("filter {}: {e}", self.filter.name())))?;
+        let mut out = v.clone_meta();
+        out.shape = v.shape.clone();
+        out.data = r.out;
+        Ok(out)
+    }
+
+    /// The manifest's record of the filter.
+    fn record(&self) -> serde_json::Value {
+        json!({
+            "filter": self.filter,
+            "mode": self.boundary.mode.name(),
+            "cval": self.boundary.cval,
+            "stage": if self.after { "after" } else { "before" },
+        })
+    }
 }
 
 /// Progress of a running batch, updated by [`run`] and read by whoever shows it.
@@ -487,6 +528,16 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                         return;
                     }
                 };
+                let img = match &opts.filter {
+                    Some(f) if !f.after => match f.apply(&img, opts) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            fail(e);
+                            return;
+                        }
+                    },
+                    _ => img,
+                };
                 let img = Arc::new(img);
                 let lab = lab.map(Arc::new);
                 while i < todo_ref.len() && todo_ref[i].input == input {
@@ -551,13 +602,22 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                     for ((item, _, _, read_ms), (sample, r)) in
                         items.into_iter().zip(samples.into_iter().zip(results))
                     {
-                        let (out, out_label, timings, oom) = match r {
+                        let (mut out, out_label, timings, oom) = match r {
                             Ok(v) => v,
                             Err(e) => {
                                 fail(e.into());
                                 return;
                             }
                         };
+                        if let Some(f) = opts.filter.as_ref().filter(|f| f.after) {
+                            match f.apply(&out, opts) {
+                                Ok(v) => out = v,
+                                Err(e) => {
+                                    fail(e);
+                                    return;
+                                }
+                            }
+                        }
                         let used = if oom.is_some() {
                             "cpu".to_string()
                         } else {
@@ -579,6 +639,10 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                             "backend_note": oom.or_else(|| backend_note.clone()),
                             "timings_ms": { "engine": timings },
                         });
+                        let mut record = record;
+                        if let Some(f) = &opts.filter {
+                            record["intensity_filter"] = f.record();
+                        }
                         let c = Computed {
                             item,
                             image: out,
