@@ -707,6 +707,21 @@ struct BatchArgs {
     /// Output type: float32 (default) or keep (the input's type).
     #[arg(long, default_value = "float32", value_parser = ["float32", "keep"])]
     dtype: String,
+    /// An intensity filter for every sample: gaussian:S, log:S, dog:S1,S2, median:N,
+    /// gamma:G[,SCALE] or contrast:C,B (sigmas and sizes in voxels, one value or one per axis).
+    /// Before the spatial transform (each input filtered once) unless --filter-after; label maps
+    /// are never filtered.
+    #[arg(long, value_parser = |s: &str| s.parse::<augscope::filter::Filter>(), value_name = "NAME:ARGS")]
+    filter: Option<augscope::filter::Filter>,
+    /// Apply --filter to every output instead of the input.
+    #[arg(long, requires = "filter")]
+    filter_after: bool,
+    /// Boundary mode of --filter (scipy.ndimage filter names).
+    #[arg(long, default_value = "reflect", value_parser = |s: &str| s.parse::<Mode>())]
+    filter_mode: Mode,
+    /// Value outside the image for --filter's constant modes.
+    #[arg(long, default_value = "0", value_parser = parse_cval, allow_hyphen_values = true)]
+    filter_cval: f32,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -844,7 +859,14 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
         stop: stop.clone(),
         counter: Default::default(),
         writers: 0,
-        filter: None,
+        filter: a.filter.map(|filter| batch::BatchFilter {
+            filter,
+            boundary: augscope::filter::Boundary {
+                mode: a.filter_mode,
+                cval: a.filter_cval,
+            },
+            after: a.filter_after,
+        }),
     };
     let summary = match batch::run(&opts) {
         Ok(s) => s,
@@ -911,7 +933,7 @@ struct FilterArgs {
     /// Value outside the image for the constant modes.
     #[arg(long, default_value = "0", value_parser = parse_cval, allow_hyphen_values = true)]
     cval: f32,
-    /// Engine: auto (CPU), cpu, cuda or cuda:N.
+    /// Engine: auto (CPU), cpu, cuda or cuda:N[,M…] (several GPUs split the arrays).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<BackendSpec>())]
     backend: BackendSpec,
     /// GPU storage precision: f32, f16 or bf16.

@@ -368,3 +368,77 @@ fn rgb_images_and_labels_round_trip_through_the_cli() {
         "labels stay labels"
     );
 }
+
+/// `augscope batch --filter`: a bad filter is one line and exit 2 before anything is written;
+/// a good one runs before (default) or after the transform, and the manifest says which.
+#[test]
+fn batch_filter_flag_is_checked_and_recorded() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let input = dir.path().join("vol.npy");
+    let data: Vec<f32> = (0..6 * 7 * 8).map(|i| ((i * 37) % 19) as f32).collect();
+    write_npy_f32(&input, &[6, 7, 8], &data);
+    let inp = input.to_str().expect("utf-8 path");
+    let out = dir.path().join("out");
+    let outs = out.to_str().expect("utf-8 path");
+    let base = [
+        "batch",
+        "--preset",
+        "nnunet-v2",
+        "--count",
+        "2",
+        "--seed",
+        "3",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        outs,
+    ];
+    for (bad, needle) in [
+        ("median:4", "odd"),
+        ("blur:1", "unknown filter"),
+        ("febds:dog", "mask"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(["--filter", bad, inp]);
+        assert_user_error(&args, needle);
+        assert!(!out.exists(), "{bad}: nothing may be written");
+    }
+    let mut stage_outputs = vec![];
+    for (sub, extra) in [
+        ("plain", vec![]),
+        ("before", vec!["--filter", "gaussian:1"]),
+        ("after", vec!["--filter", "gaussian:1", "--filter-after"]),
+    ] {
+        let o = dir.path().join(sub);
+        let os = o.to_str().expect("utf-8 path");
+        let mut args = base.to_vec();
+        let last = args.len() - 1;
+        args[last] = os;
+        args.extend(extra.iter().copied());
+        args.push(inp);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 0, "{sub}: {err}");
+        let manifest = std::fs::read_to_string(o.join("manifest.jsonl")).expect("manifest");
+        let first: serde_json::Value =
+            serde_json::from_str(manifest.lines().next().expect("a line")).expect("JSON");
+        match sub {
+            "plain" => assert!(first.get("intensity_filter").is_none()),
+            stage => assert_eq!(first["intensity_filter"]["stage"], stage, "{first}"),
+        }
+        let img = augscope::io::load(
+            Path::new(first["output"].as_str().expect("output path")),
+            &augscope::io::LoadOptions::default(),
+        )
+        .expect("output loads");
+        stage_outputs.push(img.data);
+    }
+    assert_ne!(
+        stage_outputs[0], stage_outputs[1],
+        "the filter changed nothing"
+    );
+    assert_ne!(
+        stage_outputs[1], stage_outputs[2],
+        "before and after are the same"
+    );
+}

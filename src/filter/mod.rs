@@ -39,6 +39,81 @@ pub enum Filter {
     Febds(FebdsMethod),
 }
 
+/// `NAME:ARGS`, the intensity filters of `augscope batch --filter`: `gaussian:S`, `log:S`,
+/// `dog:S1,S2`, `median:N`, `gamma:G[,SCALE]`, `contrast:C,B` (sigmas and sizes: one value or one
+/// per axis, `;`-free comma lists). FEBDS makes a mask, not an image, so it is not one of them.
+impl std::str::FromStr for Filter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, args) = s.split_once(':').unwrap_or((s, ""));
+        let nums = || -> Result<Vec<f64>, String> {
+            args.split(',')
+                .map(|t| {
+                    t.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite())
+                        .ok_or_else(|| format!("'{}' is not a finite number in '{s}'", t.trim()))
+                })
+                .collect()
+        };
+        let f = match name.trim() {
+            "gaussian" => Filter::Gaussian { sigma: nums()? },
+            "log" => Filter::Log { sigma: nums()? },
+            "dog" => match nums()?[..] {
+                [a, b] => Filter::Dog {
+                    sigma1: vec![a],
+                    sigma2: vec![b],
+                },
+                _ => return Err(format!("dog takes S1,S2, got '{args}'")),
+            },
+            "median" => {
+                let size = args
+                    .split(',')
+                    .map(|t| t.trim().parse::<usize>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| format!("median takes odd whole sizes, got '{args}'"))?;
+                Filter::Median { size }
+            }
+            "gamma" => match nums()?[..] {
+                [g] => Filter::Gamma {
+                    gamma: g as f32,
+                    scale: 1.0,
+                },
+                [g, sc] => Filter::Gamma {
+                    gamma: g as f32,
+                    scale: sc as f32,
+                },
+                _ => return Err(format!("gamma takes G or G,SCALE, got '{args}'")),
+            },
+            "contrast" => match nums()?[..] {
+                [c, b] => Filter::Contrast {
+                    contrast: c as f32,
+                    brightness: b as f32,
+                },
+                _ => return Err(format!("contrast takes C,B, got '{args}'")),
+            },
+            "febds" => {
+                return Err("febds makes a mask, not an image: use augscope filter --febds".into());
+            }
+            other => {
+                return Err(format!(
+                    "unknown filter '{other}': gaussian:S, log:S, dog:S1,S2, median:N, gamma:G[,SCALE] or contrast:C,B"
+                ));
+            }
+        };
+        // The checks that need no data: any one of 1 to 3 axes must accept it.
+        if (1..=3).any(|nd| f.resolved(nd, 1).is_ok()) {
+            Ok(f)
+        } else {
+            Err(f
+                .resolved(3, 1)
+                .err()
+                .map_or_else(|| "invalid filter".into(), |e| e.to_string()))
+        }
+    }
+}
+
 /// A filter that cannot run on the given data.
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
@@ -275,6 +350,53 @@ pub fn run(
             cpu(Some(format!(
                 "CUDA filters unavailable ({first}); using the CPU engine"
             )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_filter_specs_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            "gaussian:1.5".parse::<Filter>(),
+            Ok(Filter::Gaussian { sigma: vec![1.5] })
+        );
+        assert_eq!(
+            "median:3,5,5".parse::<Filter>(),
+            Ok(Filter::Median {
+                size: vec![3, 5, 5]
+            })
+        );
+        assert_eq!(
+            "dog:1,2".parse::<Filter>(),
+            Ok(Filter::Dog {
+                sigma1: vec![1.0],
+                sigma2: vec![2.0]
+            })
+        );
+        assert_eq!(
+            "gamma:0.8".parse::<Filter>(),
+            Ok(Filter::Gamma {
+                gamma: 0.8,
+                scale: 1.0
+            })
+        );
+        for (bad, why) in [
+            ("median:4", "odd"),
+            ("median:x", "odd whole"),
+            ("gaussian:-1", "sigma"),
+            ("gaussian:nan", "finite"),
+            ("dog:1", "S1,S2"),
+            ("febds:dog", "mask"),
+            ("blur:2", "unknown filter"),
+            ("gamma:0", "gamma"),
+            ("gaussian:1,1,1,1", "sigma"),
+        ] {
+            let e = bad.parse::<Filter>().expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 }
