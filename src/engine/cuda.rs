@@ -1292,14 +1292,21 @@ impl DeviceEngine {
         jobs: &mut [(Job<'_>, Outputs<'_>)],
         precision: Precision,
     ) -> Result<Timings, EngineError> {
+        self.with_state(|st| self.apply_many_locked(st, jobs, precision))
+    }
+
+    /// Runs `f` on the locked state; after a GPU out of memory the caches are freed (and the
+    /// error returned: the caller retries on the CPU).
+    fn with_state<T>(
+        &self,
+        f: impl FnOnce(&mut State) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
         let mut st = lock(&self.state);
-        match self.apply_many_locked(&mut st, jobs, precision) {
-            Err(EngineError::OutOfMemory(m)) => {
-                *st = State::default();
-                Err(EngineError::OutOfMemory(m))
-            }
-            r => r,
+        let r = f(&mut st);
+        if matches!(r, Err(EngineError::OutOfMemory(_))) {
+            *st = State::default();
         }
+        r
     }
 
     fn apply_many_locked(
@@ -1662,15 +1669,7 @@ impl DeviceEngine {
         precision: Precision,
         region: Region,
     ) -> Result<Timings, EngineError> {
-        let mut st = lock(&self.state);
-        match self.apply_locked(&mut st, &job, out, precision, region) {
-            Err(EngineError::OutOfMemory(m)) => {
-                // Free the caches and say so; the caller retries on the CPU.
-                *st = State::default();
-                Err(EngineError::OutOfMemory(m))
-            }
-            r => r,
-        }
+        self.with_state(|st| self.apply_locked(st, &job, out, precision, region))
     }
 
     /// Order 3: pads (nearest, grid-constant: scipy's nprepad) and prefilters on the device the
