@@ -81,14 +81,15 @@ __device__ __forceinline__ bool output_voxel(const ResampleParams& p, int bz, in
     return true;
 }
 
-// The input coordinate of output voxel p.
-__device__ __forceinline__ void input_coordinate(const ResampleParams& p, const float* __restrict__ field,
-                                                 const int* pv, double* x) {
+// The input coordinate of output voxel p (FIELD: read the displacement field; else none).
+template <bool FIELD>
+__device__ __forceinline__ void input_coordinate_t(const ResampleParams& p, const float* __restrict__ field,
+                                                   const int* pv, double* x) {
     int q[3];
 #pragma unroll
     for (int a = 0; a < NDIM; a++) q[a] = p.flip[a] ? p.out_shape[a] - 1 - pv[a] : pv[a];
     double c[3];
-    if (p.has_field) {
+    if (FIELD) {
         long long lin_q = 0;
 #pragma unroll
         for (int a = 0; a < NDIM; a++) lin_q = lin_q * p.out_shape[a] + q[a];
@@ -110,6 +111,16 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
     }
 }
 
+// The input coordinate of output voxel p, with the field when the plan has one.
+__device__ __forceinline__ void input_coordinate(const ResampleParams& p, const float* __restrict__ field,
+                                                 const int* pv, double* x) {
+    if (p.has_field) {
+        input_coordinate_t<true>(p, field, pv, x);
+    } else {
+        input_coordinate_t<false>(p, field, pv, x);
+    }
+}
+
 #if defined(STORE_F16)
 #define RESAMPLE_ENTRY resample_f16
 #elif defined(STORE_BF16)
@@ -119,35 +130,39 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
 #endif
 
 // The general path of one voxel near or beyond the edge: scipy's two boundary steps per tap.
-__device__ __forceinline__ void resample_edge(const ResampleParams& p, const store_t* __restrict__ img,
-                                           store_t* __restrict__ out, double x0, double x1, double x2, long long idx) {
+// Not inlined, and given scalars rather than the parameter struct (a reference to a kernel
+// parameter would copy the whole struct to local memory: GPU_NOTES v4): its registers and any
+// spills stay in its own frame, so the interior path, which nearly every voxel takes, is
+// allocated on its own (GPU_NOTES v6).
+__device__ __noinline__ void resample_edge(const store_t* __restrict__ img, store_t* __restrict__ out, double x0,
+                                           double x1, double x2, long long idx, int s0, int s1, int s2, double pad,
+                                           float cval, int channels, long long n_in, long long n_box) {
     const double x[3] = {x0, x1, x2};
+    const int shape[3] = {s0, s1, s2};
     Taps<ORDER> t;
-    if (make_taps<ORDER>(x, p.in_shape, p.pad, t)) {
-        for (int ch = 0; ch < p.channels; ch++) {
-            out[(long long)ch * p.n_box + idx] =
-                to_store(eval_taps<ORDER>(t, img + (long long)ch * p.n_in, p.cval, LoadStore()));
+    if (make_taps<ORDER>(x, shape, pad, t)) {
+        for (int ch = 0; ch < channels; ch++) {
+            out[(long long)ch * n_box + idx] = to_store(eval_taps<ORDER>(t, img + (long long)ch * n_in, cval, LoadStore()));
         }
     } else {
-        const store_t cv = to_store(p.cval);
-        for (int ch = 0; ch < p.channels; ch++) out[(long long)ch * p.n_box + idx] = cv;
+        const store_t cv = to_store(cval);
+        for (int ch = 0; ch < channels; ch++) out[(long long)ch * n_box + idx] = cv;
     }
 }
 
-__device__ __forceinline__ void label_edge(const ResampleParams& p, const float* __restrict__ lab,
-                                        float* __restrict__ lab_out, double x0, double x1, double x2,
-                                        long long idx) {
+// The label map's general path (order 0, cval 0), as resample_edge.
+__device__ __noinline__ void label_edge(const float* __restrict__ lab, float* __restrict__ lab_out, double x0, double x1,
+                                        double x2, long long idx, int s0, int s1, int s2, int channels,
+                                        long long n_lab, long long n_box) {
     const double x[3] = {x0, x1, x2};
-    {
-        Taps<0> tl;
-        if (make_taps<0>(x, p.lab_shape, 0.0, tl)) {
-            for (int ch = 0; ch < p.lab_channels; ch++) {
-                lab_out[(long long)ch * p.n_box + idx] =
-                    eval_taps<0>(tl, lab + (long long)ch * p.n_lab, 0.0f, LoadF32());
-            }
-        } else {
-            for (int ch = 0; ch < p.lab_channels; ch++) lab_out[(long long)ch * p.n_box + idx] = 0.0f;
+    const int shape[3] = {s0, s1, s2};
+    Taps<0> tl;
+    if (make_taps<0>(x, shape, 0.0, tl)) {
+        for (int ch = 0; ch < channels; ch++) {
+            lab_out[(long long)ch * n_box + idx] = eval_taps<0>(tl, lab + (long long)ch * n_lab, 0.0f, LoadF32());
         }
+    } else {
+        for (int ch = 0; ch < channels; ch++) lab_out[(long long)ch * n_box + idx] = 0.0f;
     }
 }
 
@@ -158,22 +173,27 @@ __device__ __forceinline__ void sample_store(const ResampleParams& p, const doub
     idx_t base;
     float w[NDIM][ORDER + 1];
     if (interior_taps<ORDER>(x, p.in_shape, p.pad, &base, w)) {
+        // One channel at a time: unrolled, the loop kept 4 channels' taps live (48 registers).
+#pragma unroll 1
         for (int ch = 0; ch < p.channels; ch++) {
             out[(long long)ch * p.n_box + idx] =
                 to_store(eval_interior<ORDER>(img + (long long)ch * p.n_in, base, p.in_shape, w, LoadStore()));
         }
     } else {
-        resample_edge(p, img, out, x[0], x[1], x[2], idx);
+        resample_edge(img, out, x[0], x[1], x[2], idx, p.in_shape[0], p.in_shape[1], p.in_shape[2], p.pad, p.cval,
+                      p.channels, p.n_in, p.n_box);
     }
     if (p.has_label) {
         idx_t lbase;
         float lw[NDIM][1];
         if (interior_taps<0>(x, p.lab_shape, 0.0, &lbase, lw)) {
+#pragma unroll 1
             for (int ch = 0; ch < p.lab_channels; ch++) {
                 lab_out[(long long)ch * p.n_box + idx] = lab[(long long)ch * p.n_lab + lbase];
             }
         } else {
-            label_edge(p, lab, lab_out, x[0], x[1], x[2], idx);
+            label_edge(lab, lab_out, x[0], x[1], x[2], idx, p.lab_shape[0], p.lab_shape[1], p.lab_shape[2],
+                       p.lab_channels, p.n_lab, p.n_box);
         }
     }
 }
@@ -283,6 +303,55 @@ extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_ENTRY(
     resample_voxel(p, blockIdx.z, img, out, lab, lab_out, field);
 }
 
+// The common case in its own entries: one image channel, no label map (FIELD: with the
+// displacement field or without). The general entry's channel and label loops and its flags cost
+// registers that this path does not need; here the interior path fits in RS_PLAIN_MINB blocks
+// per SM without spilling (GPU_NOTES v6). The same operations as the general entry, so the same
+// values bit for bit.
+#ifndef RS_PLAIN_MINB
+#define RS_PLAIN_MINB 1
+#endif
+#if defined(STORE_F16)
+#define RESAMPLE_PLAIN_ENTRY resample_plain_f16
+#define RESAMPLE_PLAINF_ENTRY resample_plainf_f16
+#elif defined(STORE_BF16)
+#define RESAMPLE_PLAIN_ENTRY resample_plain_bf16
+#define RESAMPLE_PLAINF_ENTRY resample_plainf_bf16
+#else
+#define RESAMPLE_PLAIN_ENTRY resample_plain_f32
+#define RESAMPLE_PLAINF_ENTRY resample_plainf_f32
+#endif
+template <bool FIELD>
+__device__ __forceinline__ void plain_voxel(const ResampleParams& p, int bz, const store_t* __restrict__ img,
+                                            store_t* __restrict__ out, const float* __restrict__ field) {
+    int pv[3];
+    long long idx;
+    if (!output_voxel(p, bz, pv, &idx)) return;
+    double x[3];
+    input_coordinate_t<FIELD>(p, field, pv, x);
+    idx_t base;
+    float w[NDIM][ORDER + 1];
+    if (interior_taps<ORDER>(x, p.in_shape, p.pad, &base, w)) {
+        out[idx] = to_store(eval_interior<ORDER>(img, base, p.in_shape, w, LoadStore()));
+    } else {
+        resample_edge(img, out, x[0], x[1], x[2], idx, p.in_shape[0], p.in_shape[1], p.in_shape[2], p.pad, p.cval, 1,
+                      p.n_in, p.n_box);
+    }
+}
+
+// Same arguments as RESAMPLE_ENTRY (lab and lab_out unused), so the host swaps only the name.
+extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAIN_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+    plain_voxel<false>(p, blockIdx.z, img, out, field);
+}
+
+extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAINF_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+    plain_voxel<true>(p, blockIdx.z, img, out, field);
+}
+
 // Element strides between the samples of a batched launch (0: every sample reads the same image
 // or label map). Must match `ManyStrides` in src/engine/cuda.rs.
 struct ManyStrides {
@@ -319,6 +388,39 @@ extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_MANY_ENTRY(
     __syncthreads();
     resample_voxel(sp, blockIdx.z - s * st.zblocks, img + s * st.img, out + s * st.out, lab + s * st.lab,
                    lab_out + s * st.lab_out, field + (long long)sp.field_slot * st.field);
+}
+
+#if defined(STORE_F16)
+#define RESAMPLE_MANY_PLAIN_ENTRY resample_many_plain_f16
+#elif defined(STORE_BF16)
+#define RESAMPLE_MANY_PLAIN_ENTRY resample_many_plain_bf16
+#else
+#define RESAMPLE_MANY_PLAIN_ENTRY resample_many_plain_f32
+#endif
+
+// The batched launch of one-channel, label-free samples through the plain path (the field or
+// not per sample: a branch uniform over the block). Same arguments as RESAMPLE_MANY_ENTRY.
+extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_MANY_PLAIN_ENTRY(
+    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
+    float* __restrict__ lab_out, const float* __restrict__ field, const ResampleParams* __restrict__ ps,
+    ManyStrides st) {
+    __shared__ ResampleParams sp;
+    const int s = blockIdx.z / st.zblocks;
+    if (s >= st.samples) return;
+    {
+        const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+        constexpr int words = sizeof(ResampleParams) / sizeof(long long);
+        if (tid < words) {
+            reinterpret_cast<long long*>(&sp)[tid] = __ldg(reinterpret_cast<const long long*>(ps + s) + tid);
+        }
+    }
+    __syncthreads();
+    const int bz = blockIdx.z - s * st.zblocks;
+    if (sp.has_field) {
+        plain_voxel<true>(sp, bz, img + s * st.img, out + s * st.out, field + (long long)sp.field_slot * st.field);
+    } else {
+        plain_voxel<false>(sp, bz, img + s * st.img, out + s * st.out, field);
+    }
 }
 
 // `--save-coords`: the input coordinate of every output voxel, (NDIM, n_out) f32, as

@@ -36,6 +36,8 @@ pub struct BenchOptions {
     pub spatial: bool,
     /// The filter rows (`crate::filter::bench`: fixed shapes).
     pub filters: bool,
+    /// Interpolation order of the pipelines (the issue's are order 1).
+    pub order: Order,
 }
 
 impl Default for BenchOptions {
@@ -49,6 +51,7 @@ impl Default for BenchOptions {
             cpu_reps: 1,
             spatial: true,
             filters: false,
+            order: Order::Linear,
         }
     }
 }
@@ -105,14 +108,23 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The row name of a pipeline: its name, with the order when it is not the issue's order 1.
+fn variant_name(variant: &str, order: Order) -> String {
+    if order == Order::Linear {
+        variant.to_string()
+    } else {
+        format!("{variant} order {}", order.as_u32())
+    }
+}
+
 /// Samples of the batched rows, for shapes of at most `BATCH_MAX_VOXELS` voxels.
 const BATCH: usize = 32;
 const BATCH_MAX_VOXELS: usize = 1 << 23;
 
-/// The three pipelines of the issue.
-pub fn plans() -> Vec<(&'static str, Plan)> {
+/// The three pipelines of the issue (at order 1; `order` for the same pipelines at another order).
+pub fn plans(order: Order) -> Vec<(&'static str, Plan)> {
     let base = Plan {
-        order: Order::Linear,
+        order,
         mode: Mode::Constant,
         ..Plan::default()
     };
@@ -250,7 +262,7 @@ pub fn run(
             .map(|d| d.to_string())
             .collect::<Vec<_>>()
             .join("x");
-        for (variant, plan) in plans() {
+        for (variant, plan) in plans(opts.order) {
             let elastic = plan.elastic.is_some();
             if let Some(g) = &gpu {
                 g.clear_cache();
@@ -295,7 +307,7 @@ pub fn run(
                 let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
                 let row = BenchRow {
                     shape: shape_s.clone(),
-                    variant: variant.into(),
+                    variant: variant_name(variant, opts.order),
                     engine: g.name(),
                     device_ms: Some(median(&mut dev)),
                     resample_ms: Some(median(&mut rs)),
@@ -323,7 +335,7 @@ pub fn run(
                 let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
                 let row = BenchRow {
                     shape: shape_s.clone(),
-                    variant: variant.into(),
+                    variant: variant_name(variant, opts.order),
                     engine: format!("cpu ({} threads)", rayon::current_num_threads()),
                     device_ms: None,
                     resample_ms: None,
@@ -347,7 +359,7 @@ pub fn run(
             && n <= BATCH_MAX_VOXELS
         {
             g.clear_cache();
-            let plan = plans()
+            let plan = plans(opts.order)
                 .into_iter()
                 .find(|(v, _)| *v == "full")
                 .map(|(_, p)| p)

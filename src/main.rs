@@ -77,6 +77,9 @@ struct BenchArgs {
     /// Timed GPU repetitions (median; at least 10).
     #[arg(long, default_value_t = 10)]
     reps: usize,
+    /// Interpolation order of the pipelines: 0, 1 (the default, as the targets) or 3.
+    #[arg(long, default_value = "1", value_parser = parse_order)]
+    order: Order,
     /// Timed CPU repetitions (0 skips the CPU rows).
     #[arg(long, default_value_t = 1)]
     cpu_reps: usize,
@@ -614,6 +617,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         cpu_reps: a.cpu_reps,
         spatial: a.rows != "filters",
         filters: a.rows != "spatial",
+        order: a.order,
         ..Default::default()
     };
     if !shapes.is_empty() {

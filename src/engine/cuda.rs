@@ -263,6 +263,26 @@ pub fn compile(
     })
 }
 
+/// Every resample entry the host may launch for `precision` is in the compiled module.
+fn check_resample_entries(ptx: &str, precision: Precision) -> Result<(), EngineError> {
+    let have = ptx_entries(ptx);
+    let mut want = vec![];
+    for (channels, label, field) in [(1, false, false), (1, false, true), (2, true, true)] {
+        want.push(resample_entry(precision, channels, label, field));
+        if precision == Precision::F32 {
+            want.push(resample_many_entry(channels, label));
+        }
+    }
+    for want in want {
+        if !have.iter().any(|e| e == want) {
+            return Err(EngineError::Cuda(format!(
+                "kernels/resample.cu has no entry {want}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Every define set the engine can ask for, per family (the CI compile check): all modes × orders
 /// × 2D/3D in f32, the two half types, the prefilter per mode, and the field at small, tiled,
 /// shared-window and direct radii. Returns the number of programs compiled.
@@ -271,11 +291,12 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
     for mode in Mode::ALL {
         for ndim in [2, 3] {
             for order in [Order::Nearest, Order::Linear, Order::Cubic] {
-                compile(
+                let ptx = compile(
                     Family::Resample,
-                    &sampler_defines(mode, order, ndim, Precision::F32),
+                    &resample_defines(mode, order, ndim, Precision::F32, false),
                     arch,
                 )?;
+                check_resample_entries(&ptx.to_src(), Precision::F32)?;
                 n += 1;
             }
             compile(
@@ -291,11 +312,12 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
     compile(Family::Resample, &big, arch)?;
     n += 1;
     for p in [Precision::F16, Precision::Bf16] {
-        compile(
+        let ptx = compile(
             Family::Resample,
-            &sampler_defines(Mode::Reflect, Order::Cubic, 3, p),
+            &resample_defines(Mode::Reflect, Order::Cubic, 3, p, false),
             arch,
         )?;
+        check_resample_entries(&ptx.to_src(), p)?;
         compile(
             Family::Prefilter,
             &sampler_defines(Mode::Nearest, Order::Cubic, 3, p),
@@ -527,6 +549,13 @@ const RESAMPLE_K: usize = 1;
 /// Blocks per SM of the order-0/1 resample kernels: 5 caps them at 48 registers (62.5 %
 /// occupancy instead of 50 % at 64); rotate 256×512×512 0.80 → 0.59 ms on the H200 (run 12).
 const RESAMPLE_MINB: usize = 5;
+/// Blocks per SM of the one-channel, label-free resample entries (`resample_plain*`, RS_PLAIN_MINB
+/// in kernels/resample.cu) for orders 0 and 1: 8 caps them at 32 registers (full occupancy); their
+/// edge path is a separate function, so only it spills (benches/GPU_NOTES.md, v6).
+const RESAMPLE_PLAIN_MINB: usize = 8;
+/// The same for order 3: 4 blocks (64 registers) instead of the 255 registers and one block per
+/// SM of the uncapped cubic kernel.
+const RESAMPLE_PLAIN_MINB_CUBIC: usize = 4;
 /// Outputs per block along the axis of the tiled field kernels (TY * FIELD_K in kernels/field.cu).
 const FIELD_TL: usize = 128;
 /// The largest radius of the tiled field kernels (TILED_MAX_R in kernels/field.cu).
@@ -631,6 +660,56 @@ fn resample_minb() -> usize {
     })
 }
 
+/// Blocks per SM of the `resample_plain*` entries for `order` (RS_PLAIN_MINB): the constants
+/// above unless `AUGSCOPE_RS_PLAIN_MINB` (1 to 8) says otherwise, for measurements.
+fn resample_plain_minb(order: Order) -> usize {
+    static B: OnceLock<Option<usize>> = OnceLock::new();
+    let env = *B.get_or_init(|| {
+        std::env::var("AUGSCOPE_RS_PLAIN_MINB")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|b| (1..=8).contains(b))
+    });
+    env.unwrap_or(if order == Order::Cubic {
+        RESAMPLE_PLAIN_MINB_CUBIC
+    } else {
+        RESAMPLE_PLAIN_MINB
+    })
+}
+
+/// Whether one-channel, label-free jobs use the `resample_plain*` entries: yes unless
+/// `AUGSCOPE_RS_PLAIN=0` (the general entry, for A/B measurements; the values are the same).
+fn resample_plain_enabled() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    *P.get_or_init(|| std::env::var("AUGSCOPE_RS_PLAIN").map_or(true, |v| v.trim() != "0"))
+}
+
+/// The resample entry for one job: the plain entries (one channel, no label map, one voxel per
+/// thread; `plainf` reads the displacement field) or the general one.
+fn resample_entry(precision: Precision, channels: usize, label: bool, field: bool) -> &'static str {
+    let plain = channels == 1 && !label && resample_k() == 1 && resample_plain_enabled();
+    match (precision, plain, field) {
+        (Precision::F32, false, _) => "resample_f32",
+        (Precision::F16, false, _) => "resample_f16",
+        (Precision::Bf16, false, _) => "resample_bf16",
+        (Precision::F32, true, false) => "resample_plain_f32",
+        (Precision::F16, true, false) => "resample_plain_f16",
+        (Precision::Bf16, true, false) => "resample_plain_bf16",
+        (Precision::F32, true, true) => "resample_plainf_f32",
+        (Precision::F16, true, true) => "resample_plainf_f16",
+        (Precision::Bf16, true, true) => "resample_plainf_bf16",
+    }
+}
+
+/// The batched resample entry (f32 storage): the plain one for one-channel, label-free samples.
+fn resample_many_entry(channels: usize, label: bool) -> &'static str {
+    if channels == 1 && !label && resample_k() == 1 && resample_plain_enabled() {
+        "resample_many_plain_f32"
+    } else {
+        "resample_many_f32"
+    }
+}
+
 /// The resample kernels' defines: the sampler's, 64-bit tap offsets when a channel has 2^31
 /// elements or more, the voxels per thread, and for orders 0 and 1 the register cap (order 3
 /// would spill under it).
@@ -653,6 +732,7 @@ fn resample_defines(
     if order != Order::Cubic && b > 1 {
         d.push(format!("-DRS_MINB={b}"));
     }
+    d.push(format!("-DRS_PLAIN_MINB={}", resample_plain_minb(order)));
     d
 }
 
@@ -1510,7 +1590,7 @@ impl DeviceEngine {
             .stream
             .memcpy_htod(&params, &mut pbuf.s)
             .map_err(|e| driver_error("the sample parameters", e))?;
-        let name = "resample_many_f32";
+        let name = resample_many_entry(channels, lab_channels > 0);
         let f = self.function(
             Family::Resample,
             &resample_defines(
@@ -1588,8 +1668,8 @@ impl DeviceEngine {
             .arg(field_s)
             .arg(&pbuf.s)
             .arg(&strides);
-        // SAFETY: resample_many_f32(const float* img, float* out, const float* lab,
-        // float* lab_out, const float* field, const ResampleParams* ps, ManyStrides st): img holds
+        // SAFETY: resample_many_f32 or resample_many_plain_f32, the same arguments (const float*
+        // img, float* out, const float* lab, float* lab_out, const float* field, const ResampleParams* ps, ManyStrides st): img holds
         // `copies` images of channels * n_coef (the padded coefficients for order 3; stride 0
         // when shared), out b * channels * n_out, lab
         // and lab_out likewise for the label channels (or the 1-element placeholders when
@@ -1904,11 +1984,7 @@ impl DeviceEngine {
             p.lab_channels = l.channels as i32;
             p.n_lab = n_in as i64;
         }
-        let name = match precision {
-            Precision::F32 => "resample_f32",
-            Precision::F16 => "resample_f16",
-            Precision::Bf16 => "resample_bf16",
-        };
+        let name = resample_entry(precision, channels, job.label.is_some(), has_field);
         // Channels of 2^31 elements or more need 64-bit tap offsets.
         let idx64 = p.n_in.max(p.n_lab) >= 1 << 31;
         let rdefs = resample_defines(plan.mode, plan.order, ndim, precision, idx64);
@@ -1959,7 +2035,8 @@ impl DeviceEngine {
                 .arg(lab_out)
                 .arg(field)
                 .arg(&p);
-            // SAFETY: resample_{f16,bf16}(const u16* img, u16* out, const float* lab,
+            // SAFETY: resample_{f16,bf16} or resample_plain[f]_{f16,bf16}, the same arguments
+            // (const u16* img, u16* out, const float* lab,
             // float* lab_out, const float* field, ResampleParams): img holds channels * n_in
             // coefficients, out channels * n_out, lab/lab_out lab_channels * n_in / n_out (or the
             // 1-element placeholder when has_label = 0, never read), field ndim * n_out (or the
@@ -1986,7 +2063,8 @@ impl DeviceEngine {
                 .arg(lab_out)
                 .arg(field)
                 .arg(&p);
-            // SAFETY: resample_f32(const float* img, float* out, const float* lab, float* lab_out,
+            // SAFETY: resample_f32 or resample_plain[f]_f32, the same arguments (const float* img,
+            // float* out, const float* lab, float* lab_out,
             // const float* field, ResampleParams): the same lengths as above, in f32; all
             // ensured above; bounds-checked against out_shape (output_voxel).
             unsafe { b.launch(grid_out_k(&box_shape, resample_k())?) }
