@@ -70,7 +70,12 @@ extern "C" __global__ void __launch_bounds__(256) pad_f32(const float* __restric
 }
 
 // Filters the lines along one axis of `data` ([outer][n][inner] per channel; `lines` =
-// channels * outer * inner threads), with `scratch` (f64, same layout) holding the line.
+// channels * outer * inner threads), with `scratch` (f64, same layout) holding the causal pass.
+// The f64 operations of src/engine/spline.rs in the same order, with the data read straight from
+// `data` (scaled by the gain as it is read) and the running value kept in a register: per element
+// 2 reads of the f32 input for the initialisation, one for the causal pass, one f64 write and one
+// f64 read of the causal result, and the f32 store (GPU_NOTES v6: 3x fewer bytes than staging the
+// whole line in f64 first).
 extern "C" __global__ void __launch_bounds__(128) prefilter_axis_f32(float* __restrict__ data, double* __restrict__ scratch,
                                                                      long long lines, int n, long long inner) {
     const long long L = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -79,68 +84,80 @@ extern "C" __global__ void __launch_bounds__(128) prefilter_axis_f32(float* __re
     const double gain = (1.0 - z) * (1.0 - 1.0 / z);
     const long long o = L / inner, col = L % inner;
     const long long base = o * n * inner + col;
-    float* d = data + base;
-    double* c = scratch + base;
+    float* __restrict__ d = data + base;
+    double* __restrict__ c = scratch + base;
+#define D(i) ((double)d[(long long)(i) * inner] * gain)
 #define C(i) c[(long long)(i) * inner]
-    for (int i = 0; i < n; i++) C(i) = (double)d[(long long)i * inner] * gain;
 
     // Causal initialisation of c[0].
+    double c0;
 #if defined(INIT_MIRROR)
     {
         const double z_n_1 = powi(z, n - 1);
-        double acc = C(0) + z_n_1 * C(n - 1);
+        double acc = D(0) + z_n_1 * D(n - 1);
         double z_i = z;
         for (int i = 1; i < n - 1; i++) {
-            acc += z_i * (C(i) + z_n_1 * C(n - 1 - i));
+            acc += z_i * (D(i) + z_n_1 * D(n - 1 - i));
             z_i *= z;
         }
-        C(0) = acc / (1.0 - z_n_1 * z_n_1);
+        c0 = acc / (1.0 - z_n_1 * z_n_1);
     }
 #elif defined(INIT_WRAP)
     {
-        double acc = C(0);
+        double acc = D(0);
         double z_i = z;
         for (int i = 1; i < n; i++) {
-            acc += z_i * C(n - i);
+            acc += z_i * D(n - i);
             z_i *= z;
         }
-        C(0) = acc / (1.0 - z_i);
+        c0 = acc / (1.0 - z_i);
     }
 #else  // INIT_REFLECT
     {
         const double z_n = powi(z, n);
-        const double c0 = C(0);
-        double acc = C(0) + z_n * C(n - 1);
+        const double d0 = D(0);
+        double acc = d0 + z_n * D(n - 1);
         double z_i = z;
         for (int i = 1; i < n; i++) {
-            acc += z_i * (C(i) + z_n * C(n - 1 - i));
+            acc += z_i * (D(i) + z_n * D(n - 1 - i));
             z_i *= z;
         }
-        C(0) = acc * (z / (1.0 - z_n * z_n)) + c0;
+        c0 = acc * (z / (1.0 - z_n * z_n)) + d0;
     }
 #endif
-    // Causal recursion.
-    for (int i = 1; i < n; i++) C(i) += z * C(i - 1);
-    // Anti-causal initialisation of c[n - 1].
+    // Causal recursion: c[i] = d[i] * gain + z * c[i - 1].
+    double prev2 = 0.0, prev = c0;
+    C(0) = c0;
+    for (int i = 1; i < n; i++) {
+        prev2 = prev;
+        prev = D(i) + z * prev;
+        C(i) = prev;
+    }
+    // Anti-causal initialisation of c[n - 1] (prev = c[n - 1], prev2 = c[n - 2] of the causal pass).
+    double next;
 #if defined(INIT_MIRROR)
-    C(n - 1) = (z * C(n - 2) + C(n - 1)) * z / (z * z - 1.0);
+    next = (z * prev2 + prev) * z / (z * z - 1.0);
 #elif defined(INIT_WRAP)
     {
-        double acc = C(n - 1);
+        double acc = prev;
         double z_i = z;
         for (int i = 0; i < n - 1; i++) {
             acc += z_i * C(i);
             z_i *= z;
         }
-        C(n - 1) = acc * z / (z_i - 1.0);
+        next = acc * z / (z_i - 1.0);
     }
 #else
-    C(n - 1) *= z / (z - 1.0);
+    next = prev * (z / (z - 1.0));
 #endif
-    // Anti-causal recursion.
-    for (int i = n - 2; i >= 0; i--) C(i) = z * (C(i + 1) - C(i));
-    for (int i = 0; i < n; i++) d[(long long)i * inner] = (float)C(i);
+    // Anti-causal recursion, c[i] = z * (c[i + 1] - c[i]), stored as f32 as it goes.
+    d[(long long)(n - 1) * inner] = (float)next;
+    for (int i = n - 2; i >= 0; i--) {
+        next = z * (next - C(i));
+        d[(long long)i * inner] = (float)next;
+    }
 #undef C
+#undef D
 }
 
 // f32 -> storage type (f16/bf16 coefficients after the prefilter).
