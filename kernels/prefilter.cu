@@ -160,6 +160,164 @@ extern "C" __global__ void __launch_bounds__(128) prefilter_axis_f32(float* __re
 #undef D
 }
 
+// The same filter along the last axis (`inner` = 1), where one thread per line would read and
+// write 32 lines a whole line apart: each warp filters 32 consecutive lines and moves their data
+// through shared tiles of 32 lines x 32 elements, so that every global access is a row of 32
+// consecutive elements (GPU_NOTES v6). Each lane runs exactly the operations of
+// prefilter_axis_f32 on its line, in the same order, so the result is the same bit for bit.
+#define PF_WARPS 2
+struct PfTiles {
+    float f[32][33];   // forward window of the input (later: the f32 results)
+    float b[32][33];   // backward window of the input (the initialisation's far end)
+    double c[32][33];  // the causal result, to and from `scratch`
+};
+
+// tile[r][j] = src[(row0 + r) * n + col0 + j] for the rows below `rows` and 0 <= col0 + j < n.
+__device__ __forceinline__ void pf_load(float (*tile)[33], const float* __restrict__ src, long long row0, int rows,
+                                        int col0, int n, int lane) {
+    const int col = col0 + lane;
+    const bool ok = col >= 0 && col < n;
+    for (int r = 0; r < rows; r++) tile[r][lane] = ok ? src[(row0 + r) * n + col] : 0.0f;
+    __syncwarp();
+}
+
+extern "C" __global__ void __launch_bounds__(32 * PF_WARPS) prefilter_rows_f32(float* __restrict__ data,
+                                                                               double* __restrict__ scratch,
+                                                                               long long lines, int n) {
+    __shared__ PfTiles tiles[PF_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    PfTiles& t = tiles[warp];
+    const long long row0 = ((long long)blockIdx.x * PF_WARPS + warp) * 32;
+    if (row0 >= lines || n <= 1) return;
+    const int rows = (int)min(32LL, lines - row0);
+    const double z = -0.2679491924311227;  // sqrt(3) - 2, the pole of the cubic B-spline
+    const double gain = (1.0 - z) * (1.0 - 1.0 / z);
+    const float* __restrict__ line = data + (row0 + min(lane, rows - 1)) * n;  // a valid row for every lane
+    // Window w (forward): elements [32w, 32w + 32); backward window of w: the 32 elements ending
+    // at n - 1 - 32w + SH (SH = 1 when the far-end index is n - i, 0 when it is n - 1 - i).
+#define FWD(j) ((double)t.f[lane][j] * gain)
+    const int windows = (n + 31) / 32;
+
+    // Causal initialisation of c[0], streaming i forward (and n - 1 - i or n - i backward).
+    double c0;
+#if defined(INIT_MIRROR) || defined(INIT_REFLECT)
+    {
+#if defined(INIT_MIRROR)
+        const double zf = powi(z, n - 1);  // z^(n-1)
+        const int i_end = n - 1;
+#else
+        const double zf = powi(z, n);  // z^n
+        const int i_end = n;
+#endif
+        const double d0 = (double)line[0] * gain;
+        double acc = d0 + zf * ((double)line[n - 1] * gain);
+        double z_i = z;
+        for (int w = 0; w < windows; w++) {
+            const int col0 = 32 * w, b0 = n - 32 - col0;
+            __syncwarp();
+            pf_load(t.f, data, row0, rows, col0, n, lane);
+            pf_load(t.b, data, row0, rows, b0, n, lane);
+            const int jn = min(32, i_end - col0);
+            for (int j = (w == 0 ? 1 : 0); j < jn; j++) {
+                // i = col0 + j; n - 1 - i = b0 + 31 - j
+                acc += z_i * (FWD(j) + zf * ((double)t.b[lane][31 - j] * gain));
+                z_i *= z;
+            }
+        }
+#if defined(INIT_MIRROR)
+        c0 = acc / (1.0 - zf * zf);
+#else
+        c0 = acc * (z / (1.0 - zf * zf)) + d0;
+#endif
+    }
+#else  // INIT_WRAP: acc = d[0] + sum_{i=1}^{n-1} z^i d[n - i]
+    {
+        double acc = (double)line[0] * gain;
+        double z_i = z;
+        for (int w = 0; w < windows; w++) {
+            // i = 1 + 32w + j, n - i = n - 1 - 32w - j = b0 + 31 - j with b0 = n - 32 - 32w
+            const int b0 = n - 32 - 32 * w;
+            __syncwarp();
+            pf_load(t.b, data, row0, rows, b0, n, lane);
+            const int jn = min(32, n - 1 - 32 * w);
+            for (int j = 0; j < jn; j++) {
+                acc += z_i * ((double)t.b[lane][31 - j] * gain);
+                z_i *= z;
+            }
+        }
+        c0 = acc / (1.0 - z_i);
+    }
+#endif
+
+    // Causal recursion, c[i] = d[i] * gain + z * c[i - 1], written to `scratch` a window at a time.
+    double prev2 = 0.0, prev = c0;
+    for (int w = 0; w < windows; w++) {
+        const int col0 = 32 * w;
+        __syncwarp();
+        pf_load(t.f, data, row0, rows, col0, n, lane);
+        const int jn = min(32, n - col0);
+        for (int j = 0; j < jn; j++) {
+            if (w > 0 || j > 0) {
+                prev2 = prev;
+                prev = FWD(j) + z * prev;
+            }
+            t.c[lane][j] = prev;
+        }
+        __syncwarp();
+        if (col0 + lane < n) {
+            for (int r = 0; r < rows; r++) scratch[(row0 + r) * n + col0 + lane] = t.c[r][lane];
+        }
+    }
+    __syncwarp();
+
+    // Anti-causal initialisation of c[n - 1].
+    double next;
+#if defined(INIT_MIRROR)
+    next = (z * prev2 + prev) * z / (z * z - 1.0);
+#elif defined(INIT_WRAP)
+    {
+        double acc = prev;
+        double z_i = z;
+        for (int w = 0; w < windows; w++) {
+            const int col0 = 32 * w;
+            __syncwarp();
+            if (col0 + lane < n) {
+                for (int r = 0; r < rows; r++) t.c[r][lane] = scratch[(row0 + r) * n + col0 + lane];
+            }
+            __syncwarp();
+            const int jn = min(32, n - 1 - col0);
+            for (int j = 0; j < jn; j++) {
+                acc += z_i * t.c[lane][j];
+                z_i *= z;
+            }
+        }
+        next = acc * z / (z_i - 1.0);
+    }
+#else
+    next = prev * (z / (z - 1.0));
+#endif
+
+    // Anti-causal recursion c[i] = z * (c[i + 1] - c[i]) from the end, stored as f32.
+    for (int w = windows - 1; w >= 0; w--) {
+        const int col0 = 32 * w;
+        __syncwarp();
+        if (col0 + lane < n) {
+            for (int r = 0; r < rows; r++) t.c[r][lane] = scratch[(row0 + r) * n + col0 + lane];
+        }
+        __syncwarp();
+        const int jn = min(32, n - col0);
+        for (int j = jn - 1; j >= 0; j--) {
+            if (col0 + j < n - 1) next = z * (next - t.c[lane][j]);
+            t.f[lane][j] = (float)next;
+        }
+        __syncwarp();
+        if (col0 + lane < n) {
+            for (int r = 0; r < rows; r++) data[(row0 + r) * n + col0 + lane] = t.f[r][lane];
+        }
+    }
+#undef FWD
+}
+
 // f32 -> storage type (f16/bf16 coefficients after the prefilter).
 extern "C" __global__ void __launch_bounds__(256) to_store_f32(const float* __restrict__ src, store_t* __restrict__ dst,
                                                                long long n) {

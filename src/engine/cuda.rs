@@ -265,7 +265,6 @@ pub fn compile(
 
 /// Every resample entry the host may launch for `precision` is in the compiled module.
 fn check_resample_entries(ptx: &str, precision: Precision) -> Result<(), EngineError> {
-    let have = ptx_entries(ptx);
     let mut want = vec![];
     for (channels, label, field) in [(1, false, false), (1, false, true), (2, true, true)] {
         want.push(resample_entry(precision, channels, label, field));
@@ -273,14 +272,16 @@ fn check_resample_entries(ptx: &str, precision: Precision) -> Result<(), EngineE
             want.push(resample_many_entry(channels, label));
         }
     }
-    for want in want {
-        if !have.iter().any(|e| e == want) {
-            return Err(EngineError::Cuda(format!(
-                "kernels/resample.cu has no entry {want}"
-            )));
-        }
+    check_entries(ptx, "kernels/resample.cu", &want)
+}
+
+/// Every name of `want` is an entry of the compiled module `ptx` (of `file`).
+fn check_entries(ptx: &str, file: &str, want: &[&str]) -> Result<(), EngineError> {
+    let have = ptx_entries(ptx);
+    match want.iter().find(|w| !have.iter().any(|e| e == *w)) {
+        Some(w) => Err(EngineError::Cuda(format!("{file} has no entry {w}"))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Every define set the engine can ask for, per family (the CI compile check): all modes × orders
@@ -299,10 +300,20 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
                 check_resample_entries(&ptx.to_src(), Precision::F32)?;
                 n += 1;
             }
-            compile(
+            let ptx = compile(
                 Family::Prefilter,
                 &sampler_defines(mode, Order::Cubic, ndim, Precision::F32),
                 arch,
+            )?;
+            check_entries(
+                &ptx.to_src(),
+                "kernels/prefilter.cu",
+                &[
+                    "pad_f32",
+                    "prefilter_axis_f32",
+                    "prefilter_rows_f32",
+                    "to_store_f32",
+                ],
             )?;
             n += 1;
         }
@@ -459,6 +470,27 @@ fn ensure<'a, T: DeviceRepr>(
     }
     slot.as_mut()
         .ok_or_else(|| EngineError::Cuda("workspace buffer missing".into()))
+}
+
+/// The device time of a field computation: nothing when the cached field was reused, else the
+/// events around its passes, read once the last pass has finished.
+enum FieldTime {
+    Cached,
+    Queued(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent),
+}
+
+impl FieldTime {
+    /// Milliseconds on the device (0 when cached); waits for the passes to finish.
+    fn ms(&self) -> Result<f64, EngineError> {
+        match self {
+            FieldTime::Cached => Ok(0.0),
+            FieldTime::Queued(e0, e1) => {
+                e1.synchronize()
+                    .map_err(|e| driver_error("the elastic field", e))?;
+                Ok(e0.elapsed_ms(e1).map_err(|e| driver_error("timing", e))? as f64)
+            }
+        }
+    }
 }
 
 /// The cached unit field of one (seed, per-axis sigma in voxels, shape).
@@ -675,6 +707,17 @@ fn resample_plain_minb(order: Order) -> usize {
     } else {
         RESAMPLE_PLAIN_MINB
     })
+}
+
+/// Warps per block of `prefilter_rows_f32` (PF_WARPS in kernels/prefilter.cu).
+const PF_WARPS: usize = 2;
+
+/// Whether the prefilter runs the last axis through `prefilter_rows_f32` (coalesced through
+/// shared tiles): yes unless `AUGSCOPE_PF_ROWS=0` (the one-thread-per-line kernel, for A/B
+/// measurements; the values are the same).
+fn prefilter_rows_enabled() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    *P.get_or_init(|| std::env::var("AUGSCOPE_PF_ROWS").map_or(true, |v| v.trim() != "0"))
 }
 
 /// Whether one-channel, label-free jobs use the `resample_plain*` entries: yes unless
@@ -1139,21 +1182,22 @@ impl DeviceEngine {
         Ok(())
     }
 
-    /// Makes sure the unit field of (seed, per-axis sigma in voxels, out_shape) is on the device;
-    /// returns the milliseconds its computation took on the device (0 when cached).
+    /// Makes sure the unit field of (seed, per-axis sigma in voxels, out_shape) is on the device.
+    /// The passes are queued on the compute stream and not waited for, so that the caller can
+    /// upload the image while they run; the returned [`FieldTime`] reads their device time later.
     fn ensure_field(
         &self,
         st: &mut State,
         sigma_vox: &[f64],
         seed: u64,
         shape: &[usize],
-    ) -> Result<f64, EngineError> {
+    ) -> Result<FieldTime, EngineError> {
         if let Some(f) = &st.field
             && f.seed == seed
             && f.sigma_vox == sigma_vox
             && f.shape == shape
         {
-            return Ok(0.0);
+            return Ok(FieldTime::Cached);
         }
         st.field = None;
         let ndim = shape.len();
@@ -1214,16 +1258,13 @@ impl DeviceEngine {
             )?;
         }
         let e1 = self.event(stream)?;
-        e1.synchronize()
-            .map_err(|e| driver_error("the elastic field", e))?;
-        let ms = e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))? as f64;
         st.field = Some(CachedField {
             seed,
             sigma_vox: sigma_vox.to_vec(),
             shape: shape.to_vec(),
             buf,
         });
-        Ok(ms)
+        Ok(FieldTime::Queued(e0, e1))
     }
 
     /// Copies f32 values to the device through the engine's pinned staging buffer ([`Self::upload`]),
@@ -1259,13 +1300,30 @@ impl DeviceEngine {
     }
 
     /// Copies `src` to the device through pinned staging memory, in chunks, so that the host copy
-    /// of one chunk overlaps the transfer of the one before.
+    /// of one chunk overlaps the transfer of the one before. The transfers wait for every kernel
+    /// queued so far (one may still read `dst`).
     fn upload<T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + Default>(
         &self,
         pin: &mut Option<PinnedHostSlice<T>>,
         dst: &mut CudaSlice<T>,
         src_len: usize,
         fill: impl Fn(usize, &mut [T]) + Sync,
+    ) -> Result<(), EngineError> {
+        self.upload_after(pin, dst, src_len, fill, None)
+    }
+
+    /// [`Self::upload`], with the transfers waiting only for the compute-stream work before
+    /// `after` when given: kernels queued since (the elastic field, which never reads `dst`) run
+    /// while the image transfers.
+    fn upload_after<
+        T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + Default,
+    >(
+        &self,
+        pin: &mut Option<PinnedHostSlice<T>>,
+        dst: &mut CudaSlice<T>,
+        src_len: usize,
+        fill: impl Fn(usize, &mut [T]) + Sync,
+        after: Option<&cudarc::driver::CudaEvent>,
     ) -> Result<(), EngineError> {
         const CHUNK: usize = 4 << 20;
         if pin.as_ref().is_none_or(|p| p.len() < src_len) {
@@ -1288,8 +1346,11 @@ impl DeviceEngine {
         // transfer of a small volume).
         cs.synchronize().map_err(|e| driver_error("upload", e))?;
         // Wait for earlier kernels that may still read the buffer being overwritten.
-        cs.join(&self.dev.stream)
-            .map_err(|e| driver_error("stream ordering", e))?;
+        match after {
+            Some(ev) => cs.wait(ev),
+            None => cs.join(&self.dev.stream),
+        }
+        .map_err(|e| driver_error("stream ordering", e))?;
         for start in (0..src_len).step_by(CHUNK) {
             let end = (start + CHUNK).min(src_len);
             host[start..end]
@@ -1819,10 +1880,30 @@ impl DeviceEngine {
             return Err(EngineError::Cuda("coefficient buffer missing".into()));
         };
         let f = self.function(Family::Prefilter, &pdefs, "prefilter_axis_f32")?;
+        let f_rows = self.function(Family::Prefilter, &pdefs, "prefilter_rows_f32")?;
         for axis in 0..ndim {
             let (outer, len, inner) = axis_split(&coef_shape, axis);
             let lines = channels * outer * inner;
             let (lines_i, len_i, inner_i) = (lines as i64, len as i32, inner as i64);
+            if inner == 1 && prefilter_rows_enabled() {
+                // The last axis: 32 lines per warp through shared tiles (coalesced).
+                let cfg = LaunchConfig {
+                    grid_dim: (lines.div_ceil(32 * PF_WARPS).max(1) as u32, 1, 1),
+                    block_dim: (32 * PF_WARPS as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let mut b = stream.launch_builder(&f_rows);
+                b.arg(&mut coef.s)
+                    .arg(&mut scratch.s)
+                    .arg(&lines_i)
+                    .arg(&len_i);
+                // SAFETY: prefilter_rows_f32(float* data, double* scratch, i64 lines, int n):
+                // data (f32) and scratch (f64) hold >= channels * n_coef = lines * n elements
+                // (lines of n contiguous elements); each warp takes 32 lines, bounds-checked
+                // against `lines` (rows past the end are neither read nor written).
+                unsafe { b.launch(cfg) }.map_err(|e| driver_error("prefilter_rows_f32", e))?;
+                continue;
+            }
             let cfg = LaunchConfig {
                 grid_dim: (lines.div_ceil(128).max(1) as u32, 1, 1),
                 block_dim: (128, 1, 1),
@@ -1910,11 +1991,15 @@ impl DeviceEngine {
         let cubic = plan.order == Order::Cubic;
         let half = precision != Precision::F32;
 
-        // 1. The unit elastic field, cached on the device.
+        // 1. The unit elastic field, cached on the device. Queued, not waited for: the upload
+        // below overlaps it (the host stages the image while the device computes the field).
+        let mut field_time = FieldTime::Cached;
+        // Everything queued before the field: what the image and label uploads must wait for.
+        let before_field = self.event(&stream)?;
         let has_field = match plan.elastic {
             Some(e) if e.alpha != 0.0 => {
                 let sigma_vox = plan.field_sigma_vox(out_shape.len()).unwrap_or_default();
-                timings.field_ms = self.ensure_field(st, &sigma_vox, e.seed, &out_shape)?;
+                field_time = self.ensure_field(st, &sigma_vox, e.seed, &out_shape)?;
                 true
             }
             _ => false,
@@ -1938,25 +2023,39 @@ impl DeviceEngine {
             } else {
                 |v| half::bf16::from_f32(v).to_bits()
             };
-            self.upload(&mut ws.pin_u16, &mut buf.s, img_len, |s, c| {
-                let len = c.len();
-                for (o, &v) in c.iter_mut().zip(&data[s..s + len]) {
-                    *o = conv(v);
-                }
-            })?;
+            self.upload_after(
+                &mut ws.pin_u16,
+                &mut buf.s,
+                img_len,
+                |s, c| {
+                    let len = c.len();
+                    for (o, &v) in c.iter_mut().zip(&data[s..s + len]) {
+                        *o = conv(v);
+                    }
+                },
+                Some(&before_field),
+            )?;
         } else {
             let buf = ensure(&self.dev, &mut ws.img_f32, img_len, "the image")?;
             let data = &img.data;
-            self.upload(&mut ws.pin_f32, &mut buf.s, img_len, |s, c| {
-                c.copy_from_slice(&data[s..s + c.len()])
-            })?;
+            self.upload_after(
+                &mut ws.pin_f32,
+                &mut buf.s,
+                img_len,
+                |s, c| c.copy_from_slice(&data[s..s + c.len()]),
+                Some(&before_field),
+            )?;
         }
         if let (Some(l), false) = (job.label, reuse) {
             let buf = ensure(&self.dev, &mut ws.lab_in, l.data.len(), "the label map")?;
             let data = &l.data;
-            self.upload(&mut ws.pin_f32, &mut buf.s, data.len(), |s, c| {
-                c.copy_from_slice(&data[s..s + c.len()])
-            })?;
+            self.upload_after(
+                &mut ws.pin_f32,
+                &mut buf.s,
+                data.len(),
+                |s, c| c.copy_from_slice(&data[s..s + c.len()]),
+                Some(&before_field),
+            )?;
         }
         timings.upload_ms = t_up.elapsed().as_secs_f64() * 1e3;
         let now_resident = if cubic { None } else { key };
@@ -2106,6 +2205,7 @@ impl DeviceEngine {
         }
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
         self.finish(ws, [&e_pre0, &e_pre1, &e_rs0, &e_rs1], &mut timings)?;
+        timings.field_ms = field_time.ms()?;
         st.resident = now_resident;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
