@@ -31,6 +31,27 @@ __device__ __forceinline__ double powi(double a, int b) {
     return recip ? 1.0 / r : r;
 }
 
+// The pole of the cubic B-spline, sqrt(3) - 2, and the filter's gain (1 - z)(1 - 1/z).
+#define PF_Z (-0.2679491924311227)
+#define PF_GAIN ((1.0 - PF_Z) * (1.0 - 1.0 / PF_Z))
+
+// The anti-causal pass's c[n - 1]: in closed form from the causal pass's c[n - 2] and c[n - 1]
+// (mirror; reflect and nearest use c[n - 1] alone), or for wrap from the sum
+// acc = c[n - 1] + sum_{i < n - 1} z^(i+1) c[i] and z_i = z^n. scipy's formulas, shared by both
+// prefilter kernels.
+__device__ __forceinline__ double anti_init_closed(double c_n2, double c_n1) {
+    const double z = PF_Z;
+#if defined(INIT_MIRROR)
+    return (z * c_n2 + c_n1) * z / (z * z - 1.0);
+#else
+    return c_n1 * (z / (z - 1.0));
+#endif
+}
+__device__ __forceinline__ double anti_init_wrap(double acc, double z_i) {
+    const double z = PF_Z;
+    return acc * z / (z_i - 1.0);
+}
+
 // Pads by P on every side, edge values (nearest) or cval (grid-constant), as np.pad.
 // One thread per padded element; shapes are NDIM long.
 struct PadParams {
@@ -80,8 +101,8 @@ extern "C" __global__ void __launch_bounds__(128) prefilter_axis_f32(float* __re
                                                                      long long lines, int n, long long inner) {
     const long long L = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (L >= lines || n <= 1) return;
-    const double z = -0.2679491924311227;  // sqrt(3) - 2, the pole of the cubic B-spline
-    const double gain = (1.0 - z) * (1.0 - 1.0 / z);
+    const double z = PF_Z;
+    const double gain = PF_GAIN;
     const long long o = L / inner, col = L % inner;
     const long long base = o * n * inner + col;
     float* __restrict__ d = data + base;
@@ -134,21 +155,15 @@ extern "C" __global__ void __launch_bounds__(128) prefilter_axis_f32(float* __re
         C(i) = prev;
     }
     // Anti-causal initialisation of c[n - 1] (prev = c[n - 1], prev2 = c[n - 2] of the causal pass).
-    double next;
-#if defined(INIT_MIRROR)
-    next = (z * prev2 + prev) * z / (z * z - 1.0);
-#elif defined(INIT_WRAP)
-    {
-        double acc = prev;
-        double z_i = z;
-        for (int i = 0; i < n - 1; i++) {
-            acc += z_i * C(i);
-            z_i *= z;
-        }
-        next = acc * z / (z_i - 1.0);
+#if defined(INIT_WRAP)
+    double acc = prev, z_i = z;
+    for (int i = 0; i < n - 1; i++) {
+        acc += z_i * C(i);
+        z_i *= z;
     }
+    double next = anti_init_wrap(acc, z_i);
 #else
-    next = prev * (z / (z - 1.0));
+    double next = anti_init_closed(prev2, prev);
 #endif
     // Anti-causal recursion, c[i] = z * (c[i + 1] - c[i]), stored as f32 as it goes.
     d[(long long)(n - 1) * inner] = (float)next;
@@ -190,8 +205,8 @@ extern "C" __global__ void __launch_bounds__(32 * PF_WARPS) prefilter_rows_f32(f
     const long long row0 = ((long long)blockIdx.x * PF_WARPS + warp) * 32;
     if (row0 >= lines || n <= 1) return;
     const int rows = (int)min(32LL, lines - row0);
-    const double z = -0.2679491924311227;  // sqrt(3) - 2, the pole of the cubic B-spline
-    const double gain = (1.0 - z) * (1.0 - 1.0 / z);
+    const double z = PF_Z;
+    const double gain = PF_GAIN;
     const float* __restrict__ line = data + (row0 + min(lane, rows - 1)) * n;  // a valid row for every lane
     // Window w (forward): elements [32w, 32w + 32); backward window of w: the 32 elements ending
     // at n - 1 - 32w + SH (SH = 1 when the far-end index is n - i, 0 when it is n - 1 - i).
@@ -270,14 +285,12 @@ extern "C" __global__ void __launch_bounds__(32 * PF_WARPS) prefilter_rows_f32(f
     }
     __syncwarp();
 
-    // Anti-causal initialisation of c[n - 1].
+    // Anti-causal initialisation of c[n - 1]; wrap sums the causal line, read back a window at a
+    // time.
+#if defined(INIT_WRAP)
     double next;
-#if defined(INIT_MIRROR)
-    next = (z * prev2 + prev) * z / (z * z - 1.0);
-#elif defined(INIT_WRAP)
     {
-        double acc = prev;
-        double z_i = z;
+        double acc = prev, z_i = z;
         for (int w = 0; w < windows; w++) {
             const int col0 = 32 * w;
             __syncwarp();
@@ -291,10 +304,10 @@ extern "C" __global__ void __launch_bounds__(32 * PF_WARPS) prefilter_rows_f32(f
                 z_i *= z;
             }
         }
-        next = acc * z / (z_i - 1.0);
+        next = anti_init_wrap(acc, z_i);
     }
 #else
-    next = prev * (z / (z - 1.0));
+    double next = anti_init_closed(prev2, prev);
 #endif
 
     // Anti-causal recursion c[i] = z * (c[i + 1] - c[i]) from the end, stored as f32.

@@ -121,13 +121,20 @@ __device__ __forceinline__ void input_coordinate(const ResampleParams& p, const 
     }
 }
 
+// Entry names carry the storage type: resample_f32, resample_plain_f16, resample_many_bf16, ...
 #if defined(STORE_F16)
-#define RESAMPLE_ENTRY resample_f16
+#define STORE_NAME(base) base##_f16
 #elif defined(STORE_BF16)
-#define RESAMPLE_ENTRY resample_bf16
+#define STORE_NAME(base) base##_bf16
 #else
-#define RESAMPLE_ENTRY resample_f32
+#define STORE_NAME(base) base##_f32
 #endif
+#define RESAMPLE_ENTRY STORE_NAME(resample)
+// The arguments of the single-volume entries (general and plain): the host passes the same list
+// to each and only swaps the name.
+#define RESAMPLE_PARAMS                                                                      \
+    const store_t *__restrict__ img, store_t *__restrict__ out, const float *__restrict__ lab, \
+        float *__restrict__ lab_out, const float *__restrict__ field, ResampleParams p
 
 // The general path of one voxel near or beyond the edge: scipy's two boundary steps per tap.
 // Not inlined, and given scalars rather than the parameter struct (a reference to a kernel
@@ -297,9 +304,7 @@ __device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, 
 #endif
 
 // One thread per output voxel of one volume (grid from the box shape).
-extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_ENTRY(RESAMPLE_PARAMS) {
     resample_voxel(p, blockIdx.z, img, out, lab, lab_out, field);
 }
 
@@ -311,16 +316,8 @@ extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_ENTRY(
 #ifndef RS_PLAIN_MINB
 #define RS_PLAIN_MINB 1
 #endif
-#if defined(STORE_F16)
-#define RESAMPLE_PLAIN_ENTRY resample_plain_f16
-#define RESAMPLE_PLAINF_ENTRY resample_plainf_f16
-#elif defined(STORE_BF16)
-#define RESAMPLE_PLAIN_ENTRY resample_plain_bf16
-#define RESAMPLE_PLAINF_ENTRY resample_plainf_bf16
-#else
-#define RESAMPLE_PLAIN_ENTRY resample_plain_f32
-#define RESAMPLE_PLAINF_ENTRY resample_plainf_f32
-#endif
+#define RESAMPLE_PLAIN_ENTRY STORE_NAME(resample_plain)
+#define RESAMPLE_PLAINF_ENTRY STORE_NAME(resample_plainf)
 template <bool FIELD>
 __device__ __forceinline__ void plain_voxel(const ResampleParams& p, int bz, const store_t* __restrict__ img,
                                             store_t* __restrict__ out, const float* __restrict__ field) {
@@ -340,15 +337,11 @@ __device__ __forceinline__ void plain_voxel(const ResampleParams& p, int bz, con
 }
 
 // Same arguments as RESAMPLE_ENTRY (lab and lab_out unused), so the host swaps only the name.
-extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAIN_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAIN_ENTRY(RESAMPLE_PARAMS) {
     plain_voxel<false>(p, blockIdx.z, img, out, field);
 }
 
-extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAINF_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, ResampleParams p) {
+extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAINF_ENTRY(RESAMPLE_PARAMS) {
     plain_voxel<true>(p, blockIdx.z, img, out, field);
 }
 
@@ -360,61 +353,46 @@ struct ManyStrides {
     int samples;
 };
 
-#if defined(STORE_F16)
-#define RESAMPLE_MANY_ENTRY resample_many_f16
-#elif defined(STORE_BF16)
-#define RESAMPLE_MANY_ENTRY resample_many_bf16
-#else
-#define RESAMPLE_MANY_ENTRY resample_many_f32
-#endif
+// The sample of this block in a batched launch (blockIdx.z / zblocks), its parameters copied to
+// `sp` in shared memory; -1 for the blocks past the last sample (uniform over the block, so the
+// barrier is reached by all or none of its threads).
+__device__ __forceinline__ int many_sample(const ResampleParams* __restrict__ ps, const ManyStrides& st,
+                                           ResampleParams* sp) {
+    const int s = blockIdx.z / st.zblocks;
+    if (s >= st.samples) return -1;
+    const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    constexpr int words = sizeof(ResampleParams) / sizeof(long long);
+    if (tid < words) reinterpret_cast<long long*>(sp)[tid] = __ldg(reinterpret_cast<const long long*>(ps + s) + tid);
+    __syncthreads();
+    return s;
+}
+
+#define RESAMPLE_MANY_ENTRY STORE_NAME(resample_many)
+// The arguments of the batched entries (general and plain), as RESAMPLE_PARAMS.
+#define RESAMPLE_MANY_PARAMS                                                                 \
+    const store_t *__restrict__ img, store_t *__restrict__ out, const float *__restrict__ lab, \
+        float *__restrict__ lab_out, const float *__restrict__ field,                        \
+        const ResampleParams *__restrict__ ps, ManyStrides st
 
 // Many volumes of one output shape in one launch: sample s = blockIdx.z / zblocks, with its own
 // parameters ps[s] (plan, field slot) and its own image, outputs and field at the strides `st`.
 // Every sample's voxels get exactly the single-volume kernel's operations.
-extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_MANY_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, const ResampleParams* __restrict__ ps,
-    ManyStrides st) {
+extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_MANY_ENTRY(RESAMPLE_MANY_PARAMS) {
     __shared__ ResampleParams sp;
-    const int s = blockIdx.z / st.zblocks;
-    if (s >= st.samples) return;
-    {
-        const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-        constexpr int words = sizeof(ResampleParams) / sizeof(long long);
-        if (tid < words) {
-            reinterpret_cast<long long*>(&sp)[tid] = __ldg(reinterpret_cast<const long long*>(ps + s) + tid);
-        }
-    }
-    __syncthreads();
+    const int s = many_sample(ps, st, &sp);
+    if (s < 0) return;
     resample_voxel(sp, blockIdx.z - s * st.zblocks, img + s * st.img, out + s * st.out, lab + s * st.lab,
                    lab_out + s * st.lab_out, field + (long long)sp.field_slot * st.field);
 }
 
-#if defined(STORE_F16)
-#define RESAMPLE_MANY_PLAIN_ENTRY resample_many_plain_f16
-#elif defined(STORE_BF16)
-#define RESAMPLE_MANY_PLAIN_ENTRY resample_many_plain_bf16
-#else
-#define RESAMPLE_MANY_PLAIN_ENTRY resample_many_plain_f32
-#endif
+#define RESAMPLE_MANY_PLAIN_ENTRY STORE_NAME(resample_many_plain)
 
 // The batched launch of one-channel, label-free samples through the plain path (the field or
 // not per sample: a branch uniform over the block). Same arguments as RESAMPLE_MANY_ENTRY.
-extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_MANY_PLAIN_ENTRY(
-    const store_t* __restrict__ img, store_t* __restrict__ out, const float* __restrict__ lab,
-    float* __restrict__ lab_out, const float* __restrict__ field, const ResampleParams* __restrict__ ps,
-    ManyStrides st) {
+extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_MANY_PLAIN_ENTRY(RESAMPLE_MANY_PARAMS) {
     __shared__ ResampleParams sp;
-    const int s = blockIdx.z / st.zblocks;
-    if (s >= st.samples) return;
-    {
-        const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-        constexpr int words = sizeof(ResampleParams) / sizeof(long long);
-        if (tid < words) {
-            reinterpret_cast<long long*>(&sp)[tid] = __ldg(reinterpret_cast<const long long*>(ps + s) + tid);
-        }
-    }
-    __syncthreads();
+    const int s = many_sample(ps, st, &sp);
+    if (s < 0) return;
     const int bz = blockIdx.z - s * st.zblocks;
     if (sp.has_field) {
         plain_voxel<true>(sp, bz, img + s * st.img, out + s * st.out, field + (long long)sp.field_slot * st.field);
