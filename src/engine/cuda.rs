@@ -1730,11 +1730,11 @@ impl DeviceEngine {
             .arg(&pbuf.s)
             .arg(&strides);
         // SAFETY: resample_many_f32 or resample_many_plain_f32, the same arguments (const float*
-        // img, float* out, const float* lab, float* lab_out, const float* field, const ResampleParams* ps, ManyStrides st): img holds
-        // `copies` images of channels * n_coef (the padded coefficients for order 3; stride 0
-        // when shared), out b * channels * n_out, lab
-        // and lab_out likewise for the label channels (or the 1-element placeholders when
-        // has_label = 0, never read), field n_slots * ndim * n_out with every field_slot below
+        // img, float* out, const float* lab, float* lab_out, const float* field,
+        // const ResampleParams* ps, ManyStrides st): img holds `copies` images of
+        // channels * n_coef (the padded coefficients for order 3; stride 0 when shared), out
+        // b * channels * n_out, lab and lab_out likewise for the label channels (or the
+        // 1-element placeholders when has_label = 0, never read), field n_slots * ndim * n_out with every field_slot below
         // n_slots (or the placeholder when no sample has a field, has_field = 0), ps b
         // parameter sets; grid.z = zblocks * b and blocks with s >= b return; every voxel is
         // bounds-checked against its sample's box (output_voxel).
