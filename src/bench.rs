@@ -416,7 +416,10 @@ pub fn run(
             let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
             let row = BenchRow {
                 shape: shape_s.clone(),
-                variant: format!("full, {BATCH} samples in {launches} batch(es), per sample"),
+                variant: format!(
+                    "{}, {BATCH} samples in {launches} batch(es), per sample",
+                    variant_name("full", opts.order)
+                ),
                 engine: g.name(),
                 device_ms: Some(median(&mut dev)),
                 resample_ms: Some(median(&mut rs)),

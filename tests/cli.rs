@@ -442,3 +442,50 @@ fn batch_filter_flag_is_checked_and_recorded() {
         "before and after are the same"
     );
 }
+
+/// `augscope bench --order`: the CPU rows of the three pipelines at the order asked for, named
+/// with it in the table and the JSON; a bad order is one line and exit 2, with no JSON written.
+#[test]
+fn bench_runs_the_pipelines_at_the_order_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let j = json.to_str().unwrap();
+    let args = [
+        "bench",
+        "--backend",
+        "cpu",
+        "--shape",
+        "6,10,12",
+        "--rows",
+        "spatial",
+    ];
+    let (code, out, err) = run(&[&args[..], &["--order", "3", "--json", j]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("| full order 3 |"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let variants: Vec<&str> = report["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["variant"].as_str().expect("variant"))
+        .collect();
+    assert_eq!(
+        variants,
+        ["rotate order 3", "elastic order 3", "full order 3"]
+    );
+    // Order 1 (the pipelines) keeps the plain names.
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("| full |"), "{out}");
+    std::fs::remove_file(&json).unwrap();
+    assert_user_error(
+        &[&args[..], &["--order", "2", "--json", j]].concat(),
+        "order",
+    );
+    assert_eq!(
+        listing(dir.path()),
+        Vec::<String>::new(),
+        "no JSON on error"
+    );
+}
