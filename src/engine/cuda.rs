@@ -727,11 +727,16 @@ fn resample_plain_enabled() -> bool {
     *P.get_or_init(|| std::env::var("AUGSCOPE_RS_PLAIN").map_or(true, |v| v.trim() != "0"))
 }
 
+/// Whether a job of `channels` image channels, with or without a label map, takes the plain
+/// entries: one channel, no label map, one voxel per thread, unless `AUGSCOPE_RS_PLAIN=0`.
+fn plain_job(channels: usize, label: bool) -> bool {
+    channels == 1 && !label && resample_k() == 1 && resample_plain_enabled()
+}
+
 /// The resample entry for one job: the plain entries (one channel, no label map, one voxel per
 /// thread; `plainf` reads the displacement field) or the general one.
 fn resample_entry(precision: Precision, channels: usize, label: bool, field: bool) -> &'static str {
-    let plain = channels == 1 && !label && resample_k() == 1 && resample_plain_enabled();
-    match (precision, plain, field) {
+    match (precision, plain_job(channels, label), field) {
         (Precision::F32, false, _) => "resample_f32",
         (Precision::F16, false, _) => "resample_f16",
         (Precision::Bf16, false, _) => "resample_bf16",
@@ -746,7 +751,7 @@ fn resample_entry(precision: Precision, channels: usize, label: bool, field: boo
 
 /// The batched resample entry (f32 storage): the plain one for one-channel, label-free samples.
 fn resample_many_entry(channels: usize, label: bool) -> &'static str {
-    if channels == 1 && !label && resample_k() == 1 && resample_plain_enabled() {
+    if plain_job(channels, label) {
         "resample_many_plain_f32"
     } else {
         "resample_many_f32"
@@ -1928,14 +1933,6 @@ impl DeviceEngine {
                 channels * n_coef,
                 "the image coefficients",
             )?;
-            let coef = if padded {
-                ws.img_pad.as_ref()
-            } else {
-                ws.img_f32.as_ref()
-            };
-            let Some(coef) = coef else {
-                return Err(EngineError::Cuda("coefficient buffer missing".into()));
-            };
             let total = (channels * n_coef) as i64;
             let mut b = stream.launch_builder(&f);
             b.arg(&coef.s).arg(&mut dst.s).arg(&total);
