@@ -758,10 +758,14 @@ enum PresetCmd {
         /// The parameter file.
         params: PathBuf,
     },
-    /// Draw one sample of a preset and print the plan and done list as JSON.
+    /// Draw one sample of a preset and print the plan and done list as JSON; with `--count N`,
+    /// samples seed..seed+N-1 as one JSON object per line.
     Sample {
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// How many samples, one JSON line each (seeds seed, seed+1, ...).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        count: Option<u64>,
         /// Spatial dimensions: 2 or 3.
         #[arg(long, default_value_t = 3)]
         ndim: usize,
@@ -778,9 +782,12 @@ fn write_text(output: Option<&Path>, text: &str, what: &'static str) -> anyhow::
         Some(p) => Ok(io::atomic_write(p, what, |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?),
+        // Not print!: a closed pipe or a full disk is an error line, not a panic.
         None => {
-            print!("{text}");
-            Ok(())
+            let mut out = std::io::stdout().lock();
+            std::io::Write::write_all(&mut out, text.as_bytes())
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .map_err(|e| usage(format!("cannot write the {what} to standard output: {e}")))
         }
     }
 }
@@ -808,18 +815,26 @@ fn preset_cmd(c: PresetCmd) -> anyhow::Result<()> {
         }
         PresetCmd::Sample {
             seed,
+            count,
             ndim,
             preset: p,
         } => {
             let pr = preset::load_or_bundled(&p).map_err(preset_error)?;
-            let s = pr
-                .sample(seed, ndim, &vec![1.0; ndim])
-                .map_err(preset_error)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&s).context("cannot encode the sample")?
-            );
-            Ok(())
+            let spacing = vec![1.0; ndim];
+            let Some(count) = count else {
+                let s = pr.sample(seed, ndim, &spacing).map_err(preset_error)?;
+                let text = serde_json::to_string_pretty(&s).context("cannot encode the sample")?;
+                return write_text(None, &format!("{text}\n"), "sample");
+            };
+            let mut text = String::new();
+            for j in 0..count {
+                let s = pr
+                    .sample(seed.wrapping_add(j), ndim, &spacing)
+                    .map_err(preset_error)?;
+                text.push_str(&serde_json::to_string(&s).context("cannot encode the sample")?);
+                text.push('\n');
+            }
+            write_text(None, &text, "samples")
         }
     }
 }

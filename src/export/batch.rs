@@ -216,6 +216,18 @@ fn default_ext(input: &Path) -> &'static str {
     }
 }
 
+/// What the manifest records as `verified_against`: for every export target, the library
+/// versions its snippet was run under in augscope's interop checks.
+fn verified_versions() -> serde_json::Value {
+    use super::interop::{Target, verified_against};
+    json!({
+        "monai": verified_against(Target::Monai),
+        "torchio": verified_against(Target::TorchIo),
+        "batchgenerators": verified_against(Target::Batchgenerators),
+        "nnunet": verified_against(Target::Nnunet),
+    })
+}
+
 /// The manifest of a shard: `manifest.jsonl`, or `manifest-shard{k}of{n}.jsonl`.
 pub fn manifest_path(out_dir: &Path, shard: (usize, usize)) -> PathBuf {
     if shard.1 == 1 {
@@ -630,11 +642,14 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                             "label_output": item.label_output,
                             "index": item.index,
                             "seed": item.seed,
+                            "shape": out.shape,
                             "shard": format!("{}/{}", opts.shard.0, opts.shard.1),
                             "preset": opts.preset.name,
                             "done": sample.done,
                             "drawn": sample.drawn,
                             "plan": sample.plan,
+                            "model": "augscope",
+                            "verified_against": verified_versions(),
                             "backend": used,
                             "backend_note": oom.or_else(|| backend_note.clone()),
                             "timings_ms": { "engine": timings },

@@ -1,16 +1,21 @@
 //! Reading a batchgenerators `SpatialTransform` keyword dict or an nnU-Net v1
 //! `data_aug_params` dict (JSON) into a preset: the inverse of
-//! [`super::interop::batchgenerators_params`].
+//! [`super::interop::batchgenerators_params`]. A JSON object that holds a `"plan"` (a line of a
+//! batch manifest, or an `augscope apply --report` file) becomes the preset that reproduces that
+//! plan: every transform with p = 1 and ranges of one value, with its order, mode and cval.
 //!
 //! Both vocabularies index array axes `[z, y, x]` (angle_x / rotation_x is about axis 0) with
 //! angles in radians, as augscope does internally; the preset file holds degrees.
+
+use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
 use crate::augment::preset::{
     ElasticSpec, FlipSpec, Preset, PresetError, Range, RotateSpec, SamplingSpec, ScaleDistribution,
-    ScaleSpec,
+    ScaleSpec, TranslateSpec, Unit,
 };
+use crate::augment::{Plan, Space};
 
 fn bad(why: impl Into<String>) -> PresetError {
     PresetError::Invalid { why: why.into() }
@@ -83,6 +88,9 @@ pub fn import(text: &str, name: &str) -> Result<Preset, PresetError> {
         _ => text.to_string(),
     };
     let value: Value = serde_json::from_str(&json).map_err(|e| {
+        if let Some(many) = several_lines(&json) {
+            return many;
+        }
         bad(format!(
             "not a JSON parameter dict (line {}, column {}: {e})",
             e.line(),
@@ -92,7 +100,153 @@ pub fn import(text: &str, name: &str) -> Result<Preset, PresetError> {
     let Value::Object(m) = value else {
         return Err(bad("the parameter file must hold one JSON object"));
     };
-    from_params(&m, name)
+    match m.get("plan") {
+        Some(plan) => {
+            let ndim = m.get("shape").and_then(Value::as_array).map(Vec::len);
+            from_plan(plan, m.get("seed"), ndim, name)
+        }
+        None => from_params(&m, name),
+    }
+}
+
+/// The error for a text of several JSON objects, one per line (a whole manifest), or `None`.
+fn several_lines(text: &str) -> Option<PresetError> {
+    let lines = text
+        .lines()
+        .filter(|l| serde_json::from_str::<Map<String, Value>>(l).is_ok())
+        .count();
+    (lines > 1).then(|| {
+        bad(format!(
+            "this holds {lines} JSON lines (a batch manifest?); import one sample's line, e.g. \
+             `sed -n 3p manifest.jsonl > sample.json`"
+        ))
+    })
+}
+
+/// The angle in degrees whose `to_radians()` is `rad` exactly, where one is within a few ulps of
+/// `rad.to_degrees()` (so that sampling the preset gives back the plan's radians bit for bit).
+fn degrees_exact(rad: f64) -> f64 {
+    let d = rad.to_degrees();
+    let (mut up, mut down) = (d, d);
+    for _ in 0..4 {
+        for c in [up, down] {
+            if c.to_radians() == rad {
+                return c;
+            }
+        }
+        up = up.next_up();
+        down = down.next_down();
+    }
+    d
+}
+
+/// The preset that reproduces `plan` (p = 1, ranges of one value): the plan of a manifest line or
+/// an `apply` report. Its elastic noise is the sample seed's, which the description names.
+fn from_plan(
+    plan: &Value,
+    seed: Option<&Value>,
+    shape_ndim: Option<usize>,
+    name: &str,
+) -> Result<Preset, PresetError> {
+    let plan: Plan = serde_json::from_value(plan.clone())
+        .map_err(|e| bad(format!("the \"plan\" is not an augscope plan: {e}")))?;
+    if plan.out_shape.is_some() {
+        return Err(bad(
+            "the plan has an output shape of its own; a preset keeps the input's grid",
+        ));
+    }
+    let from_values = match (
+        plan.rotate_rad.len(),
+        plan.scale.len(),
+        plan.translate.len(),
+    ) {
+        (3, _, _) | (_, 3, _) | (_, _, 3) => Some(3),
+        (1, _, _) | (_, 2, _) | (_, _, 2) => Some(2),
+        _ => None,
+    };
+    let ndim = shape_ndim.or(from_values);
+    let one = |v: f64| [v, v];
+    let flip = match (plan.flip.is_empty(), ndim) {
+        (true, _) => None,
+        // A flip per axis needs the number of axes: one entry would flip every axis.
+        (false, None) => {
+            return Err(bad(
+                "the plan flips some axes but does not say how many axes the image has (no \
+                 \"shape\" beside it)",
+            ));
+        }
+        (false, Some(n)) => Some(FlipSpec {
+            p: (0..n)
+                .map(|a| if plan.flip.contains(&a) { 1.0 } else { 0.0 })
+                .collect(),
+        }),
+    };
+    let rotate = (!plan.rotate_rad.is_empty()).then(|| {
+        let deg: Vec<Range> = plan
+            .rotate_rad
+            .iter()
+            .map(|&r| one(degrees_exact(r)))
+            .collect();
+        RotateSpec {
+            p: 1.0,
+            p_axis: vec![1.0],
+            range_deg_2d: (deg.len() == 1).then(|| deg[0]),
+            range_deg: deg,
+        }
+    });
+    let scale = (!plan.scale.is_empty()).then(|| ScaleSpec {
+        p: 1.0,
+        range: plan.scale.iter().map(|&s| one(s)).collect(),
+        per_axis: plan.scale.len() > 1,
+        distribution: ScaleDistribution::Uniform,
+    });
+    let translate = (!plan.translate.is_empty()).then(|| TranslateSpec {
+        p: 1.0,
+        range: plan.translate.iter().map(|&t| one(t)).collect(),
+        unit: match plan.space {
+            Space::Voxel => Unit::Voxel,
+            Space::Mm => Unit::Mm,
+        },
+    });
+    let elastic = plan.elastic.map(|e| ElasticSpec {
+        p: 1.0,
+        alpha: one(e.alpha),
+        sigma: one(e.sigma),
+    });
+    let mut description = format!(
+        "Reproduces one plan exactly: every transform fires (p = 1) with the plan's values{}",
+        ndim.map_or(String::new(), |n| format!(" ({n}D)"))
+    );
+    if let Some(e) = plan.elastic {
+        let _ = write!(
+            description,
+            "; the elastic noise is seed {}'s, so sample it with --seed {}",
+            e.seed, e.seed
+        );
+    } else if let Some(s) = seed.and_then(Value::as_u64) {
+        let _ = write!(description, "; drawn as sample seed {s}");
+    }
+    description.push('.');
+    let preset = Preset {
+        version: 1,
+        name: name.to_string(),
+        source: String::new(),
+        description,
+        space: plan.space,
+        flip,
+        rotate,
+        scale,
+        translate,
+        elastic,
+        sampling: SamplingSpec {
+            order: plan.order.as_u32(),
+            mode: plan.mode.to_string(),
+            cval: f64::from(plan.cval),
+            label_order: 0,
+        },
+    };
+    preset.validate()?;
+    Ok(preset)
 }
 
 /// Builds a preset from batchgenerators `SpatialTransform` keywords and/or nnU-Net v1
@@ -149,6 +303,13 @@ pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetE
         .filter(|k| !KNOWN.contains(k))
         .collect();
     ignored.sort_unstable();
+    if ignored.len() == m.len() {
+        return Err(bad(
+            "none of the keys is a batchgenerators or nnU-Net augmentation parameter, and there \
+             is no augscope \"plan\" (expected e.g. do_rotation, angle_x, scale, alpha, \
+             mirror_axes)",
+        ));
+    }
 
     let elastic = if flag(m, &["do_elastic_deform", "do_elastic"])?.unwrap_or(false) {
         let alpha = range(m, &["alpha", "elastic_deform_alpha"])?.unwrap_or([0.0, 1000.0]);
