@@ -879,3 +879,127 @@ fn filter_panel_febds_overlay_marks_the_spots() {
     assert!(app.rt.error.is_none());
     h.snapshot_options("febds_overlay", &snapshot_options());
 }
+
+/// Opens a File menu entry and returns with its window shown.
+fn open_from_file_menu(h: &mut Harness<'_, App>, entry: &str) {
+    h.get_by_label("File").click();
+    h.run_steps(2);
+    h.get_by_label(entry).click();
+    h.run_steps(4);
+}
+
+fn type_into(h: &mut Harness<'_, App>, label: &str, text: &str) {
+    let field = h
+        .get_all_by_role_and_label(Role::TextInput, label)
+        .next()
+        .unwrap_or_else(|| panic!("a text field {label:?}"));
+    field.focus();
+    field.type_text(text);
+    h.run_steps(2);
+}
+
+fn tuned(h: &mut Harness<'_, App>) {
+    let p = &mut h.state_mut().state.params;
+    p.rotate_deg = [12.0, -4.0, 30.0];
+    p.scale = [1.15; 3];
+    p.translate_vox = [0.0, 2.0, -1.0];
+    p.elastic = true;
+    p.alpha = 30.0;
+    p.sigma_vox = 3.0;
+}
+
+#[test]
+fn save_preset_writes_the_tuned_parameters_as_toml() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    tuned(&mut h);
+    settle(&mut h);
+    open_from_file_menu(&mut h, "Save preset…");
+    assert!(h.state().rt.code.save.open, "the window opens");
+    let path = dir.path().join("tuned.toml");
+    assert_eq!(h.state().rt.code.save.name, "my preset");
+    h.state_mut().rt.code.save.name.clear();
+    h.run_steps(1);
+    type_into(&mut h, "name", "my tuned brain");
+    let field = h
+        .get_all_by_role_and_label(Role::MultilineTextInput, "description")
+        .next()
+        .expect("description field");
+    field.focus();
+    field.type_text("rotation, scale and a mild elastic");
+    h.run_steps(2);
+    type_into(&mut h, "file", &path.display().to_string());
+    h.get_all_by_label("Save")
+        .last()
+        .expect("Save button")
+        .click();
+    h.run_steps(3);
+    let app = h.state();
+    let status = app.rt.code.save.status.clone().expect("a status");
+    assert!(status.is_ok(), "{status:?}");
+    let mut want = augscope::app::export::preset_from_params(&app.state.params, 3);
+    want.name = "my tuned brain".into();
+    want.description = "rotation, scale and a mild elastic".into();
+    let text = std::fs::read_to_string(&path).expect("the preset file");
+    assert_eq!(text, want.to_toml());
+    assert!(text.starts_with("version = 1\n"), "{text}");
+    let back = augscope::augment::preset::Preset::parse(&text).expect("reads back");
+    assert_eq!(back, want);
+    // The saved file becomes the preset of the controls and the first recent preset.
+    assert_eq!(app.state.preset, path.display().to_string());
+    assert_eq!(app.state.recent_presets[0], path.display().to_string());
+}
+
+#[test]
+fn copy_puts_exactly_the_preset_export_text_on_the_clipboard() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    tuned(&mut h);
+    settle(&mut h);
+    // The same preset as a file, for the CLI.
+    let preset = augscope::app::export::preset_from_params(&h.state().state.params, 3);
+    let preset_path = dir.path().join("current.toml");
+    std::fs::write(&preset_path, preset.to_toml()).expect("write preset");
+    // A preset's text may hold characters the bundled fonts lack: the app draws a box for them.
+    h.ctx
+        .set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
+    open_from_file_menu(&mut h, "Export code…");
+    assert!(h.state().rt.code.open, "the window opens");
+    for (tab, flag) in [
+        ("TorchIO", "torchio"),
+        ("MONAI", "monai"),
+        ("nnU-Net v2 trainer", "nnunet"),
+        ("batchgenerators", "batchgenerators"),
+    ] {
+        h.get_by_label(tab).click();
+        h.run_steps(2);
+        h.get_by_label("Copy").click();
+        // The frame that handles the click carries the clipboard command in its output.
+        let mut copied: Vec<String> = vec![];
+        for _ in 0..4 {
+            h.step();
+            copied.extend(
+                h.output()
+                    .platform_output
+                    .commands
+                    .iter()
+                    .filter_map(|c| match c {
+                        egui::OutputCommand::CopyText(t) => Some(t.clone()),
+                        _ => None,
+                    }),
+            );
+        }
+        let cli = std::process::Command::new(env!("CARGO_BIN_EXE_augscope"))
+            .args(["preset", "export", "--to", flag, "--ndim", "3"])
+            .arg(&preset_path)
+            .output()
+            .expect("augscope runs");
+        assert!(cli.status.success());
+        let want = String::from_utf8(cli.stdout).expect("utf-8");
+        assert_eq!(copied.last(), Some(&want), "{tab}");
+    }
+}

@@ -163,7 +163,21 @@ pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
     }
 }
 
-/// Starts a batch with the dialog's settings on the open scan.
+/// The preset chosen in the controls (a bundled name or a TOML file), when `from_preset`, else
+/// the preset of the parameters on screen ([`preset_from_params`]).
+pub fn chosen_preset(state: &State, ndim: usize, from_preset: bool) -> Result<Preset, String> {
+    if !from_preset {
+        return Ok(preset_from_params(&state.params, ndim));
+    }
+    let name = if state.preset.is_empty() {
+        "nnunet-v2"
+    } else {
+        state.preset.as_str()
+    };
+    crate::augment::preset::load_or_bundled(std::path::Path::new(name))
+        .map_err(|e| format!("preset {name}: {e}"))
+}
+
 /// The filter panel's intensity filter for the exported samples (none for the FEBDS overlay,
 /// which changes no value): the same filter, boundary and stage as the view.
 pub fn export_filter(state: &State, scan: &super::Scan) -> Option<BatchFilter> {
@@ -175,6 +189,7 @@ pub fn export_filter(state: &State, scan: &super::Scan) -> Option<BatchFilter> {
     })
 }
 
+/// Starts a batch with the dialog's settings on the open scan.
 pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
     if rt.export.running() {
         return Err("an export is already running".into());
@@ -188,17 +203,7 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
         return Err("choose an output folder".into());
     }
     let nd = scan.loaded.image.ndim();
-    let preset = if s.from_preset {
-        let name = if state.preset.is_empty() {
-            "nnunet-v2"
-        } else {
-            state.preset.as_str()
-        };
-        crate::augment::preset::load_or_bundled(std::path::Path::new(name))
-            .map_err(|e| format!("preset {name}: {e}"))?
-    } else {
-        preset_from_params(&state.params, nd)
-    };
+    let preset = chosen_preset(state, nd, s.from_preset)?;
     let labels = match (&scan.loaded.label_path, s.include_label, &scan.loaded.label) {
         (Some(l), true, Some(_)) => vec![l.clone()],
         _ => vec![],

@@ -6,6 +6,7 @@
 //! Structure (STYLE.md): a persisted serde [`State`] apart from the [`Runtime`] (worker, loaded
 //! volumes, slices on screen); panels return [`Command`]s that the app applies once per frame.
 
+pub mod code;
 pub mod export;
 pub mod format;
 pub mod latency;
@@ -122,6 +123,10 @@ pub enum Command {
     CancelExport,
     ExportFolderDialog,
     SetExportFolder(PathBuf),
+    /// Show Export → Code….
+    OpenCode,
+    /// Show File → Save preset….
+    OpenSavePreset,
 }
 
 /// A loaded scan and where the views are.
@@ -189,6 +194,8 @@ pub struct Runtime {
     pub filling: Option<u64>,
     /// The batch export dialog and its running batch.
     pub export: export::ExportRuntime,
+    /// The code window and the save-preset window.
+    pub code: code::CodeRuntime,
     /// The last FEBDS masks received, and the plane ids of the last request sent.
     pub masks: Option<MaskSet>,
     pub mask_sent: Option<(crate::filter::FebdsMethod, Vec<u64>)>,
@@ -248,6 +255,7 @@ impl App {
                 hide_timings: false,
                 filling: None,
                 export: export::ExportRuntime::default(),
+                code: code::CodeRuntime::default(),
                 masks: None,
                 mask_sent: None,
             },
@@ -396,7 +404,21 @@ impl App {
                     rt.error = Some(format!("cannot open the file dialog: {e}"));
                 }
             }
-            Command::SetPreset(p) => state.preset = p,
+            Command::SetPreset(p) => {
+                if !crate::augment::preset::BUNDLED.iter().any(|(n, _)| *n == p) {
+                    state.push_recent_preset(p.clone());
+                }
+                state.preset = p;
+            }
+            Command::OpenCode => rt.code.open = true,
+            Command::OpenSavePreset => {
+                let save = &mut rt.code.save;
+                if save.name.is_empty() {
+                    save.name = "my preset".into();
+                }
+                save.open = true;
+                save.status = None;
+            }
             Command::OpenExport => rt.export.open = true,
             Command::StartExport => {
                 if let Err(e) = export::start(state, rt) {
@@ -843,6 +865,12 @@ impl eframe::App for App {
         }
         if self.rt.export.open {
             cmds.extend(export::export_window(ui, &mut self.state, &mut self.rt));
+        }
+        if self.rt.code.open {
+            code::code_window(ui, &mut self.state, &mut self.rt);
+        }
+        if self.rt.code.save.open {
+            code::save_preset_window(ui, &mut self.state, &mut self.rt);
         }
         for c in cmds {
             self.apply(c);

@@ -78,6 +78,37 @@ pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 {
                     out.push(Command::OpenExport);
                 }
+                ui.separator();
+                if ui
+                    .button("Save preset…")
+                    .on_hover_text("the current parameters or the chosen preset, as a TOML file")
+                    .clicked()
+                {
+                    out.push(Command::OpenSavePreset);
+                }
+                if ui
+                    .button("Export code…")
+                    .on_hover_text(
+                        "the preset as MONAI, TorchIO, batchgenerators or nnU-Net code, as \
+                         `augscope preset export`",
+                    )
+                    .clicked()
+                {
+                    out.push(Command::OpenCode);
+                }
+                ui.menu_button("Recent presets", |ui| {
+                    if state.recent_presets.is_empty() {
+                        ui.label("(none)");
+                    }
+                    for p in state.recent_presets.clone() {
+                        let name = std::path::Path::new(&p)
+                            .file_name()
+                            .map_or_else(|| p.clone(), |n| n.to_string_lossy().into());
+                        if ui.button(name).on_hover_text(&p).clicked() {
+                            out.push(Command::SetPreset(p));
+                        }
+                    }
+                });
                 ui.menu_button("Recent", |ui| {
                     if state.recent.is_empty() {
                         ui.label("(none)");

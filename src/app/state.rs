@@ -454,6 +454,8 @@ pub struct State {
     pub preset_seed: u64,
     /// The batch export dialog's settings.
     pub export: super::export::ExportSettings,
+    /// Preset files saved or loaded, most recent first.
+    pub recent_presets: Vec<String>,
 }
 
 impl State {
@@ -463,6 +465,12 @@ impl State {
         self.recent.retain(|(p, _)| *p != image);
         self.recent.insert(0, (image, label));
         self.recent.truncate(Self::MAX_RECENT);
+    }
+
+    pub fn push_recent_preset(&mut self, preset: String) {
+        self.recent_presets.retain(|p| *p != preset);
+        self.recent_presets.insert(0, preset);
+        self.recent_presets.truncate(Self::MAX_RECENT);
     }
 }
 
