@@ -738,7 +738,7 @@ struct BatchArgs {
 enum PresetCmd {
     /// Print a preset as Python for a training pipeline.
     Export {
-        /// monai, torchio, batchgenerators, batchgenerators-json or nnunet.
+        /// monai, torchio, batchgenerators, batchgenerators-json, nnunet or monai-bundle.
         #[arg(long, value_parser = |s: &str| s.parse::<augscope::export::Target>())]
         to: augscope::export::Target,
         /// Spatial dimensions of the pipeline: 2 or 3.
@@ -750,7 +750,8 @@ enum PresetCmd {
         /// Preset file, or a bundled preset name.
         preset: PathBuf,
     },
-    /// Read a batchgenerators / nnU-Net parameter dict (JSON, or an exported snippet) into a preset.
+    /// Read a preset from a batchgenerators / nnU-Net parameter dict (JSON, or an exported
+    /// snippet), a MONAI bundle config, or one batch manifest line or `apply --report` file (its plan).
     Import {
         /// Write to a file instead of stdout.
         #[arg(long, short)]

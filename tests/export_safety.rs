@@ -114,12 +114,14 @@ fn hostile_text_stays_inside_comments_and_strings() {
 }
 
 #[test]
-fn the_json_dict_keeps_text_as_json() {
+fn the_json_exports_keep_text_as_json() {
     let base = load_or_bundled("batchgenerators".as_ref()).unwrap();
     for text in hostile() {
         let p = with_text(&base, 0, &text);
-        let json = export(&p, Target::BatchgeneratorsJson, 3).unwrap();
-        serde_json::from_str::<serde_json::Value>(&json).unwrap();
+        for target in [Target::BatchgeneratorsJson, Target::MonaiBundle] {
+            let json = export(&p, target, 3).unwrap();
+            serde_json::from_str::<serde_json::Value>(&json).unwrap();
+        }
     }
 }
 

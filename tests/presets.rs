@@ -334,7 +334,10 @@ fn conversions_in_snippets() {
         "{monai}"
     );
     assert!(monai.contains("RandFlipd(keys=KEYS, prob=1.0, spatial_axis=2),  # augscope axis 0"));
-    assert!(monai.contains("min_zoom=0.8333333333333334, max_zoom=1.25"));
+    assert!(monai.contains(
+        "RandIsotropicScaled(keys=KEYS, prob=1.0, scale_range=((-0.19999999999999996, 0.19999999999999996),"
+    ));
+    assert!(monai.contains("lazy=True, overrides="));
     assert!(monai.contains("MODES = (3, 0)") && monai.contains("PADDING = (\"mirror\""));
     let tio = export(&p, Target::TorchIo, 3).unwrap();
     assert!(
@@ -348,7 +351,10 @@ fn conversions_in_snippets() {
     assert!(bg.contains("\"angle_x\": [\n    -0.17453292519943295"));
     let nn = export(&p, Target::Nnunet, 3).unwrap();
     assert!(nn.contains("class nnUNetTrainerAugscope(nnUNetTrainer)"));
-    assert!(nn.contains("SCALING = (0.8, 1.2)"));
+    assert!(nn.contains("SCALING = ((0.8, 1.2),)"), "{nn}");
+    // batchgeneratorsv2's angles turn the other way: the snippet negates augscope's.
+    assert!(nn.contains("return -_uniform(ROTATION[axis])"), "{nn}");
+    assert!(nn.contains("P_MIRROR = (1.0, 0.0, 1.0,)"), "{nn}");
 }
 
 fn python_has(module: &str) -> bool {

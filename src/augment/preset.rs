@@ -87,7 +87,8 @@ pub enum ScaleDistribution {
     #[default]
     Uniform,
     /// batchgenerators `augment_spatial`: with probability 0.5 uniform on `[lo, 1]` (when
-    /// `lo < 1`), else uniform on `[max(lo, 1), hi]`, so shrinking and enlarging are equally likely.
+    /// `lo < 1`), else uniform between `max(lo, 1)` and `hi`, so shrinking and enlarging are
+    /// equally likely (for `hi < 1` the second branch lies in `[hi, 1]`, as batchgenerators draws).
     Split,
 }
 
@@ -513,10 +514,10 @@ impl Preset {
                 let below = rng.chance(0.5);
                 let v = match sc.distribution {
                     ScaleDistribution::Uniform => rng.range(g),
-                    ScaleDistribution::Split if below && g[0] < 1.0 => {
-                        rng.range([g[0], 1.0_f64.min(g[1])])
-                    }
-                    ScaleDistribution::Split => rng.range([g[0].max(1.0).min(g[1]), g[1]]),
+                    // batchgenerators' branches to the letter, also for ranges below 1 (where
+                    // the second one is U(1, hi), i.e. U(hi, 1)).
+                    ScaleDistribution::Split if below && g[0] < 1.0 => rng.range([g[0], 1.0]),
+                    ScaleDistribution::Split => rng.range([g[0].max(1.0), g[1]]),
                 };
                 factors.push(v);
             }

@@ -2,7 +2,9 @@
 //! `data_aug_params` dict (JSON) into a preset: the inverse of
 //! [`super::interop::batchgenerators_params`]. A JSON object that holds a `"plan"` (a line of a
 //! batch manifest, or an `augscope apply --report` file) becomes the preset that reproduces that
-//! plan: every transform with p = 1 and ranges of one value, with its order, mode and cval.
+//! plan: every transform with p = 1 and ranges of one value, with its order, mode and cval. A
+//! MONAI bundle config (`"_target_"` entries, as `preset export --to monai-bundle` writes) goes
+//! to [`super::interop::import_bundle`].
 //!
 //! Both vocabularies index array axes `[z, y, x]` (angle_x / rotation_x is about axis 0) with
 //! angles in radians, as augscope does internally; the preset file holds degrees.
@@ -100,12 +102,24 @@ pub fn import(text: &str, name: &str) -> Result<Preset, PresetError> {
     let Value::Object(m) = value else {
         return Err(bad("the parameter file must hold one JSON object"));
     };
+    if holds_target(&Value::Object(m.clone())) {
+        return super::interop::import_bundle(&json, name);
+    }
     match m.get("plan") {
         Some(plan) => {
             let ndim = m.get("shape").and_then(Value::as_array).map(Vec::len);
             from_plan(plan, m.get("seed"), ndim, name)
         }
         None => from_params(&m, name),
+    }
+}
+
+/// Whether a config holds MONAI bundle entries (`"_target_"` keys, at any depth).
+fn holds_target(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.contains_key("_target_") || m.values().any(holds_target),
+        Value::Array(a) => a.iter().any(holds_target),
+        _ => false,
     }
 }
 

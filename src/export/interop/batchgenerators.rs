@@ -67,13 +67,7 @@ pub fn batchgenerators_params(p: &Preset, ndim: usize) -> (Map<String, Value>, V
             m.insert("scale".into(), json!([lo, hi]));
             m.insert("independent_scale_for_each_axis".into(), json!(sc.per_axis));
             m.insert("p_scale_per_sample".into(), json!(sc.p));
-            if sc.distribution == ScaleDistribution::Uniform && lo < 1.0 && hi > 1.0 {
-                notes.push(
-                    "batchgenerators draws scales below and above 1 with equal chance \
-                     (augscope's distribution = \"split\"); the preset draws uniformly"
-                        .into(),
-                );
-            }
+            notes.extend(scale_note(sc.distribution, lo, hi));
         }
         None => {
             m.insert("do_scale".into(), json!(false));
@@ -103,7 +97,7 @@ pub fn batchgenerators_params(p: &Preset, ndim: usize) -> (Map<String, Value>, V
                 if pa != 0.5 {
                     notes.push(format!(
                         "batchgenerators mirrors each allowed axis with p 0.5; axis {axis} has p \
-                         {pa} in the preset"
+                         {pa} in the preset and is mirrored with p 0.5 in training"
                     ));
                 }
             }
@@ -111,6 +105,37 @@ pub fn batchgenerators_params(p: &Preset, ndim: usize) -> (Map<String, Value>, V
     }
     m.insert("mirror_axes".into(), json!(mirror));
     (m, notes)
+}
+
+/// What batchgenerators 0.25 draws for `scale = (lo, hi)` where that differs from the preset.
+///
+/// `augment_spatial` draws each factor as `U(lo, 1)` if `np.random.random() < 0.5 and lo < 1`,
+/// else `U(max(lo, 1), hi)`. So for `lo >= 1` it draws `U(lo, hi)` (both distributions); for
+/// `lo < 1 < hi` below and above 1 with equal chance (augscope's `split`); for `hi == 1` the
+/// factor is 1 in half of the draws; and for `hi < 1` the second branch is `U(1, hi)`, i.e.
+/// `U(hi, 1)`: no range below 1, not even one fixed value, can be held.
+fn scale_note(dist: ScaleDistribution, lo: f64, hi: f64) -> Option<String> {
+    if lo >= 1.0 || dist == ScaleDistribution::Split {
+        // augscope's split is batchgenerators' draw, for every range.
+        return None;
+    }
+    if hi < 1.0 {
+        return Some(format!(
+            "batchgenerators cannot hold a scale range below 1: for scale = [{lo}, {hi}] it draws \
+             U({lo}, 1) or U({hi}, 1) with equal chance, so the factors reach up to 1 (a fixed \
+             factor s < 1 becomes U(s, 1))"
+        ));
+    }
+    Some(if hi > 1.0 {
+        "batchgenerators draws scales below and above 1 with equal chance (augscope's \
+         distribution = \"split\"); the preset draws uniformly"
+            .into()
+    } else {
+        format!(
+            "batchgenerators keeps the scale at 1 in half of the draws and draws U({lo}, 1) in \
+             the other half (augscope's distribution = \"split\"); the preset draws uniformly"
+        )
+    })
 }
 
 pub(super) fn batchgenerators(p: &Preset, ndim: usize) -> String {

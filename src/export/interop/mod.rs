@@ -22,12 +22,15 @@ use serde_json::Value;
 
 mod batchgenerators;
 mod monai;
+mod monai_bundle;
 mod nnunet;
 mod torchio;
 
 use batchgenerators::batchgenerators;
 pub use batchgenerators::batchgenerators_params;
 use monai::monai;
+pub use monai_bundle::import_bundle;
+use monai_bundle::monai_bundle;
 use nnunet::nnunet;
 use torchio::torchio;
 
@@ -43,6 +46,8 @@ pub enum Target {
     /// The batchgenerators parameter dict alone, as JSON (what `preset import` reads).
     BatchgeneratorsJson,
     Nnunet,
+    /// The MONAI pipeline as the transforms of a MONAI bundle config (JSON).
+    MonaiBundle,
 }
 
 impl std::str::FromStr for Target {
@@ -54,9 +59,10 @@ impl std::str::FromStr for Target {
             "batchgenerators" | "bg" => Ok(Target::Batchgenerators),
             "batchgenerators-json" | "json" => Ok(Target::BatchgeneratorsJson),
             "nnunet" | "nnu-net" | "nnunetv2" => Ok(Target::Nnunet),
+            "monai-bundle" | "bundle" => Ok(Target::MonaiBundle),
             _ => Err(format!(
                 "unknown export target '{s}' (expected monai, torchio, batchgenerators, \
-                 batchgenerators-json or nnunet)"
+                 batchgenerators-json, nnunet or monai-bundle)"
             )),
         }
     }
@@ -78,6 +84,7 @@ pub fn export(preset: &Preset, target: Target, ndim: usize) -> Result<String, Pr
         Target::Monai => monai(preset, ndim),
         Target::TorchIo => torchio(preset, ndim),
         Target::Nnunet => nnunet(preset, ndim),
+        Target::MonaiBundle => monai_bundle(preset, ndim),
     })
 }
 
@@ -127,7 +134,7 @@ fn all_equal(v: &[f64]) -> bool {
 /// fail if the installed versions differ from these).
 pub fn verified_against(target: Target) -> &'static str {
     match target {
-        Target::Monai => "monai 1.6.1, torch 2.11.0",
+        Target::Monai | Target::MonaiBundle => "monai 1.6.1, torch 2.11.0",
         Target::TorchIo => "torchio 1.2.1, torch 2.11.0, SimpleITK 2.5.7",
         Target::Batchgenerators | Target::BatchgeneratorsJson => "batchgenerators 0.25.5",
         Target::Nnunet => "nnunetv2 2.8.1, batchgeneratorsv2 0.3.6, torch 2.11.0",

@@ -6,8 +6,8 @@
 # differs). The patch is the whole array, centred (random_crop=False).
 # NOTE: batchgenerators draws scales below and above 1 with equal chance (augscope's distribution = "split"); the preset draws uniformly
 # NOTE: batchgenerators' SpatialTransform has no translation (it only moves the patch centre with random_crop); the preset's translation is left out
-# NOTE: batchgenerators mirrors each allowed axis with p 0.5; axis 0 has p 1 in the preset
-# NOTE: batchgenerators mirrors each allowed axis with p 0.5; axis 2 has p 1 in the preset
+# NOTE: batchgenerators mirrors each allowed axis with p 0.5; axis 0 has p 1 in the preset and is mirrored with p 0.5 in training
+# NOTE: batchgenerators mirrors each allowed axis with p 0.5; axis 2 has p 1 in the preset and is mirrored with p 0.5 in training
 import json
 
 from batchgenerators.transforms.abstract_transforms import Compose

@@ -2,66 +2,246 @@
 # Verified against: nnunetv2 2.8.1, batchgeneratorsv2 0.3.6, torch 2.11.0 (the fixed-value cases of augscope's interop checks).
 # Preset source: nnunet/training/data_augmentation/default_data_augmentation.py: default_3D_augmentation_params (nnunet 1.7.1), applied by batchgenerators SpatialTransform in get_default_augmentation
 # Put this file in nnunetv2/training/nnUNetTrainer/ and train with -tr nnUNetTrainerAugscope.
-# nnU-Net indexes array axes as augscope does; angles in radians; scaling > 1 samples a
-# larger region (content smaller), as augscope.
-# NOTE: nnU-Net v2 draws scales uniformly; the preset draws below and above 1 with equal chance
-# NOTE: batchgeneratorsv2 scales its elastic field to a maximum displacement (pixels) and gives sigma as a fraction of the patch size; alpha (0.0, 900.0) / sigma (9.0, 13.0) voxels become magnitude (0.0, 8.650316037703638) (3x the RMS displacement) and sigma / max(patch_size)
-# NOTE: batchgeneratorsv2 resamples with torch grid_sample: bilinear with zero padding; the preset's order 3 and mode "constant" are not expressible
-import numpy as np
+# nnU-Net indexes array axes as augscope does; scaling > 1 samples a larger region (content
+# smaller), as augscope. batchgeneratorsv2's matrix maps output to input points as augscope's
+# transposed one, so its angles are augscope's negated. It resamples with torch grid_sample
+# (align_corners=False): augscope's order 1 with mode grid-constant.
+# NOTE: batchgeneratorsv2 draws normal noise, smooths it with an FFT gaussian (periodic) and scales each component to a maximum |displacement| (its magnitude); the snippet passes the preset's sigma in voxels and sets the magnitude so that the expected RMS displacement is augscope's. The field differs voxel by voxel and its RMS varies from draw to draw (measured, alpha 400, sigma 5 on a 63×78×66 patch, 8 draws: augscope RMS 5.11, max 13.6 voxels; batchgeneratorsv2 RMS 5.28 (4.88 to 5.73), max 13.2)
+# NOTE: batchgeneratorsv2 draws alpha and sigma for each displacement component apart; augscope draws one pair per sample
+# NOTE: batchgeneratorsv2 resamples with torch grid_sample, which has no cubic B-spline (its bicubic is another kernel): the preset's order 3 becomes bilinear (order 1)
+# NOTE: grid_sample interpolates between the image and its padding (augscope's mode grid-constant); the preset's mode "constant" differs only where a sample point lies less than one voxel outside the scan
+# NOTE: label_order 1: nnU-Net resamples labels by their interpolated one-hot channels (mode_seg "bilinear"); augscope resamples label maps with order 0 (measured on the MNI sample's tissue labels, rotation (11.5°, -17.2°, 5.7°) with scale 1.2: 99.3 % of voxels equal)
+# NOTE: for anisotropic patches nnU-Net augments each slice in 2D (do_dummy_2d_data_aug): then only the rotation about axis 0 and the scale of axes 1 and 2 apply
+import functools
+import itertools
 
+import numpy as np
+import torch
+
+from batchgeneratorsv2.transforms.spatial.mirroring import MirrorTransform
 from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
-from nnunetv2.training.data_augmentation.compute_initial_patch_size import get_patch_size
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-ROTATION_3D = (-0.2617993877991494, 0.2617993877991494)
-ROTATION_2D = (-0.2617993877991494, 0.2617993877991494)
+NDIM = 3
+# The preset in augscope's terms, per array axis ([z, y, x]; 2D [y, x]), angles in radians:
+# 3D one angle range per axis, 2D the single angle's range.
+ROTATION = ((-0.2617993877991494, 0.2617993877991494), (-0.2617993877991494, 0.2617993877991494), (-0.2617993877991494, 0.2617993877991494),)
 P_ROTATION = 0.2
-P_ROT_PER_AXIS = 1.0
-SCALING = (0.85, 1.25)
+P_ROTATION_PER_AXIS = (1.0, 1.0, 1.0,)
+SCALING = ((0.85, 1.25),)
+SCALE_PER_AXIS = False
+SCALE_SPLIT = True
 P_SCALING = 0.2
-P_SYNCHRONIZE_SCALING = 1.0
 P_ELASTIC = 0.2
+ELASTIC_ALPHA = (0.0, 900.0)
 ELASTIC_SIGMA_VOX = (9.0, 13.0)
-ELASTIC_MAGNITUDE_VOX = (0.0, 8.650316037703638)
-MIRROR_AXES_3D = (0, 1, 2,)
-MIRROR_AXES_2D = (0, 1,)
+P_MIRROR = (0.5, 0.5, 0.5,)
+MODE_IMAGE = "bilinear"
+PADDING_MODE_IMAGE = "constant"
+CVAL = 0.0
+MODE_SEG = "bilinear"
+
+
+def _uniform(r):
+    return float(r[0]) if r[0] == r[1] else float(np.random.uniform(r[0], r[1]))
+
+
+def _axis(image, dim):
+    """The array axis of the preset that spatial axis `dim` of `image` is: a 3D trainer's
+    dummy-2D slices (do_dummy_2d_data_aug) are its axes 1 and 2."""
+    return dim + NDIM - (image.ndim - 1)
+
+
+def rotation_angle(image, dim):
+    """batchgeneratorsv2's angle for axis `dim` (SpatialTransform.get_parameters calls this once
+    per axis after p_rotation fired). Its matrix maps output to input coordinates (x = R S c), as
+    augscope's R transposed: the same turn is the negated angle. A 2D image uses the angle of
+    its last axis (create_affine_matrix_2d(angles[-1], ...)), which turns the plane of array
+    axes 0 and 1, as a rotation about axis 0 of a volume."""
+    if image.ndim - 1 == 2:
+        if dim != 1:
+            return 0.0
+        axis = 0
+    else:
+        axis = dim
+    if np.random.uniform() >= P_ROTATION_PER_AXIS[axis]:
+        return 0.0
+    return -_uniform(ROTATION[axis])
+
+
+def scale_factor(image, dim):
+    """batchgeneratorsv2's scale for axis `dim` (None: one factor for every axis)."""
+    r = SCALING[0] if dim is None or len(SCALING) == 1 else SCALING[_axis(image, dim)]
+    if SCALE_SPLIT:
+        if np.random.uniform() < 0.5 and r[0] < 1.0:
+            return _uniform((r[0], 1.0))
+        return _uniform((max(r[0], 1.0), r[1]))
+    return _uniform(r)
+
+
+@functools.lru_cache(maxsize=256)
+def _mean_square_weight(n, sigma):
+    """The mean over an axis of n voxels of the summed squared weights of scipy's gaussian
+    (truncate 4, taps outside the axis read 0): augscope's smoothing of its noise."""
+    radius = int(4.0 * sigma + 0.5)
+    w = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2)
+    w /= w.sum()
+    c = np.concatenate([[0.0], np.cumsum(w * w)])
+    q = np.arange(n)
+    lo = np.maximum(0, radius - q)
+    hi = np.minimum(2 * radius, radius + n - 1 - q)
+    return float((c[hi + 1] - c[lo]).mean())
+
+
+def _expected_max_over_rms(patch_size, sigma):
+    """E[max |f|] / RMS(f) of batchgeneratorsv2's field (normal noise smoothed by an FFT gaussian,
+    periodic), from the expected Euler characteristic of its excursion sets (a smooth stationary
+    gaussian field; second spectral moment 1 / (2 sigma^2))."""
+    d = len(patch_size)
+    u = np.linspace(0.0, 12.0, 4001)
+    lam = 1.0 / (2.0 * sigma * sigma)
+    hermite = u if d == 2 else u * u - 1.0
+    tail = 2.0 * np.prod(patch_size) * lam ** (d / 2) * hermite * np.exp(-0.5 * u * u) \
+        / (2.0 * np.pi) ** ((d + 1) / 2)
+    tail = np.clip(tail, 0.0, 1.0)
+    tail[: int(np.argmax(tail))] = 1.0
+    return float(np.trapezoid(tail, u))
+
+
+def elastic_scale(image, dim, patch_size):
+    """batchgeneratorsv2's sigma as a fraction of the patch edge of axis `dim`, so that it
+    smooths with the preset's sigma in voxels."""
+    return _uniform(ELASTIC_SIGMA_VOX) / patch_size[dim]
+
+
+def _magnitude(alpha, sigma, patch_size):
+    """augscope's component alpha * G_sigma(U(-1, 1)) has the RMS alpha * sqrt(1/3 * prod(mean
+    squared weights)) over the patch; batchgeneratorsv2 scales its component to a maximum, so
+    that RMS times the expected max / RMS of its field gives the same expected RMS."""
+    ms = np.prod([_mean_square_weight(int(n), float(sigma)) for n in patch_size])
+    return alpha * np.sqrt(ms / 3.0) * _expected_max_over_rms(patch_size, sigma)
+
+
+def elastic_magnitude(image, dim, patch_size, deformation_scale):
+    """batchgeneratorsv2's maximum |displacement| (voxels) of component `dim`."""
+    return _magnitude(_uniform(ELASTIC_ALPHA), deformation_scale * patch_size[dim], patch_size)
+
+
+class PresetMirrorTransform(MirrorTransform):
+    """MirrorTransform with the preset's probability per axis (batchgeneratorsv2's own mirrors
+    every allowed axis with p 0.5)."""
+
+    def get_parameters(self, **data_dict) -> dict:
+        offset = NDIM - (data_dict["image"].ndim - 1)
+        return {"axes": [i for i in self.allowed_axes if torch.rand(1) < P_MIRROR[i + offset]]}
+
+
+def _mirror_axes():
+    axes = tuple(a for a in range(NDIM) if P_MIRROR[a] > 0.0)
+    return axes if axes else None
+
+
+def _initial_patch(patch_size):
+    """The patch that the data loader cuts around the sample's centre: the SpatialTransform
+    samples every point of the final patch inside it, for every angle in the ranges (a grid of
+    them; angles that may stay 0 included), the largest scale of each axis and the largest
+    elastic magnitude, so that no padding shows where augscope would sample the scan."""
+    n = len(patch_size)
+    half = (np.array(patch_size, float) - 1.0) / 2.0
+    scale = np.ones(n)
+    if P_SCALING > 0:
+        for a in range(n):
+            r = SCALING[0] if len(SCALING) == 1 else SCALING[a + NDIM - n]
+            scale[a] = max(1.0, r[1])
+    reach = half.copy()
+    if P_ELASTIC > 0:
+        reach = reach + max(_magnitude(ELASTIC_ALPHA[1], s, patch_size) for s in ELASTIC_SIGMA_VOX)
+    if n == 2:
+        axes = [(0, ROTATION[0], P_ROTATION_PER_AXIS[0])]
+    else:
+        axes = [(a, ROTATION[a], P_ROTATION_PER_AXIS[a]) for a in range(3)]
+    choices = []
+    for _, r, p in axes:
+        grid = list(np.linspace(r[0], r[1], 13)) if P_ROTATION > 0 and p > 0 else [0.0]
+        if P_ROTATION < 1 or p < 1:
+            grid.append(0.0)
+        choices.append(grid)
+    extent = np.zeros(n)
+    for angles in itertools.product(*choices):
+        # batchgeneratorsv2's matrix: Rz(b2) Ry(b1) Rx(b0) S with b = -a, input = matrix @ patch
+        if n == 2:
+            c, s = np.cos(-angles[0]), np.sin(-angles[0])
+            rot = np.array([[c, -s], [s, c]])
+        else:
+            rot = np.eye(3)
+            for axis, a in reversed(list(enumerate(angles))):
+                c, s = np.cos(-a), np.sin(-a)
+                i, j = [k for k in range(3) if k != axis]
+                m = np.eye(3)
+                m[i, i], m[i, j], m[j, i], m[j, j] = c, -s, s, c
+                if axis == 1:
+                    m[i, j], m[j, i] = s, -s
+                rot = rot @ m
+        extent = np.maximum(extent, np.abs(rot) @ (scale * reach))
+    return [max(int(p), int(np.ceil(2.0 * e + 1.0))) for p, e in zip(patch_size, extent)]
+
+
+class PresetSpatialTransform(SpatialTransform):
+    """nnU-Net's SpatialTransform, with label ties settled as augscope settles them: grid_sample's
+    nearest neighbour rounds a sample point exactly half-way between two voxels to the even one
+    (nearbyint), augscope and scipy round it up (floor(x + 0.5)), so the segmentation is sampled
+    1/1000 voxel further along every axis."""
+
+    def _apply_to_segmentation(self, segmentation, **params):
+        grid = params.get("grid")
+        if self.mode_seg == "nearest" and grid is not None:
+            size = torch.tensor(segmentation.shape[1:][::-1], dtype=grid.dtype)
+            params = dict(params, grid=grid + 2e-3 / size)
+        return super()._apply_to_segmentation(segmentation, **params)
 
 
 class nnUNetTrainerAugscope(nnUNetTrainer):
     def configure_rotation_dummyDA_mirroring_and_inital_patch_size(self):
-        rotation, dummy_2d, _, _ = super().configure_rotation_dummyDA_mirroring_and_inital_patch_size()
-        patch_size = self.configuration_manager.patch_size
-        dim = len(patch_size)
-        if dim == 2 or dummy_2d:
-            rotation = ROTATION_2D
-        else:
-            rotation = ROTATION_3D
-        mirror_axes = MIRROR_AXES_2D if dim == 2 else MIRROR_AXES_3D
+        _, dummy_2d, _, _ = super().configure_rotation_dummyDA_mirroring_and_inital_patch_size()
+        patch_size = [int(i) for i in self.configuration_manager.patch_size]
+        if len(patch_size) != NDIM:
+            raise RuntimeError(
+                f"nnUNetTrainerAugscope was exported for {NDIM}D patches, but this configuration's "
+                f"patch is {len(patch_size)}D: export the preset with --ndim {len(patch_size)}")
         if dummy_2d:
-            initial = get_patch_size(patch_size[1:], rotation, (0, 0), (0, 0), SCALING)
-            initial = np.array([patch_size[0]] + list(initial)).astype(int)
-        elif dim == 2:
-            initial = get_patch_size(patch_size, rotation, (0, 0), (0, 0), SCALING)
+            initial = [patch_size[0]] + _initial_patch(patch_size[1:])
         else:
-            initial = get_patch_size(patch_size, rotation, rotation, rotation, SCALING)
+            initial = _initial_patch(patch_size)
+        mirror_axes = _mirror_axes()
         self.inference_allowed_mirroring_axes = mirror_axes
-        return rotation, dummy_2d, tuple(int(i) for i in initial), mirror_axes
+        return rotation_angle, dummy_2d, np.array(initial), mirror_axes
 
     @staticmethod
     def get_training_transforms(patch_size, rotation_for_DA, deep_supervision_scales, mirror_axes,
                                 do_dummy_2d_data_aug, *args, **kwargs):
         transforms = nnUNetTrainer.get_training_transforms(
-            patch_size, rotation_for_DA, deep_supervision_scales, mirror_axes,
+            patch_size, rotation_angle, deep_supervision_scales, mirror_axes,
             do_dummy_2d_data_aug, *args, **kwargs)
-        for t in transforms.transforms:
+        for i, t in enumerate(transforms.transforms):
             if isinstance(t, SpatialTransform):
+                t.__class__ = PresetSpatialTransform
                 t.p_rotation = P_ROTATION
-                t.p_rot_per_axis = P_ROT_PER_AXIS
+                t.rotation = rotation_angle
+                t.p_rot_per_axis = 1.0
                 t.p_scaling = P_SCALING
-                t.scaling = SCALING
-                t.p_synchronize_scaling_across_axes = P_SYNCHRONIZE_SCALING
+                t.scaling = scale_factor
+                t.p_synchronize_scaling_across_axes = 0.0 if SCALE_PER_AXIS else 1.0
                 t.p_elastic_deform = P_ELASTIC
-                edge = float(max(patch_size))
-                t.elastic_deform_scale = tuple(s / edge for s in ELASTIC_SIGMA_VOX)
-                t.elastic_deform_magnitude = ELASTIC_MAGNITUDE_VOX
+                t.elastic_deform_scale = elastic_scale
+                t.elastic_deform_magnitude = elastic_magnitude
+                t.p_synchronize_def_scale_across_axes = 0.0
+                t.mode_image = MODE_IMAGE
+                t.padding_mode_image = PADDING_MODE_IMAGE
+                t.padding_value_image = CVAL
+                t.mode_seg = MODE_SEG
+                if PADDING_MODE_IMAGE != "constant":
+                    # labels follow the image's border rule (nnU-Net pads them with -1, then 0)
+                    t.border_mode_seg = PADDING_MODE_IMAGE
+            elif isinstance(t, MirrorTransform):
+                transforms.transforms[i] = PresetMirrorTransform(t.allowed_axes)
         return transforms

@@ -1,0 +1,600 @@
+//! The MONAI pipeline of a preset as the `transforms` part of a MONAI bundle config (JSON, read by
+//! `monai.bundle.ConfigParser`), rendered from the same model as the Python snippet
+//! ([`super::monai::pipeline`]), and [`import_bundle`], which reads such a config back.
+//!
+//! Layout: `train#preprocessing` is the `Compose` (lazy, with the modes per key in `overrides`);
+//! top-level `keys`, `modes`, `padding` and `spacing_mm` are referenced from it (`@modes`), a
+//! millimetre translation is an expression (`"$6.0 / @spacing_mm#0"`) and a joint probability
+//! `"$0.7 * 0.5"`. The isotropic scale is `rand_isotropic_scaled`, one expression that builds a
+//! RandAffined whose scale draws are tied (as the snippet's class). Keys starting and ending with
+//! `_` are ignored by ConfigParser inside a component (`_desc_`) and unreferenced at the top level
+//! (`_notes_`, `_augscope_`); `_augscope_` keeps the preset fields MONAI has no place for (name,
+//! space, cval, label order, scale distribution), so that the import gives back the same preset.
+
+use serde_json::{Map, Value, json};
+
+use super::monai::{Arg, Entry, Kind, Num, pipeline};
+use super::*;
+use crate::augment::preset::{
+    ElasticSpec, FlipSpec, RotateSpec, SamplingSpec, ScaleSpec, TranslateSpec,
+};
+
+/// The isotropic scale as one ConfigParser expression (the snippet's `RandIsotropicScaled`).
+const ISOTROPIC_EXPR: &str = "$lambda scale_range, **kw: (t := monai.transforms.RandAffined(\
+scale_range=scale_range, **kw), g := t.rand_affine.rand_affine_grid, d := g.randomize, \
+setattr(g, 'randomize', lambda data=None: (d(data), setattr(g, 'scale_params', \
+[g.scale_params[0]] * len(g.scale_params)))), t)[-1]";
+
+fn num_json(n: Num) -> Value {
+    match n {
+        Num::Lit(v) => json!(v),
+        Num::PerMm(v, i) => json!(format!("${} / @spacing_mm#{i}", f(v))),
+        Num::Prod(a, b) => json!(format!("${} * {}", f(a), f(b))),
+    }
+}
+
+fn arg_json(a: &Arg) -> Value {
+    match a {
+        Arg::Ranges(r) => Value::Array(
+            r.iter()
+                .map(|g| Value::Array(vec![num_json(g[0]), num_json(g[1])]))
+                .collect(),
+        ),
+        Arg::Range(g) => json!([g[0], g[1]]),
+        Arg::Int(i) => json!(i),
+    }
+}
+
+fn entry_json(e: &Entry) -> Value {
+    let mut m = Map::new();
+    let target = match e.kind {
+        Kind::RandIsotropicScaled => "@rand_isotropic_scaled",
+        k => k.name(),
+    };
+    m.insert("_target_".into(), json!(target));
+    m.insert("keys".into(), json!("@keys"));
+    m.insert("prob".into(), num_json(e.prob));
+    for (k, a) in &e.args {
+        m.insert((*k).into(), arg_json(a));
+    }
+    if e.kind.resamples() {
+        m.insert("mode".into(), json!("@modes"));
+        m.insert("padding_mode".into(), json!("@padding"));
+    }
+    if let Some(c) = &e.comment {
+        m.insert("_desc_".into(), json!(c));
+    }
+    Value::Object(m)
+}
+
+/// The bundle config of `p` for `ndim` spatial axes, as pretty JSON.
+pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
+    let pl = pipeline(p, ndim);
+    let mut root = Map::new();
+    let name = if p.name.is_empty() {
+        "unnamed"
+    } else {
+        &p.name
+    };
+    root.insert(
+        "_generated_by_".into(),
+        json!(format!(
+            "augscope {} from the preset \"{name}\" for a MONAI bundle ({ndim}D)",
+            env!("CARGO_PKG_VERSION")
+        )),
+    );
+    root.insert(
+        "_verified_against_".into(),
+        json!(verified_against(Target::MonaiBundle)),
+    );
+    let mut notes = vec![
+        "MONAI indexes spatial axes x first: augscope axis a is MONAI spatial axis ndim-1-a, and \
+         the angles keep their signs; scale_range holds s - 1; an integer mode is the spline \
+         order, resampled by scipy's map_coordinates; the lazy Compose resamples the affine \
+         transforms and flips once, as augscope does"
+            .to_string(),
+    ];
+    notes.extend(pl.notes.iter().cloned());
+    root.insert("_notes_".into(), json!(notes));
+    root.insert(
+        "_augscope_".into(),
+        json!({
+            "name": p.name,
+            "space": p.space.to_string(),
+            "cval": p.sampling.cval,
+            "label_order": p.sampling.label_order,
+            "scale_distribution": p.scale.as_ref().map(|s| match s.distribution {
+                ScaleDistribution::Uniform => "uniform",
+                ScaleDistribution::Split => "split",
+            }),
+            "range_deg_2d": p.rotate.as_ref().and_then(|r| r.range_deg_2d),
+        }),
+    );
+    root.insert("keys".into(), json!(["image", "label"]));
+    root.insert("modes".into(), json!([pl.order, 0]));
+    root.insert("padding".into(), json!([pl.mode, "constant"]));
+    root.insert("spacing_mm".into(), json!(vec![1.0; ndim]));
+    if pl.has(Kind::RandIsotropicScaled) {
+        root.insert("rand_isotropic_scaled".into(), json!(ISOTROPIC_EXPR));
+    }
+    let transforms: Vec<Value> = pl.entries.iter().map(entry_json).collect();
+    root.insert(
+        "train".into(),
+        json!({ "preprocessing": {
+            "_target_": "Compose",
+            "lazy": true,
+            "overrides": {
+                "image": { "mode": "@modes#0", "padding_mode": "@padding#0" },
+                "label": { "mode": "@modes#1", "padding_mode": "@padding#1" },
+            },
+            "transforms": transforms,
+        }}),
+    );
+    let mut s = serde_json::to_string_pretty(&Value::Object(root)).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+fn bad(why: impl Into<String>) -> PresetError {
+    PresetError::Invalid { why: why.into() }
+}
+
+/// Values written as `1 + (s - 1)` or radians of degrees come back within an ulp or two; this
+/// rounds them to 12 decimals so that the preset reads back as it was written.
+fn tidy(v: f64) -> f64 {
+    let r = (v * 1e12).round() / 1e12;
+    if (r - v).abs() <= 1e-9 * v.abs().max(1.0) {
+        r
+    } else {
+        v
+    }
+}
+
+/// A number of the config: a literal, `"$a / @spacing_mm#i"` (millimetres) or `"$a * b"`.
+fn read_num(v: &Value, what: &str) -> Result<Num, PresetError> {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .map(Num::Lit)
+            .ok_or_else(|| bad(format!("{what}: {v} is not a number"))),
+        Value::String(s) => {
+            let e = s
+                .strip_prefix('$')
+                .ok_or_else(|| bad(format!("{what}: '{s}' is not a number")))?;
+            if let Some((a, i)) = e.split_once(" / @spacing_mm#") {
+                let a: f64 = a
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                let i: usize = i
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                return Ok(Num::PerMm(a, i));
+            }
+            if let Some((a, b)) = e.split_once(" * ") {
+                let a: f64 = a
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                let b: f64 = b
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                return Ok(Num::Prod(a, b));
+            }
+            Err(bad(format!(
+                "{what}: the expression '{s}' is not one augscope writes \
+                 (a number, '$V / @spacing_mm#I' or '$P * Q')"
+            )))
+        }
+        _ => Err(bad(format!("{what}: {v} is not a number"))),
+    }
+}
+
+fn lit(n: Num, what: &str) -> Result<f64, PresetError> {
+    match n {
+        Num::Lit(v) => Ok(v),
+        _ => Err(bad(format!("{what} must be a plain number here"))),
+    }
+}
+
+fn read_ranges(v: &Value, what: &str) -> Result<Vec<[Num; 2]>, PresetError> {
+    let a = v
+        .as_array()
+        .ok_or_else(|| bad(format!("{what} is not a list of [lo, hi] ranges")))?;
+    a.iter()
+        .enumerate()
+        .map(|(i, g)| match g.as_array().map(|g| g.as_slice()) {
+            Some([lo, hi]) => Ok([
+                read_num(lo, &format!("{what}[{i}]"))?,
+                read_num(hi, &format!("{what}[{i}]"))?,
+            ]),
+            _ => Err(bad(format!("{what}[{i}] = {g} is not a [lo, hi] range"))),
+        })
+        .collect()
+}
+
+fn lit_ranges(r: &[[Num; 2]], what: &str) -> Result<Vec<Range>, PresetError> {
+    r.iter()
+        .map(|g| Ok([lit(g[0], what)?, lit(g[1], what)?]))
+        .collect()
+}
+
+/// One value for all axes when every axis holds the same.
+fn compact<T: Clone + PartialEq>(v: Vec<T>) -> Vec<T> {
+    if !v.is_empty() && v.iter().all(|x| *x == v[0]) {
+        vec![v[0].clone()]
+    } else {
+        v
+    }
+}
+
+/// Reads a bundle config written by `augscope preset export --to monai-bundle` back into a preset
+/// named `name` (the config's own name when empty). An entry augscope does not write is an error
+/// that names it, never a silently different preset.
+pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
+    let root: Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let root = root
+        .as_object()
+        .ok_or_else(|| bad("a bundle config is a JSON object"))?;
+    let transforms = root
+        .get("train")
+        .and_then(|t| t.get("preprocessing"))
+        .and_then(|t| t.get("transforms"))
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("no train#preprocessing#transforms list"))?;
+    let ndim = root
+        .get("spacing_mm")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .ok_or_else(|| bad("no spacing_mm list (it gives the number of axes)"))?;
+    if !(2..=3).contains(&ndim) {
+        return Err(bad(format!(
+            "spacing_mm holds {ndim} values (expected 2 or 3)"
+        )));
+    }
+    let aug = root.get("_augscope_").and_then(Value::as_object);
+    let aug_str = |k: &str| aug.and_then(|a| a.get(k)).and_then(Value::as_str);
+    let space: Space = match aug_str("space") {
+        Some(s) => s.parse().map_err(bad)?,
+        None => Space::Voxel,
+    };
+    let mut sampling = SamplingSpec::default();
+    match root
+        .get("modes")
+        .and_then(Value::as_array)
+        .map(|a| a.as_slice())
+    {
+        Some([Value::Number(o), Value::Number(l)]) if l.as_u64() == Some(0) => {
+            sampling.order = o
+                .as_u64()
+                .and_then(|o| u32::try_from(o).ok())
+                .ok_or_else(|| bad(format!("modes[0] = {o} is not a spline order")))?;
+        }
+        other => {
+            return Err(bad(format!(
+                "modes = {other:?}: expected [ORDER, 0] (image spline order, nearest labels)"
+            )));
+        }
+    }
+    match root
+        .get("padding")
+        .and_then(Value::as_array)
+        .map(|a| a.as_slice())
+    {
+        Some([Value::String(m), Value::String(l)]) if l == "constant" => {
+            sampling.mode = m.clone();
+        }
+        other => {
+            return Err(bad(format!(
+                "padding = {other:?}: expected [MODE, \"constant\"]"
+            )));
+        }
+    }
+    if let Some(c) = aug.and_then(|a| a.get("cval")).and_then(Value::as_f64) {
+        sampling.cval = c;
+    }
+    if let Some(l) = aug
+        .and_then(|a| a.get("label_order"))
+        .and_then(Value::as_u64)
+    {
+        sampling.label_order = u32::try_from(l).map_err(|_| bad("label_order too large"))?;
+    }
+    let distribution = match aug_str("scale_distribution") {
+        Some("split") => ScaleDistribution::Split,
+        _ => ScaleDistribution::Uniform,
+    };
+    let mut preset = Preset {
+        version: 1,
+        name: if name.is_empty() {
+            aug_str("name").unwrap_or_default().to_string()
+        } else {
+            name.to_string()
+        },
+        source: String::new(),
+        description: String::new(),
+        space,
+        flip: None,
+        rotate: None,
+        scale: None,
+        translate: None,
+        elastic: None,
+        sampling,
+    };
+    let mut flip_p = vec![0.0; ndim];
+    // Rotation entries: (prob, ranges x first).
+    let mut rotations: Vec<(Num, Vec<Range>)> = vec![];
+    for (i, t) in transforms.iter().enumerate() {
+        let m = t
+            .as_object()
+            .ok_or_else(|| bad(format!("transforms[{i}] is not an object")))?;
+        let target = m.get("_target_").and_then(Value::as_str).unwrap_or("?");
+        let what = format!("transforms[{i}] ({target})");
+        let mut args: Vec<&str> = m
+            .keys()
+            .map(String::as_str)
+            .filter(|k| {
+                !matches!(
+                    *k,
+                    "_target_" | "keys" | "prob" | "mode" | "padding_mode" | "_desc_"
+                )
+            })
+            .collect();
+        args.sort_unstable();
+        let prob = read_num(
+            m.get("prob")
+                .ok_or_else(|| bad(format!("{what} has no prob")))?,
+            &format!("{what} prob"),
+        )?;
+        let arg = |k: &str| m.get(k).ok_or_else(|| bad(format!("{what} has no {k}")));
+        let unknown = || {
+            bad(format!(
+                "{what} with {args:?} is not an entry augscope writes (translate, scale, rotate, \
+                 elastic or flip with their own probability)"
+            ))
+        };
+        match (target, args.as_slice()) {
+            ("RandAffined", ["translate_range"]) => {
+                let r = read_ranges(arg("translate_range")?, &format!("{what} translate_range"))?;
+                let mm = r.iter().any(|g| matches!(g[0], Num::PerMm(..)));
+                let mut vals = vec![];
+                for (j, g) in r.iter().enumerate() {
+                    let v = |n: Num| match (n, mm) {
+                        (Num::Lit(v), false) => Ok(v),
+                        (Num::PerMm(v, a), true) if a == j => Ok(v),
+                        _ => Err(bad(format!(
+                            "{what} translate_range[{j}] mixes voxels and millimetres"
+                        ))),
+                    };
+                    vals.push([v(g[0])?, v(g[1])?]);
+                }
+                preset.translate = Some(TranslateSpec {
+                    p: lit(prob, &what)?,
+                    range: compact(x_first(&vals)),
+                    unit: if mm { Unit::Mm } else { Unit::Voxel },
+                });
+            }
+            ("RandAffined", ["scale_range"]) | ("@rand_isotropic_scaled", ["scale_range"]) => {
+                let iso = target.starts_with('@');
+                let r = lit_ranges(
+                    &read_ranges(arg("scale_range")?, &format!("{what} scale_range"))?,
+                    &what,
+                )?;
+                let r: Vec<Range> = r
+                    .iter()
+                    .map(|g| [tidy(g[0] + 1.0), tidy(g[1] + 1.0)])
+                    .collect();
+                let r = if iso { r } else { x_first(&r) };
+                if iso && compact(r.clone()).len() != 1 {
+                    return Err(bad(format!("{what}: an isotropic scale takes one range")));
+                }
+                preset.scale = Some(ScaleSpec {
+                    p: lit(prob, &what)?,
+                    range: compact(r),
+                    per_axis: !iso,
+                    distribution,
+                });
+            }
+            ("RandAffined", ["rotate_range"]) => {
+                let r = lit_ranges(
+                    &read_ranges(arg("rotate_range")?, &format!("{what} rotate_range"))?,
+                    &what,
+                )?;
+                if r.len() != if ndim == 3 { 3 } else { 1 } {
+                    return Err(bad(format!(
+                        "{what}: rotate_range holds {} ranges",
+                        r.len()
+                    )));
+                }
+                rotations.push((prob, r));
+            }
+            ("Rand3DElasticd", ["magnitude_range", "sigma_range"]) => {
+                let pair = |k: &str| -> Result<Range, PresetError> {
+                    match arg(k)?.as_array().map(|a| a.as_slice()) {
+                        Some([Value::Number(a), Value::Number(b)]) => Ok([
+                            a.as_f64().unwrap_or(f64::NAN),
+                            b.as_f64().unwrap_or(f64::NAN),
+                        ]),
+                        _ => Err(bad(format!("{what} {k} is not [lo, hi]"))),
+                    }
+                };
+                preset.elastic = Some(ElasticSpec {
+                    p: lit(prob, &what)?,
+                    alpha: pair("magnitude_range")?,
+                    sigma: pair("sigma_range")?,
+                });
+            }
+            ("RandFlipd", ["spatial_axis"]) => {
+                let ax = arg("spatial_axis")?
+                    .as_u64()
+                    .map(|a| a as usize)
+                    .filter(|a| *a < ndim)
+                    .ok_or_else(|| bad(format!("{what} spatial_axis is not an axis")))?;
+                flip_p[ndim - 1 - ax] = lit(prob, &what)?;
+            }
+            _ => return Err(unknown()),
+        }
+    }
+    if flip_p.iter().any(|&p| p > 0.0) {
+        preset.flip = Some(FlipSpec { p: compact(flip_p) });
+    }
+    let deg = |g: Range| [tidy(g[0].to_degrees()), tidy(g[1].to_degrees())];
+    let n_rot = if ndim == 3 { 3 } else { 1 };
+    let range_deg_2d = aug
+        .and_then(|a| a.get("range_deg_2d"))
+        .and_then(Value::as_array)
+        .and_then(|a| Some([a.first()?.as_f64()?, a.get(1)?.as_f64()?]));
+    match rotations.as_slice() {
+        [] => {}
+        [(Num::Lit(p), r)] => {
+            let rd: Vec<Range> = r.iter().map(|g| deg(*g)).collect();
+            let rd = if ndim == 3 { x_first(&rd) } else { rd };
+            preset.rotate = Some(RotateSpec {
+                p: *p,
+                p_axis: vec![1.0],
+                range_deg: compact(rd),
+                range_deg_2d: None,
+            });
+        }
+        many => {
+            // One entry per axis (augscope axis from the one non-zero range, x first).
+            let mut p_rot = None;
+            let mut p_axis = vec![0.0; n_rot];
+            let mut range = vec![[0.0, 0.0]; n_rot];
+            for (prob, r) in many {
+                let set: Vec<usize> = (0..r.len()).filter(|&j| r[j] != [0.0, 0.0]).collect();
+                let [j] = set.as_slice() else {
+                    return Err(bad(
+                        "several rotation entries, but not one axis each: not what augscope writes",
+                    ));
+                };
+                let axis = n_rot - 1 - j;
+                let (p, pa) = match *prob {
+                    Num::Lit(v) => (1.0, v),
+                    Num::Prod(a, b) => (a, b),
+                    Num::PerMm(..) => return Err(bad("a rotation probability in millimetres")),
+                };
+                if p_rot.is_some_and(|q| q != p) {
+                    return Err(bad("rotation entries disagree about rotate.p"));
+                }
+                p_rot = Some(p);
+                p_axis[axis] = pa;
+                range[axis] = deg(r[*j]);
+            }
+            preset.rotate = Some(RotateSpec {
+                p: p_rot.unwrap_or(1.0),
+                p_axis: compact(p_axis),
+                range_deg: compact(range),
+                range_deg_2d: None,
+            });
+        }
+    }
+    if let (Some(r), Some(g)) = (preset.rotate.as_mut(), range_deg_2d) {
+        r.range_deg_2d = Some(g);
+    }
+    preset.validate()?;
+    Ok(preset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(text: &str, ndim: usize) {
+        let p = Preset::parse(text).unwrap();
+        let json = export(&p, Target::MonaiBundle, ndim).unwrap();
+        let back = import_bundle(&json, "").unwrap_or_else(|e| panic!("{e}\n{json}"));
+        assert_eq!(back, p, "{json}");
+        // What the import reads exports the same config again.
+        assert_eq!(export(&back, Target::MonaiBundle, ndim).unwrap(), json);
+    }
+
+    #[test]
+    fn bundle_round_trip() {
+        round_trip(
+            r#"version = 1
+name = "all"
+[flip]
+p = [0.5, 0.0, 0.25]
+[rotate]
+p = 0.7
+range_deg = [[-10.0, 25.0], [5.0, 40.0], [-30.0, -5.0]]
+[scale]
+p = 0.6
+range = [[0.8, 1.3]]
+distribution = "split"
+[translate]
+p = 0.4
+range = [[-4.0, 2.0], [0.0, 6.0], [-3.0, 3.0]]
+unit = "mm"
+[elastic]
+p = 0.35
+alpha = [20.0, 80.0]
+sigma = [3.0, 5.0]
+[sampling]
+order = 3
+mode = "mirror"
+cval = 0.5
+label_order = 1
+"#,
+            3,
+        );
+        round_trip(
+            r#"version = 1
+name = "per axis"
+space = "mm"
+[rotate]
+p = 0.5
+p_axis = [0.5, 1.0, 0.25]
+range_deg = [[-15.0, 15.0]]
+[scale]
+p = 1.0
+per_axis = true
+range = [[0.9, 1.1], [0.8, 1.2], [1.0, 1.3]]
+[translate]
+p = 1.0
+range = [[-2.0, 2.0]]
+"#,
+            3,
+        );
+        for b in crate::augment::preset::BUNDLED {
+            let p = Preset::parse(b.1).unwrap();
+            let json = export(&p, Target::MonaiBundle, 3).unwrap();
+            let back = import_bundle(&json, &p.name).unwrap();
+            let mut want = p.clone();
+            want.source.clear();
+            want.description.clear();
+            assert_eq!(back, want, "{}", b.0);
+        }
+    }
+
+    #[test]
+    fn bundle_2d_round_trip() {
+        round_trip(
+            r#"version = 1
+name = "2d"
+[flip]
+p = [0.5, 0.3]
+[rotate]
+p = 0.2
+range_deg = [[-30.0, 30.0]]
+[scale]
+p = 0.2
+range = [[0.7, 1.4]]
+"#,
+            2,
+        );
+    }
+
+    #[test]
+    fn foreign_entries_are_named() {
+        let p = Preset::parse("version = 1\n[rotate]\nrange_deg = [[-5.0, 5.0]]\n").unwrap();
+        let json = export(&p, Target::MonaiBundle, 3).unwrap();
+        let foreign = json.replace("\"rotate_range\"", "\"shear_range\"");
+        let e = import_bundle(&foreign, "").unwrap_err().to_string();
+        assert!(e.contains("transforms[0] (RandAffined)"), "{e}");
+        let e = import_bundle("{\"train\": 1}", "").unwrap_err().to_string();
+        assert!(e.contains("train#preprocessing#transforms"), "{e}");
+    }
+}
