@@ -1003,3 +1003,119 @@ fn copy_puts_exactly_the_preset_export_text_on_the_clipboard() {
         assert_eq!(copied.last(), Some(&want), "{tab}");
     }
 }
+
+#[test]
+fn editing_a_range_and_saving_writes_the_expected_toml() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    h.state_mut().state.preset = "nnunet-v2".into();
+    h.run_steps(2);
+    h.get_by_label("Edit…").click();
+    h.run_steps(8);
+    assert!(h.state().rt.editor.open, "the editor opens");
+    let bundled = augscope::augment::preset::load_or_bundled("nnunet-v2".as_ref()).expect("preset");
+    assert_eq!(h.state().state.draft.as_ref(), Some(&bundled));
+    assert!(!h.state().rt.editor.unsaved(&h.state().state));
+    // The rotation's lower end, as a user drags or types it: -30 becomes -12.5 degrees.
+    h.get_all_by_role_and_label(Role::SpinButton, "all axes")
+        .find(|n| n.value().as_deref() == Some("-30.0°"))
+        .expect("the rotation's lower end")
+        .set_value_accesskit(-12.5);
+    h.run_steps(3);
+    let edited = h.state().state.draft.clone().expect("a draft");
+    assert_eq!(
+        edited.rotate.as_ref().expect("rotate").range_deg,
+        vec![[-12.5, 30.0]]
+    );
+    assert!(h.state().rt.editor.unsaved(&h.state().state));
+    assert!(h.state().title().ends_with('*'), "{}", h.state().title());
+    // An invalid edit is reported with the TOML loader's message.
+    let set_lower = |h: &mut Harness<'_, App>, from: &str, to: f64| {
+        h.get_all_by_role_and_label(Role::SpinButton, "all axes")
+            .find(|n| n.value().as_deref() == Some(from))
+            .expect("the rotation's lower end")
+            .set_value_accesskit(to);
+        h.run_steps(3);
+    };
+    set_lower(&mut h, "-12.5°", 45.0);
+    let mut bad = edited.clone();
+    bad.rotate.as_mut().expect("rotate").range_deg = vec![[45.0, 30.0]];
+    let want = bad
+        .validate()
+        .expect_err("an empty range is invalid")
+        .to_string();
+    h.get_by_label(&want);
+    set_lower(&mut h, "45.0°", -12.5);
+    assert_eq!(h.state().state.draft.as_ref(), Some(&edited));
+    // Every settled edit is an undo step: back through 45° and -12.5° to the bundled range, and
+    // forward again.
+    settle(&mut h);
+    let range_of = |h: &Harness<'_, App>| {
+        h.state()
+            .state
+            .draft
+            .as_ref()
+            .and_then(|d| d.rotate.as_ref())
+            .map(|r| r.range_deg.clone())
+    };
+    for want in [[45.0, 30.0], [-12.5, 30.0], [-30.0, 30.0]] {
+        h.get_by_label("Undo").click();
+        h.run_steps(3);
+        assert_eq!(range_of(&h), Some(vec![want]));
+    }
+    assert_eq!(h.state().state.draft.as_ref(), Some(&bundled));
+    for _ in 0..3 {
+        h.get_by_label("Redo").click();
+        h.run_steps(3);
+    }
+    assert_eq!(h.state().state.draft.as_ref(), Some(&edited));
+    // Save preset… from the editor writes exactly the edited preset.
+    h.get_by_label("Save preset…").click();
+    h.run_steps(4);
+    let path = dir.path().join("edited.toml");
+    type_into(&mut h, "file", &path.display().to_string());
+    h.get_all_by_label("Save")
+        .last()
+        .expect("Save button")
+        .click();
+    h.run_steps(3);
+    let text = std::fs::read_to_string(&path).expect("saved");
+    assert_eq!(text, edited.to_toml());
+    assert!(!h.state().rt.editor.unsaved(&h.state().state));
+    assert!(!h.state().title().ends_with('*'), "{}", h.state().title());
+    // The edited preset is the one sampled and exported.
+    let app = h.state();
+    let used = augscope::app::export::chosen_preset(&app.state, 3, true).expect("preset");
+    assert_eq!(used, edited);
+}
+
+#[test]
+fn a_preset_centred_on_the_plan_samples_near_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    tuned(&mut h);
+    settle(&mut h);
+    h.get_by_label("Edit…").click();
+    h.run_steps(4);
+    h.get_by_label("From current plan").click();
+    h.run_steps(3);
+    let p = h.state().state.draft.clone().expect("a draft");
+    let r = &p.rotate.as_ref().expect("rotate").range_deg;
+    assert_eq!(r, &vec![[2.0, 22.0], [-14.0, 6.0], [20.0, 40.0]]);
+    let s = &p.scale.as_ref().expect("scale").range;
+    assert!(
+        (s[0][0] - 1.05).abs() < 1e-12 && (s[0][1] - 1.25).abs() < 1e-12,
+        "{s:?}"
+    );
+    // Sample draws a plan inside the ranges into the sliders.
+    h.get_by_label("Sample").click();
+    h.run_steps(3);
+    let deg = h.state().state.params.rotate_deg;
+    for (d, g) in deg.iter().zip(r) {
+        assert!(*d >= g[0] && *d <= g[1], "{deg:?} outside {r:?}");
+    }
+}

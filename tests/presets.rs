@@ -340,12 +340,15 @@ fn conversions_in_snippets() {
     assert!(monai.contains("lazy=True, overrides="));
     assert!(monai.contains("MODES = (3, 0)") && monai.contains("PADDING = (\"mirror\""));
     let tio = export(&p, Target::TorchIo, 3).unwrap();
+    // TorchIO takes augscope's array-axis ranges as they are (ArrayAxisAffine maps them
+    // through each image's affine), in degrees, and augscope's scale (not the zoom).
     assert!(
-        tio.contains("degrees=(0.0, 0.0, 20.0, 30.0, -10.0, 10.0)"),
+        tio.contains("degrees=((-10.0, 10.0), (20.0, 30.0), (0.0, 0.0),)"),
         "{tio}"
     );
     assert!(tio.contains("no alpha/sigma elastic"));
-    assert!(tio.contains("scales=(0.8333333333333334, 1.25)"));
+    assert!(tio.contains("scales=((0.8, 1.2),)"));
+    assert!(tio.contains("translation_mm=True") && tio.contains("mode \"mirror\" is not"));
     let bg = export(&p, Target::Batchgenerators, 3).unwrap();
     assert!(bg.contains("has no translation"));
     assert!(bg.contains("\"angle_x\": [\n    -0.17453292519943295"));

@@ -102,6 +102,11 @@ pub fn save_preset(state: &mut State, rt: &mut Runtime) -> Result<PathBuf, Strin
     let shown = path.display().to_string();
     state.push_recent_preset(shown.clone());
     state.preset = shown;
+    if rt.code.save.from_preset && state.draft.is_some() {
+        // The edited preset is now this file: no unsaved edits.
+        rt.editor.baseline = Some(p.clone());
+        state.draft = Some(p);
+    }
     Ok(path)
 }
 

@@ -163,11 +163,15 @@ pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
     }
 }
 
-/// The preset chosen in the controls (a bundled name or a TOML file), when `from_preset`, else
-/// the preset of the parameters on screen ([`preset_from_params`]).
+/// The preset in use, when `from_preset`: the one being edited, else the one chosen in the
+/// controls (a bundled name or a TOML file); otherwise the preset of the parameters on screen
+/// ([`preset_from_params`]).
 pub fn chosen_preset(state: &State, ndim: usize, from_preset: bool) -> Result<Preset, String> {
     if !from_preset {
         return Ok(preset_from_params(&state.params, ndim));
+    }
+    if let Some(draft) = &state.draft {
+        return Ok(draft.clone());
     }
     let name = if state.preset.is_empty() {
         "nnunet-v2"

@@ -11,6 +11,7 @@ pub mod export;
 pub mod format;
 pub mod latency;
 pub mod panels;
+pub mod preset_editor;
 pub mod render;
 pub mod slices;
 pub mod state;
@@ -127,6 +128,12 @@ pub enum Command {
     OpenCode,
     /// Show File → Save preset….
     OpenSavePreset,
+    /// Show the preset editor, editing the chosen preset unless one is being edited.
+    OpenEditor,
+    /// Edit a preset centred on the parameters on screen.
+    PresetFromPlan,
+    /// Drop the preset being edited.
+    DiscardDraft,
 }
 
 /// A loaded scan and where the views are.
@@ -196,6 +203,10 @@ pub struct Runtime {
     pub export: export::ExportRuntime,
     /// The code window and the save-preset window.
     pub code: code::CodeRuntime,
+    /// The preset editor.
+    pub editor: preset_editor::EditorRuntime,
+    /// The window title last sent.
+    pub title: String,
     /// The last FEBDS masks received, and the plane ids of the last request sent.
     pub masks: Option<MaskSet>,
     pub mask_sent: Option<(crate::filter::FebdsMethod, Vec<u64>)>,
@@ -256,6 +267,8 @@ impl App {
                 filling: None,
                 export: export::ExportRuntime::default(),
                 code: code::CodeRuntime::default(),
+                editor: preset_editor::EditorRuntime::default(),
+                title: String::new(),
                 masks: None,
                 mask_sent: None,
             },
@@ -264,6 +277,29 @@ impl App {
             app.apply(Command::Open(image, label));
         }
         app
+    }
+
+    /// The window title: the scan, and the preset in use with a `*` while it has unsaved edits.
+    pub fn title(&self) -> String {
+        let mut t = String::from("augscope");
+        if let Some(scan) = &self.rt.scan
+            && let Some(name) = scan.loaded.path.file_name()
+        {
+            t.push_str(&format!(" — {}", name.to_string_lossy()));
+        }
+        let preset = match &self.state.draft {
+            Some(d) => d.name.clone(),
+            None => Path::new(&self.state.preset)
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        };
+        if !preset.is_empty() {
+            t.push_str(&format!(" — preset {preset}"));
+            if self.rt.editor.unsaved(&self.state) {
+                t.push('*');
+            }
+        }
+        t
     }
 
     /// Whether nothing is being loaded or computed and the views show the current parameters.
@@ -365,27 +401,20 @@ impl App {
                 }
             }
             Command::SamplePreset => {
-                let name = if state.preset.is_empty() {
-                    "nnunet-v2".to_string()
-                } else {
-                    state.preset.clone()
-                };
                 let (nd, spacing) = rt.scan.as_ref().map_or((3, vec![1.0; 3]), |s| {
                     (s.loaded.image.ndim(), s.loaded.image.spacing_mm.clone())
                 });
-                let sampled = crate::augment::preset::load_or_bundled(Path::new(&name))
-                    .map_err(|e| e.to_string())
-                    .and_then(|p| {
-                        p.sample(state.preset_seed, nd, &spacing)
-                            .map_err(|e| e.to_string())
-                    });
+                let sampled = export::chosen_preset(state, nd, true).and_then(|p| {
+                    p.sample(state.preset_seed, nd, &spacing)
+                        .map_err(|e| format!("preset {}: {e}", p.name))
+                });
                 match sampled {
                     Ok(s) => {
                         state.params = Params::from_plan(&s.plan, nd, &state.params);
                         rt.sampled = Some((state.params.clone(), s.done));
                         state.preset_seed = state.preset_seed.wrapping_add(1);
                     }
-                    Err(e) => rt.error = Some(format!("preset {name}: {e}")),
+                    Err(e) => rt.error = Some(e),
                 }
             }
             Command::PresetDialog => {
@@ -413,11 +442,39 @@ impl App {
             Command::OpenCode => rt.code.open = true,
             Command::OpenSavePreset => {
                 let save = &mut rt.code.save;
+                if let Some(d) = &state.draft {
+                    save.from_preset = true;
+                    save.name = d.name.clone();
+                    save.description = d.description.clone();
+                }
                 if save.name.is_empty() {
                     save.name = "my preset".into();
                 }
                 save.open = true;
                 save.status = None;
+            }
+            Command::OpenEditor => {
+                if state.draft.is_none() {
+                    let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+                    match export::chosen_preset(state, nd, true) {
+                        Ok(p) => {
+                            rt.editor.baseline = Some(p.clone());
+                            state.draft = Some(p);
+                        }
+                        Err(e) => rt.error = Some(e),
+                    }
+                }
+                rt.editor.open = state.draft.is_some();
+            }
+            Command::PresetFromPlan => {
+                let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+                state.draft = Some(preset_editor::centred_on(state, nd));
+                rt.editor.open = true;
+            }
+            Command::DiscardDraft => {
+                state.draft = None;
+                rt.editor.baseline = None;
+                rt.editor.open = false;
             }
             Command::OpenExport => rt.export.open = true,
             Command::StartExport => {
@@ -441,13 +498,15 @@ impl App {
             }
             Command::SetExportFolder(p) => state.export.out_dir = p.display().to_string(),
             Command::Undo => {
-                if let Some(p) = rt.history.undo(&state.params) {
-                    state.params = p;
+                if let Some(s) = rt.history.undo(state) {
+                    state.params = s.params;
+                    state.draft = s.draft;
                 }
             }
             Command::Redo => {
-                if let Some(p) = rt.history.redo(&state.params) {
-                    state.params = p;
+                if let Some(s) = rt.history.redo(state) {
+                    state.params = s.params;
+                    state.draft = s.draft;
                 }
             }
             Command::ResetParams => {
@@ -872,14 +931,27 @@ impl eframe::App for App {
         if self.rt.code.save.open {
             code::save_preset_window(ui, &mut self.state, &mut self.rt);
         }
+        if self.rt.editor.open {
+            cmds.extend(preset_editor::editor_window(
+                ui,
+                &mut self.state,
+                &mut self.rt,
+            ));
+        }
         for c in cmds {
             self.apply(c);
         }
         // A drag of a slider is one undo step: record once the pointer is released.
         if !ui.input(|i| i.pointer.any_down()) {
-            self.rt.history.settle(&self.state.params);
+            self.rt.history.settle(&self.state);
         }
         self.sync();
+        let title = self.title();
+        if title != self.rt.title {
+            ui.ctx()
+                .send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+            self.rt.title = title;
+        }
         if self.rt.loading.is_some() || !self.is_idle() {
             // Replies wake the UI; this keeps the "working" spinner turning meanwhile.
             ui.ctx()

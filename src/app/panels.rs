@@ -269,6 +269,7 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                     display,
                     preset,
                     preset_seed,
+                    draft,
                     ..
                 } = state;
                 ui.horizontal(|ui| {
@@ -290,7 +291,15 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 });
                 egui::CollapsingHeader::new("Preset")
                     .default_open(true)
-                    .show(ui, |ui| out.extend(preset_ui(ui, preset, preset_seed)));
+                    .show(ui, |ui| {
+                        out.extend(preset_ui(
+                            ui,
+                            preset,
+                            preset_seed,
+                            draft.as_ref(),
+                            rt.editor.unsaved_draft(draft.as_ref()),
+                        ))
+                    });
                 egui::CollapsingHeader::new("Spatial transform")
                     .default_open(true)
                     .show(ui, |ui| transform_ui(ui, params, rt, nd, &shape));
@@ -317,28 +326,56 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
     out
 }
 
-fn preset_ui(ui: &mut egui::Ui, preset: &mut String, seed: &mut u64) -> Vec<Command> {
+fn preset_ui(
+    ui: &mut egui::Ui,
+    preset: &mut String,
+    seed: &mut u64,
+    draft: Option<&crate::augment::preset::Preset>,
+    unsaved: bool,
+) -> Vec<Command> {
     let mut out = vec![];
     if preset.is_empty() {
         *preset = "nnunet-v2".into();
     }
-    ui.horizontal(|ui| {
-        let l = ui.label("preset");
-        let shown = std::path::Path::new(preset.as_str())
-            .file_name()
-            .map_or_else(|| preset.clone(), |n| n.to_string_lossy().into_owned());
-        egui::ComboBox::from_id_salt("preset")
-            .selected_text(shown)
-            .show_ui(ui, |ui| {
-                for (name, _) in crate::augment::preset::BUNDLED {
-                    ui.selectable_value(preset, (*name).to_string(), *name);
-                }
-            })
-            .response
-            .labelled_by(l.id);
-        if ui.button("Load…").clicked() {
-            out.push(Command::PresetDialog);
-        }
+    if let Some(d) = draft {
+        ui.horizontal(|ui| {
+            ui.label(format!(
+                "editing: {}{}",
+                d.name,
+                if unsaved { " *" } else { "" }
+            ))
+            .on_hover_text("the preset editor's preset is the one in use");
+            if ui.button("Editor…").clicked() {
+                out.push(Command::OpenEditor);
+            }
+        });
+    }
+    ui.add_enabled_ui(draft.is_none(), |ui| {
+        ui.horizontal(|ui| {
+            let l = ui.label("preset");
+            let shown = std::path::Path::new(preset.as_str())
+                .file_name()
+                .map_or_else(|| preset.clone(), |n| n.to_string_lossy().into_owned());
+            egui::ComboBox::from_id_salt("preset")
+                .selected_text(shown)
+                .show_ui(ui, |ui| {
+                    for (name, _) in crate::augment::preset::BUNDLED {
+                        ui.selectable_value(preset, (*name).to_string(), *name);
+                    }
+                })
+                .response
+                .labelled_by(l.id);
+            if ui.button("Load…").clicked() {
+                out.push(Command::PresetDialog);
+            }
+            if ui
+                .button("Edit…")
+                .on_hover_text("edit its probabilities and ranges")
+                .clicked()
+            {
+                out.push(Command::OpenEditor);
+            }
+        })
     });
     ui.horizontal(|ui| {
         let l = ui.label("seed");

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::augment::preset::Preset;
 use crate::augment::{Elastic, Mode, Order, Plan};
 use crate::engine::{BackendSpec, Precision};
 
@@ -456,6 +457,9 @@ pub struct State {
     pub export: super::export::ExportSettings,
     /// Preset files saved or loaded, most recent first.
     pub recent_presets: Vec<String>,
+    /// The preset being edited in the preset editor; while it is there it is the preset in use
+    /// (sampling, export, code), in place of `preset`.
+    pub draft: Option<Preset>,
 }
 
 impl State {
@@ -478,41 +482,61 @@ impl State {
 /// drag of a slider is one step.
 #[derive(Default)]
 pub struct History {
-    undo: Vec<Params>,
-    redo: Vec<Params>,
-    /// The parameters as of the last recorded step.
-    settled: Option<Params>,
+    undo: Vec<Snapshot>,
+    redo: Vec<Snapshot>,
+    /// The state as of the last recorded step.
+    settled: Option<Snapshot>,
+}
+
+/// What one undo step restores: the parameters and the preset being edited.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub params: Params,
+    pub draft: Option<Preset>,
+}
+
+impl Snapshot {
+    pub fn of(state: &State) -> Snapshot {
+        Snapshot {
+            params: state.params.clone(),
+            draft: state.draft.clone(),
+        }
+    }
+
+    fn is(&self, state: &State) -> bool {
+        self.params == state.params && self.draft == state.draft
+    }
 }
 
 impl History {
     const MAX: usize = 200;
 
-    /// Records `now` as a step if it differs from the last settled parameters.
-    pub fn settle(&mut self, now: &Params) {
+    /// Records `now` as a step if it differs from the last settled state.
+    pub fn settle(&mut self, now: &State) {
         match &self.settled {
-            Some(prev) if prev == now => {}
+            Some(prev) if prev.is(now) => {}
             Some(prev) => {
                 self.undo.push(prev.clone());
                 if self.undo.len() > Self::MAX {
                     self.undo.remove(0);
                 }
                 self.redo.clear();
-                self.settled = Some(now.clone());
+                self.settled = Some(Snapshot::of(now));
             }
-            None => self.settled = Some(now.clone()),
+            None => self.settled = Some(Snapshot::of(now)),
         }
     }
 
-    pub fn undo(&mut self, now: &Params) -> Option<Params> {
+    pub fn undo(&mut self, now: &State) -> Option<Snapshot> {
         let prev = self.undo.pop()?;
-        self.redo.push(now.clone());
+        self.redo.push(Snapshot::of(now));
         self.settled = Some(prev.clone());
         Some(prev)
     }
 
-    pub fn redo(&mut self, now: &Params) -> Option<Params> {
+    pub fn redo(&mut self, now: &State) -> Option<Snapshot> {
         let next = self.redo.pop()?;
-        self.undo.push(now.clone());
+        self.undo.push(Snapshot::of(now));
         self.settled = Some(next.clone());
         Some(next)
     }
@@ -636,15 +660,18 @@ mod tests {
     #[test]
     fn history_undo_redo() {
         let mut h = History::default();
-        let a = Params::default();
-        let b = Params {
-            alpha: 1.0,
-            ..a.clone()
-        };
+        let a = State::default();
+        let mut b = a.clone();
+        b.params.alpha = 1.0;
+        let mut c = b.clone();
+        c.draft = Some(crate::augment::preset::load_or_bundled("nnunet-v2".as_ref()).unwrap());
         h.settle(&a);
         h.settle(&b);
-        assert_eq!(h.undo(&b), Some(a.clone()));
-        assert_eq!(h.redo(&a), Some(b.clone()));
+        h.settle(&c);
+        assert_eq!(h.undo(&c), Some(Snapshot::of(&b)));
+        assert_eq!(h.undo(&b), Some(Snapshot::of(&a)));
+        assert_eq!(h.redo(&a), Some(Snapshot::of(&b)));
+        assert_eq!(h.redo(&b), Some(Snapshot::of(&c)));
         assert!(!h.can_redo());
     }
 }
