@@ -231,7 +231,7 @@ struct ApplyArgs {
     /// Write the input coordinates of every output voxel, (ndim, *shape) float32.
     #[arg(long)]
     save_coords: Option<PathBuf>,
-    /// Write a JSON report: plan, done list, backend, timings.
+    /// Write a JSON report: plan, done list, backend, timings, displacement and Jacobian readouts.
     #[arg(long)]
     report: Option<PathBuf>,
     /// The first axis of a .npy input is channels.
@@ -511,18 +511,18 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         io::save(p, l, &SaveOptions { keep_dtype: true })?;
     }
     let mut disp = None;
+    let mut jacobian = None;
     if a.save_coords.is_some() || a.report.is_some() {
         let map = plan.compose(&image.shape)?;
         let gpu_stats = gpu
             .as_ref()
             .and_then(|g| g.displacement_stats(&plan, &map.out_shape).ok());
-        let gpu_coords = match (&gpu, &a.save_coords) {
-            (Some(g), Some(_)) => g.coordinates(&plan, &image.shape).ok(),
-            _ => None,
-        };
+        // The coordinates feed both --save-coords and the report's Jacobian readout.
+        let gpu_coords = gpu
+            .as_ref()
+            .and_then(|g| g.coordinates(&plan, &image.shape).ok());
         let cpu = engine::cpu::CpuBackend::new();
-        let need_cpu_field =
-            gpu_stats.is_none() || (a.save_coords.is_some() && gpu_coords.is_none());
+        let need_cpu_field = gpu_stats.is_none() || gpu_coords.is_none();
         let field = if need_cpu_field {
             cpu.field(&plan, &map.out_shape).map(|(f, _)| f)
         } else {
@@ -554,14 +554,26 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
                 }),
             });
         }
+        let coords = match gpu_coords {
+            Some(c) => c,
+            None => engine::cpu::coordinates(&map, field.as_deref()),
+        };
+        // The field is no longer needed: free it (and the engine's cached copy) before the
+        // determinant takes its volume.
+        drop((field, cpu));
         if let Some(p) = &a.save_coords {
-            let coords = match gpu_coords {
-                Some(c) => c,
-                None => engine::cpu::coordinates(&map, field.as_deref()),
-            };
             let mut shape = vec![map.ndim];
             shape.extend_from_slice(&map.out_shape);
             io::npy::write(p, &coords, &shape, augscope::DType::F32)?;
+        }
+        if a.report.is_some() {
+            // det(∂x/∂p) of the saved coordinates; mirroring (a flip) is not counted as folding.
+            let det = engine::jacobian::determinant(&coords, map.ndim, &map.out_shape);
+            let s = engine::jacobian::stats_for_map(&det, &map);
+            jacobian = Some(serde_json::json!({
+                "min": s.min, "max": s.max, "folded_fraction": s.folded_fraction,
+                "orientation": engine::jacobian::orientation(&map),
+            }));
         }
     }
     let t_write = t2.elapsed().as_secs_f64() * 1e3;
@@ -578,6 +590,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             "timings_ms": { "engine": timings, "read": t_read, "compute": t_compute, "write": t_write,
                              "total": t0.elapsed().as_secs_f64() * 1e3 },
             "displacement": disp,
+            "jacobian": jacobian,
         });
         let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
         io::atomic_write(p, "JSON report", |w| {

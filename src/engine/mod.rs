@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod field;
+pub mod jacobian;
 pub mod noise;
 pub mod spline;
 
