@@ -2,6 +2,8 @@
 //! exported Python parses, and no character of the preset's name, source or description lands
 //! outside a comment or a string literal (checked with Python's own tokenizer).
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 

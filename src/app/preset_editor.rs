@@ -191,7 +191,7 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize) {
         "Flip",
         &mut p.flip,
         || FlipSpec { p: vec![0.5] },
-        |ui, f| per_axis(ui, "flip p", &mut f.p, ndim, |ui, n, v| prob(ui, n, v)),
+        |ui, f| per_axis(ui, "flip p", &mut f.p, ndim, prob),
     );
     section(
         ui,
@@ -207,9 +207,7 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize) {
             prob(ui, "p", &mut r.p);
             if ndim == 3 {
                 ui.label("probability that an axis turns once the rotation fires");
-                per_axis(ui, "rotate p_axis", &mut r.p_axis, 3, |ui, n, v| {
-                    prob(ui, n, v)
-                });
+                per_axis(ui, "rotate p_axis", &mut r.p_axis, 3, prob);
                 ui.label("angles (degrees)");
                 per_axis(ui, "rotate range", &mut r.range_deg, 3, |ui, n, g| {
                     range(ui, n, g, 0.5, "°")
