@@ -4,7 +4,8 @@
 # Usage: scripts/screenshots.sh [path/to/augscope]   (default: target/release/augscope)
 # Writes docs/explorer.png (the bundled sample, rotated with elastic on), docs/compare.png,
 # docs/export.png (the batch export dialog), docs/filter.png (a LoG after the transform) and
-# docs/febds.png (the FEBDS mask over the synthetic mammogram of the FEBDS fixtures).
+# docs/febds.png (the FEBDS mask over the synthetic mammogram of the FEBDS fixtures), docs/editor.png
+# (the preset editor) and docs/code.png (Export code, TorchIO tab).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/augscope}
@@ -67,4 +68,15 @@ kill $APP; wait $APP 2>/dev/null || true
 start "rotate=0,0,0;filter=febds,0" tests/fixtures/febds/input.npy
 sleep 14
 import -window root docs/febds.png
-echo "wrote docs/explorer.png docs/compare.png docs/export.png docs/filter.png docs/febds.png"
+kill $APP; wait $APP 2>/dev/null || true
+
+# The preset editor (the bundled nnU-Net v2 preset), and the code window on its TorchIO tab.
+start "$SHOT;editor"
+sleep 12
+import -window root docs/editor.png
+kill $APP; wait $APP 2>/dev/null || true
+start "$SHOT;code=1"
+sleep 12
+import -window root docs/code.png
+echo "wrote docs/explorer.png docs/compare.png docs/export.png docs/filter.png docs/febds.png" \
+     "docs/editor.png docs/code.png"

@@ -16,10 +16,7 @@ use std::time::Instant;
 use eframe::egui;
 use serde::{Deserialize, Serialize};
 
-use crate::augment::preset::{
-    ElasticSpec, FlipSpec, Preset, RotateSpec, SamplingSpec, ScaleDistribution, ScaleSpec,
-    TranslateSpec, Unit,
-};
+use crate::augment::preset::Preset;
 use crate::export::batch::{self, BatchFilter, BatchOptions, BatchProgress, BatchSummary};
 
 use super::state::{FilterStage, Params, State};
@@ -108,59 +105,11 @@ impl ExportRuntime {
 /// seed s it gives the plan `p.to_plan(ndim)` with the elastic noise of seed s.
 pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
     let nd = ndim.clamp(2, 3);
-    let plan = p.to_plan(nd);
-    let fixed = |v: f64| [v, v];
-    let flip = (!plan.flip.is_empty()).then(|| FlipSpec {
-        p: (0..nd)
-            .map(|a| if plan.flip.contains(&a) { 1.0 } else { 0.0 })
-            .collect(),
-    });
-    // Degrees as on screen (the sampler converts them to radians as `to_plan` does).
-    let rotate = (!plan.rotate_rad.is_empty()).then(|| RotateSpec {
-        p: 1.0,
-        p_axis: vec![1.0],
-        range_deg: if nd == 3 {
-            p.rotate_deg.iter().map(|&d| fixed(d)).collect()
-        } else {
-            vec![fixed(p.rotate_deg[2])]
-        },
-        range_deg_2d: None,
-    });
-    let scale = (!plan.scale.is_empty()).then(|| ScaleSpec {
-        p: 1.0,
-        range: plan.scale.iter().map(|&s| fixed(s)).collect(),
-        per_axis: plan.scale.len() > 1,
-        distribution: ScaleDistribution::Uniform,
-    });
-    let translate = (!plan.translate.is_empty()).then(|| TranslateSpec {
-        p: 1.0,
-        range: plan.translate.iter().map(|&t| fixed(t)).collect(),
-        unit: Unit::Voxel,
-    });
-    let elastic = plan.elastic.map(|e| ElasticSpec {
-        p: 1.0,
-        alpha: fixed(e.alpha),
-        sigma: fixed(e.sigma),
-    });
-    Preset {
-        version: crate::augment::preset::PRESET_VERSION,
-        name: "current parameters".into(),
-        source: "augscope explorer".into(),
-        description: "the parameters on screen; the elastic noise seed is the sample's".into(),
-        // The explorer's plans are in voxel space.
-        space: crate::augment::Space::Voxel,
-        flip,
-        rotate,
-        scale,
-        translate,
-        elastic,
-        sampling: SamplingSpec {
-            order: plan.order.into(),
-            mode: plan.mode.name().into(),
-            cval: plan.cval as f64,
-            label_order: 0,
-        },
-    }
+    let mut preset = Preset::reproducing(&p.to_plan(nd), nd);
+    preset.name = "current parameters".into();
+    preset.source = "augscope explorer".into();
+    preset.description = "the parameters on screen; the elastic noise seed is the sample's".into();
+    preset
 }
 
 /// The preset in use, when `from_preset`: the one being edited, else the one chosen in the

@@ -595,6 +595,105 @@ impl Preset {
     }
 }
 
+/// The number of axes a plan's vectors say it has (3 for three angles, scales or translations; 2
+/// for one angle or two values), or `None` when they do not say (only flips and elastic).
+pub fn plan_ndim(plan: &Plan) -> Option<usize> {
+    match (
+        plan.rotate_rad.len(),
+        plan.scale.len(),
+        plan.translate.len(),
+    ) {
+        (3, _, _) | (_, 3, _) | (_, _, 3) => Some(3),
+        (1, _, _) | (_, 2, _) | (_, _, 2) => Some(2),
+        _ => None,
+    }
+}
+
+/// The angle in degrees whose `to_radians()` is `rad` exactly (so that sampling the preset gives
+/// back the plan's radians bit for bit), the shortest to read of those within a few ulps of
+/// `rad.to_degrees()` (12 rather than 12.000000000000002).
+fn degrees_exact(rad: f64) -> f64 {
+    let d = rad.to_degrees();
+    let mut candidates = vec![d];
+    let (mut up, mut down) = (d, d);
+    for _ in 0..4 {
+        up = up.next_up();
+        down = down.next_down();
+        candidates.extend([up, down]);
+    }
+    candidates
+        .into_iter()
+        .filter(|c| c.to_radians() == rad)
+        .min_by_key(|c| format!("{c}").len())
+        .unwrap_or(d)
+}
+
+impl Preset {
+    /// The preset that reproduces `plan` exactly on a grid of `ndim` axes: every transform that
+    /// acts fires (p = 1) with a range of one value, with the plan's order, mode, cval and space;
+    /// the elastic noise is the sample seed's. `ndim` sizes the flip list (one entry would mean
+    /// every axis). The plan's output shape, if any, is not kept: a preset keeps the input's
+    /// grid. Name and description are left empty.
+    pub fn reproducing(plan: &Plan, ndim: usize) -> Preset {
+        let one = |v: f64| [v, v];
+        let flip = (!plan.flip.is_empty()).then(|| FlipSpec {
+            p: (0..ndim)
+                .map(|a| if plan.flip.contains(&a) { 1.0 } else { 0.0 })
+                .collect(),
+        });
+        let rotate = (!plan.rotate_rad.is_empty()).then(|| {
+            let deg: Vec<Range> = plan
+                .rotate_rad
+                .iter()
+                .map(|&r| one(degrees_exact(r)))
+                .collect();
+            RotateSpec {
+                p: 1.0,
+                p_axis: vec![1.0],
+                range_deg_2d: (deg.len() == 1).then(|| deg[0]),
+                range_deg: deg,
+            }
+        });
+        let scale = (!plan.scale.is_empty()).then(|| ScaleSpec {
+            p: 1.0,
+            range: plan.scale.iter().map(|&s| one(s)).collect(),
+            per_axis: plan.scale.len() > 1,
+            distribution: ScaleDistribution::Uniform,
+        });
+        let translate = (!plan.translate.is_empty()).then(|| TranslateSpec {
+            p: 1.0,
+            range: plan.translate.iter().map(|&t| one(t)).collect(),
+            unit: match plan.space {
+                Space::Voxel => Unit::Voxel,
+                Space::Mm => Unit::Mm,
+            },
+        });
+        let elastic = plan.elastic.map(|e| ElasticSpec {
+            p: 1.0,
+            alpha: one(e.alpha),
+            sigma: one(e.sigma),
+        });
+        Preset {
+            version: PRESET_VERSION,
+            name: String::new(),
+            source: String::new(),
+            description: String::new(),
+            space: plan.space,
+            flip,
+            rotate,
+            scale,
+            translate,
+            elastic,
+            sampling: SamplingSpec {
+                order: plan.order.as_u32(),
+                mode: plan.mode.name().to_string(),
+                cval: f64::from(plan.cval),
+                label_order: 0,
+            },
+        }
+    }
+}
+
 /// The presets shipped in `assets/presets/`, by name.
 pub const BUNDLED: &[(&str, &str)] = &[
     (

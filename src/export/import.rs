@@ -13,11 +13,11 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
+use crate::augment::Plan;
 use crate::augment::preset::{
     ElasticSpec, FlipSpec, Preset, PresetError, Range, RotateSpec, SamplingSpec, ScaleDistribution,
-    ScaleSpec, TranslateSpec, Unit,
+    ScaleSpec, plan_ndim,
 };
-use crate::augment::{Plan, Space};
 
 fn bad(why: impl Into<String>) -> PresetError {
     PresetError::Invalid { why: why.into() }
@@ -137,23 +137,6 @@ fn several_lines(text: &str) -> Option<PresetError> {
     })
 }
 
-/// The angle in degrees whose `to_radians()` is `rad` exactly, where one is within a few ulps of
-/// `rad.to_degrees()` (so that sampling the preset gives back the plan's radians bit for bit).
-fn degrees_exact(rad: f64) -> f64 {
-    let d = rad.to_degrees();
-    let (mut up, mut down) = (d, d);
-    for _ in 0..4 {
-        for c in [up, down] {
-            if c.to_radians() == rad {
-                return c;
-            }
-        }
-        up = up.next_up();
-        down = down.next_down();
-    }
-    d
-}
-
 /// The preset that reproduces `plan` (p = 1, ranges of one value): the plan of a manifest line or
 /// an `apply` report. Its elastic noise is the sample seed's, which the description names.
 fn from_plan(
@@ -169,64 +152,15 @@ fn from_plan(
             "the plan has an output shape of its own; a preset keeps the input's grid",
         ));
     }
-    let from_values = match (
-        plan.rotate_rad.len(),
-        plan.scale.len(),
-        plan.translate.len(),
-    ) {
-        (3, _, _) | (_, 3, _) | (_, _, 3) => Some(3),
-        (1, _, _) | (_, 2, _) | (_, _, 2) => Some(2),
-        _ => None,
-    };
-    let ndim = shape_ndim.or(from_values);
-    let one = |v: f64| [v, v];
-    let flip = match (plan.flip.is_empty(), ndim) {
-        (true, _) => None,
-        // A flip per axis needs the number of axes: one entry would flip every axis.
-        (false, None) => {
-            return Err(bad(
-                "the plan flips some axes but does not say how many axes the image has (no \
-                 \"shape\" beside it)",
-            ));
-        }
-        (false, Some(n)) => Some(FlipSpec {
-            p: (0..n)
-                .map(|a| if plan.flip.contains(&a) { 1.0 } else { 0.0 })
-                .collect(),
-        }),
-    };
-    let rotate = (!plan.rotate_rad.is_empty()).then(|| {
-        let deg: Vec<Range> = plan
-            .rotate_rad
-            .iter()
-            .map(|&r| one(degrees_exact(r)))
-            .collect();
-        RotateSpec {
-            p: 1.0,
-            p_axis: vec![1.0],
-            range_deg_2d: (deg.len() == 1).then(|| deg[0]),
-            range_deg: deg,
-        }
-    });
-    let scale = (!plan.scale.is_empty()).then(|| ScaleSpec {
-        p: 1.0,
-        range: plan.scale.iter().map(|&s| one(s)).collect(),
-        per_axis: plan.scale.len() > 1,
-        distribution: ScaleDistribution::Uniform,
-    });
-    let translate = (!plan.translate.is_empty()).then(|| TranslateSpec {
-        p: 1.0,
-        range: plan.translate.iter().map(|&t| one(t)).collect(),
-        unit: match plan.space {
-            Space::Voxel => Unit::Voxel,
-            Space::Mm => Unit::Mm,
-        },
-    });
-    let elastic = plan.elastic.map(|e| ElasticSpec {
-        p: 1.0,
-        alpha: one(e.alpha),
-        sigma: one(e.sigma),
-    });
+    let ndim = shape_ndim.or_else(|| plan_ndim(&plan));
+    if !plan.flip.is_empty() && ndim.is_none() {
+        return Err(bad(
+            "the plan flips some axes but does not say how many axes the image has (no \
+             \"shape\" beside it)",
+        ));
+    }
+    // Without flips the number of axes is not needed.
+    let mut preset = Preset::reproducing(&plan, ndim.unwrap_or(3));
     let mut description = format!(
         "Reproduces one plan exactly: every transform fires (p = 1) with the plan's values{}",
         ndim.map_or(String::new(), |n| format!(" ({n}D)"))
@@ -241,24 +175,8 @@ fn from_plan(
         let _ = write!(description, "; drawn as sample seed {s}");
     }
     description.push('.');
-    let preset = Preset {
-        version: 1,
-        name: name.to_string(),
-        source: String::new(),
-        description,
-        space: plan.space,
-        flip,
-        rotate,
-        scale,
-        translate,
-        elastic,
-        sampling: SamplingSpec {
-            order: plan.order.as_u32(),
-            mode: plan.mode.to_string(),
-            cval: f64::from(plan.cval),
-            label_order: 0,
-        },
-    };
+    preset.name = name.to_string();
+    preset.description = description;
     preset.validate()?;
     Ok(preset)
 }
