@@ -755,7 +755,8 @@ enum PresetCmd {
         #[arg(long, value_parser = |s: &str| s.parse::<augscope::export::Target>())]
         to: augscope::export::Target,
         /// Spatial dimensions of the pipeline: 2 or 3.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=3))]
         ndim: usize,
         /// Write to a file instead of stdout.
         #[arg(long, short)]
@@ -781,7 +782,8 @@ enum PresetCmd {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
         count: Option<u64>,
         /// Spatial dimensions: 2 or 3.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=3))]
         ndim: usize,
         preset: PathBuf,
     },

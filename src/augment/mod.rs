@@ -106,6 +106,21 @@ pub struct Elastic {
     pub seed: u64,
 }
 
+/// The largest values a plan may hold. They keep every sampling coordinate and kernel far inside
+/// what f64 folds exactly and memory holds (a coordinate of 1e19 cannot be folded into an axis of
+/// 200 voxels; a sigma of 1e12 asks for a kernel of 4e12 taps), while staying far beyond any
+/// augmentation a pipeline uses.
+pub mod limits {
+    /// |translation|, voxels or mm.
+    pub const TRANSLATE: f64 = 1e6;
+    pub const SCALE_MIN: f64 = 1e-3;
+    pub const SCALE_MAX: f64 = 1e3;
+    /// Elastic sigma, voxels or mm (a kernel radius of 4000).
+    pub const SIGMA: f64 = 1e3;
+    /// |elastic alpha|, voxels or mm.
+    pub const ALPHA: f64 = 1e7;
+}
+
 /// Fixed values of one spatial transform.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -249,32 +264,55 @@ impl Plan {
                 })
             }
         };
+        let within = |name, v: f64, ok: bool, why| {
+            if ok {
+                Ok(())
+            } else {
+                Err(PlanError::Value {
+                    name,
+                    value: v,
+                    why,
+                })
+            }
+        };
         for &a in &self.rotate_rad {
             finite("rotate", a)?;
         }
         for &t in &self.translate {
             finite("translate", t)?;
+            within(
+                "translate",
+                t,
+                t.abs() <= limits::TRANSLATE,
+                "it must be within ±1e6 (voxels or mm)",
+            )?;
         }
         for &s in &self.scale {
             finite("scale", s)?;
-            if s <= 0.0 {
-                return Err(PlanError::Value {
-                    name: "scale",
-                    value: s,
-                    why: "it must be > 0",
-                });
-            }
+            within("scale", s, s > 0.0, "it must be > 0")?;
+            within(
+                "scale",
+                s,
+                (limits::SCALE_MIN..=limits::SCALE_MAX).contains(&s),
+                "it must be between 0.001 and 1000",
+            )?;
         }
         if let Some(e) = &self.elastic {
             finite("elastic", e.alpha)?;
             finite("elastic", e.sigma)?;
-            if e.sigma <= 0.0 {
-                return Err(PlanError::Value {
-                    name: "elastic",
-                    value: e.sigma,
-                    why: "sigma must be > 0",
-                });
-            }
+            within("elastic", e.sigma, e.sigma > 0.0, "sigma must be > 0")?;
+            within(
+                "elastic",
+                e.sigma,
+                e.sigma <= limits::SIGMA,
+                "sigma must be at most 1000 (voxels or mm)",
+            )?;
+            within(
+                "elastic",
+                e.alpha,
+                e.alpha.abs() <= limits::ALPHA,
+                "alpha must be within ±1e7",
+            )?;
         }
         if let Some(s) = &self.out_shape
             && (s.len() != ndim || s.contains(&0))

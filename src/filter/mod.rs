@@ -141,6 +141,10 @@ fn check_sigma(s: &[f64], ndim: usize) -> Result<Vec<f64>, FilterError> {
     if s.iter().any(|v| !v.is_finite() || *v < 0.0) {
         return Err(invalid(format!("sigma must be finite and >= 0, got {s:?}")));
     }
+    // A kernel of radius 4 sigma: 1000 is 4000 taps each side, far beyond any scan's use.
+    if s.iter().any(|v| *v > crate::augment::limits::SIGMA) {
+        return Err(invalid(format!("sigma must be at most 1000, got {s:?}")));
+    }
     Ok(s)
 }
 
