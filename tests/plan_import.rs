@@ -241,3 +241,25 @@ fn a_flip_without_the_number_of_axes_is_refused() {
     let p = Preset::parse(&ok(&["preset", "import", path.to_str().unwrap()])).unwrap();
     assert_eq!(p.flip.unwrap().p, vec![1.0, 0.0, 0.0]);
 }
+
+#[test]
+fn a_damaged_snippet_block_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [
+        (
+            "one_quote.py",
+            "# augscope-params-begin\nPARAMS = r\"\"\"\n# augscope-params-end\n",
+        ),
+        (
+            "none.py",
+            "# augscope-params-begin\nPARAMS = {}\n# augscope-params-end\n",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let (code, out, err) = run(&["preset", "import", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(out.is_empty() && err.contains("damaged"), "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+    }
+}

@@ -82,10 +82,15 @@ pub fn import(text: &str, name: &str) -> Result<Preset, PresetError> {
     ) {
         (Some(a), Some(b)) if a < b => {
             let inner = &text[a..b];
-            let (Some(s), Some(e)) = (inner.find("r\"\"\""), inner.rfind("\"\"\"")) else {
+            // The dict sits between r""" and the last """ (one r""" alone is damaged too).
+            let body = match (inner.find("r\"\"\""), inner.rfind("\"\"\"")) {
+                (Some(s), Some(e)) => inner.get(s + 4..e),
+                _ => None,
+            };
+            let Some(body) = body else {
                 return Err(bad("the snippet's parameter block is damaged"));
             };
-            inner[s + 4..e].to_string()
+            body.to_string()
         }
         _ => text.to_string(),
     };

@@ -28,7 +28,8 @@ struct Descr {
 }
 
 fn parse_descr(d: &str) -> Option<Descr> {
-    let (order, code) = d.split_at(1.min(d.len()));
+    // The first character, whatever its width (a non-ASCII one is refused below, not split).
+    let (order, code) = d.split_at(d.chars().next().map_or(0, char::len_utf8));
     let big_endian = match order {
         ">" => true,
         "<" | "|" | "=" => false,
@@ -384,5 +385,15 @@ mod tests {
         bytes.extend_from_slice(h.as_bytes());
         let e = parse(&bytes, p).unwrap_err().to_string();
         assert!(e.contains("overflows") || e.contains("truncated"), "{e}");
+        // A descr that starts with a character wider than one byte is an error, not a panic.
+        for descr in ["é4", "\u{1f600}f4", ""] {
+            let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+            let h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (2,), }}\n");
+            bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(h.as_bytes());
+            bytes.extend_from_slice(&[0; 8]);
+            let e = parse(&bytes, p).unwrap_err().to_string();
+            assert!(e.contains("unsupported dtype"), "{descr:?}: {e}");
+        }
     }
 }
