@@ -101,6 +101,13 @@ struct BenchArgs {
     /// Timed changes per kind for `--latency` (angle, alpha, sigma, seed).
     #[arg(long, default_value_t = 20, requires = "latency")]
     steps: usize,
+    /// With `--latency`: the explorer's grid of N draws instead (4, 9 or 16): time to its first
+    /// and its last tile, per request with new seeds.
+    #[arg(long, requires = "latency", value_parser = ["4", "9", "16"])]
+    grid: Option<String>,
+    /// The preset of `--grid` (a TOML file or a bundled name).
+    #[arg(long, default_value = "nnunet-v2", requires = "grid")]
+    grid_preset: PathBuf,
 }
 
 #[derive(Args)]
@@ -664,9 +671,19 @@ fn bench_latency(a: &BenchArgs, shape: Option<Vec<usize>>) -> anyhow::Result<()>
         steps: a.steps.max(1),
         ..Default::default()
     };
-    let rows = latency::run(&opts, |line| eprintln!("{line}"))
-        .map_err(|e| anyhow::anyhow!(e))
-        .context("the latency measurement failed")?;
+    let rows = match &a.grid {
+        Some(n) => {
+            let preset =
+                augscope::augment::preset::load_or_bundled(&a.grid_preset).map_err(preset_error)?;
+            let n = n
+                .parse()
+                .map_err(|_| usage(format!("--grid {n} is not 4, 9 or 16")))?;
+            latency::grid(&opts, n, &preset, |line| eprintln!("{line}"))
+        }
+        None => latency::run(&opts, |line| eprintln!("{line}")),
+    }
+    .map_err(|e| anyhow::anyhow!(e))
+    .context("the latency measurement failed")?;
     println!("{}", latency::table(&rows));
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&rows).context("cannot encode the table")?;

@@ -1119,3 +1119,43 @@ fn a_preset_centred_on_the_plan_samples_near_it() {
         assert!(*d >= g[0] && *d <= g[1], "{deg:?} outside {r:?}");
     }
 }
+
+#[test]
+fn a_sampled_plan_keeps_its_exact_values_in_the_sliders() {
+    // Values a slider's step and decimals would round, and some beyond its range.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, lab) = small_scan(dir.path(), [10, 12, 14]);
+    let mut h = harness(img, Some(lab));
+    settle(&mut h);
+    let preset = augscope::augment::preset::Preset::parse(
+        r#"
+version = 1
+[rotate]
+range_deg = [[12.3456, 12.3456], [-7.77, -7.77], [200.0, 200.0]]
+[scale]
+range = [[0.98597, 0.98597], [2.5, 2.5], [1.0001, 1.0001]]
+per_axis = true
+[translate]
+range = [[0.123, 0.123], [-40.0, -40.0], [3.3333, 3.3333]]
+[elastic]
+alpha = [1234.567, 1234.567]
+sigma = [0.77, 0.77]
+"#,
+    )
+    .expect("preset");
+    let want = preset.sample(5, 3, &[1.0; 3]).expect("sample").plan;
+    h.state_mut().state.draft = Some(preset);
+    h.state_mut().state.preset_seed = 5;
+    h.run_steps(2);
+    h.get_by_label("Sample from preset").click();
+    settle(&mut h);
+    settle(&mut h);
+    let plan = h.state().plan();
+    assert_eq!(plan.rotate_rad, want.rotate_rad);
+    assert_eq!(plan.scale, want.scale);
+    assert_eq!(plan.translate, want.translate);
+    assert_eq!(
+        plan.elastic.map(|e| (e.alpha, e.sigma)),
+        want.elastic.map(|e| (e.alpha, e.sigma))
+    );
+}

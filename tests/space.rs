@@ -729,5 +729,8 @@ fn torchio_export_works_in_mm_natively() {
     let vox = Preset::parse(&MM_PRESET.replace("space = \"mm\"\n", "")).unwrap();
     let text = export(&vox, Target::TorchIo, 3).unwrap();
     assert!(text.contains("\nSPACE = \"voxel\""), "{text}");
-    assert!(text.contains("(voxels) and sets the grid to match"), "{text}");
+    assert!(
+        text.contains("(voxels) and sets the grid to match"),
+        "{text}"
+    );
 }

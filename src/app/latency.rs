@@ -304,6 +304,135 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
     }
     Ok(rows)
 }
+/// The grid of draws ("What training will see", [`super::grid`]) through the window's own grid
+/// thread: for `opts.steps` requests, each with new seeds, the time from the request to the first
+/// and to the last of its `n` tiles (the axial plane at the centre of the scan), on the engine of
+/// `opts.backend`. Rows: the first tile and the last tile.
+pub fn grid(
+    opts: &LatencyOptions,
+    n: usize,
+    preset: &crate::augment::preset::Preset,
+    mut log: impl FnMut(&str),
+) -> Result<Vec<LatencyRow>, String> {
+    use super::grid::{GridJob, GridReply, GridWorker};
+    const TIMEOUT: Duration = Duration::from_secs(600);
+    let (path, image) = match (&opts.shape, &opts.input) {
+        (Some(shape), _) => {
+            if shape.len() != 3 || shape.contains(&0) {
+                return Err(format!("--shape needs three positive sizes, got {shape:?}"));
+            }
+            (PathBuf::from("synthetic"), synthetic(shape))
+        }
+        (None, input) => {
+            let p = input
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(super::SAMPLE));
+            let v = io::load(&p, &Default::default()).map_err(|e| e.to_string())?;
+            (p, v)
+        }
+    };
+    if image.ndim() != 3 {
+        return Err(format!(
+            "the grid bench needs a 3D scan: {}",
+            path.display()
+        ));
+    }
+    let devices = crate::engine::device::discover();
+    let choice = match &opts.backend {
+        BackendSpec::Cpu => BackendChoice::Cpu,
+        BackendSpec::Cuda(ids) => BackendChoice::Cuda(ids.first().copied().unwrap_or(0)),
+        BackendSpec::Auto => BackendChoice::Auto,
+    };
+    let backend = choice.spec(!devices.devices.is_empty());
+    let shape_txt = image
+        .shape
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join("×");
+    let plane = Some((0, image.shape[0] / 2));
+    let image = Arc::new(image);
+    let side = (n as f64).sqrt().round() as usize;
+    log(&format!(
+        "grid: {} ({shape_txt}), {side}×{side} draws of {}, engine {backend:?}, {} timed requests \
+         after {} warm-up",
+        path.display(),
+        preset.name,
+        opts.steps,
+        opts.warmup
+    ));
+    let worker =
+        GridWorker::spawn(|| {}).map_err(|e| format!("cannot start the grid thread: {e}"))?;
+    let (mut first, mut last, mut per_tile) = (vec![], vec![], vec![]);
+    let mut engine = String::new();
+    for step in 0..opts.warmup + opts.steps {
+        let generation = step as u64 + 1;
+        let t0 = Instant::now();
+        worker.request(GridJob {
+            generation,
+            image: image.clone(),
+            image_key: 1,
+            preset: preset.clone(),
+            n,
+            first_seed: (step * n) as u64,
+            plane,
+            backend: backend.clone(),
+            precision: opts.precision,
+        });
+        let (mut got, mut t_first, mut tiles_ms) = (0, 0.0, vec![]);
+        let end = t0 + TIMEOUT;
+        while got < n {
+            if Instant::now() > end {
+                return Err(format!(
+                    "the grid did not finish within {} s",
+                    TIMEOUT.as_secs()
+                ));
+            }
+            match worker.try_recv() {
+                Some(GridReply::Tile {
+                    generation: g,
+                    ms,
+                    note,
+                    ..
+                }) if g == generation => {
+                    if got == 0 {
+                        t_first = t0.elapsed().as_secs_f64() * 1e3;
+                    }
+                    got += 1;
+                    tiles_ms.push(ms);
+                    engine = note.unwrap_or_else(|| format!("{backend:?}").to_lowercase());
+                }
+                Some(GridReply::Failed { message, .. }) => return Err(message),
+                Some(_) => {}
+                None => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+        if step >= opts.warmup {
+            first.push(t_first);
+            last.push(t0.elapsed().as_secs_f64() * 1e3);
+            per_tile.extend(tiles_ms);
+        }
+    }
+    let row = |change: String, mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let mut t = per_tile.clone();
+        t.sort_by(f64::total_cmp);
+        LatencyRow {
+            change,
+            shape: shape_txt.clone(),
+            path: engine.clone(),
+            n: v.len(),
+            median_ms: quantile(&v, 0.5),
+            p95_ms: quantile(&v, 0.95),
+            max_ms: v.last().copied().unwrap_or(f64::NAN),
+            compute_median_ms: quantile(&t, 0.5),
+        }
+    };
+    Ok(vec![
+        row(format!("grid {side}×{side}: first tile"), first),
+        row(format!("grid {side}×{side}: last tile"), last),
+    ])
+}
 
 pub fn format_row(r: &LatencyRow) -> String {
     format!(
@@ -314,8 +443,13 @@ pub fn format_row(r: &LatencyRow) -> String {
 
 /// The rows as a text table.
 pub fn table(rows: &[LatencyRow]) -> String {
-    let mut s =
-        String::from("slider change -> three planes ready (the explorer's worker, headless)\n");
+    let grid = rows.iter().any(|r| r.change.starts_with("grid"));
+    let mut s = String::from(if grid {
+        "grid request -> tiles ready (the explorer's grid thread, headless; in brackets: one \
+         tile's compute)\n"
+    } else {
+        "slider change -> three planes ready (the explorer's worker, headless)\n"
+    });
     for r in rows {
         s.push_str(&format_row(r));
         s.push('\n');

@@ -9,7 +9,9 @@
 pub mod code;
 pub mod export;
 pub mod format;
+pub mod grid;
 pub mod latency;
+pub mod overlay;
 pub mod panels;
 pub mod preset_editor;
 pub mod render;
@@ -73,6 +75,16 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                     app.state.export.seed = app.state.params.seed;
                     app.rt.export.open = true;
                 }
+                // `editor`: the preset editor open; `code=K`: the code window on tab K.
+                for part in spec.split(';').map(str::trim) {
+                    if part == "editor" {
+                        app.apply(Command::OpenEditor);
+                    } else if let Some(tab) = part.strip_prefix("code=") {
+                        app.rt.code.open = true;
+                        app.rt.code.from_preset = true;
+                        app.rt.code.tab = tab.parse().unwrap_or(0);
+                    }
+                }
             }
             Ok(Box::new(app))
         }),
@@ -134,6 +146,8 @@ pub enum Command {
     PresetFromPlan,
     /// Drop the preset being edited.
     DiscardDraft,
+    /// Show the grid of draws of the preset in use ("What training will see").
+    OpenGrid,
 }
 
 /// A loaded scan and where the views are.
@@ -210,6 +224,10 @@ pub struct Runtime {
     /// The last FEBDS masks received, and the plane ids of the last request sent.
     pub masks: Option<MaskSet>,
     pub mask_sent: Option<(crate::filter::FebdsMethod, Vec<u64>)>,
+    /// The deformation grid and Jacobian overlays and their thread.
+    pub overlay: overlay::OverlayRuntime,
+    /// The grid of draws of the preset in use.
+    pub grid: grid::GridRuntime,
 }
 
 pub struct App {
@@ -271,6 +289,8 @@ impl App {
                 title: String::new(),
                 masks: None,
                 mask_sent: None,
+                overlay: overlay::OverlayRuntime::default(),
+                grid: grid::GridRuntime::default(),
             },
         };
         if let Some((image, label)) = open {
@@ -477,6 +497,7 @@ impl App {
                 rt.editor.open = false;
             }
             Command::OpenExport => rt.export.open = true,
+            Command::OpenGrid => rt.grid.open = true,
             Command::StartExport => {
                 if let Err(e) = export::start(state, rt) {
                     rt.export.last = Some(Err(e));
@@ -918,6 +939,7 @@ impl eframe::App for App {
         panels::status_bar(ui, &self.state, &mut self.rt);
         cmds.extend(panels::controls(ui, &mut self.state, &self.rt));
         panels::info_panel(ui, &mut self.state, &self.rt);
+        overlay::update(ui.ctx(), &self.state, &mut self.rt);
         cmds.extend(views::central(ui, &mut self.state, &mut self.rt));
         if self.state.show_compare {
             cmds.extend(views::compare_window(ui, &mut self.state, &mut self.rt));
@@ -937,6 +959,9 @@ impl eframe::App for App {
                 &mut self.state,
                 &mut self.rt,
             ));
+        }
+        if self.rt.grid.open {
+            grid::grid_window(ui, &mut self.state, &mut self.rt);
         }
         for c in cmds {
             self.apply(c);

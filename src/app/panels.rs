@@ -157,6 +157,9 @@ pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 if ui.checkbox(&mut cmp, "CPU vs GPU comparison").changed() {
                     out.push(Command::Compare(cmp));
                 }
+                if ui.button("What training will see…").clicked() {
+                    out.push(Command::OpenGrid);
+                }
             });
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 if ui
@@ -387,6 +390,13 @@ fn preset_ui(
         {
             out.push(Command::SamplePreset);
         }
+        if ui
+            .button("Grid…")
+            .on_hover_text("What training will see: a grid of draws of this preset")
+            .clicked()
+        {
+            out.push(Command::OpenGrid);
+        }
     });
     out
 }
@@ -405,6 +415,9 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
         for a in 0..3 {
             ui.add(
                 egui::Slider::new(&mut p.rotate_deg[a], -180.0..=180.0)
+                    // A plan drawn from a preset keeps its exact values: these sliders never round
+                    // or clamp what they did not edit.
+                    .clamping(egui::SliderClamping::Edits)
                     .step_by(0.5)
                     .max_decimals(2)
                     .suffix("°")
@@ -414,6 +427,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
     } else {
         ui.add(
             egui::Slider::new(&mut p.rotate_deg[2], -180.0..=180.0)
+                .clamping(egui::SliderClamping::Edits)
                 .step_by(0.5)
                 .max_decimals(2)
                 .suffix("°")
@@ -430,6 +444,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
     if p.scale_isotropic {
         ui.add(
             egui::Slider::new(&mut p.scale[0], 0.5..=2.0)
+                .clamping(egui::SliderClamping::Edits)
                 .logarithmic(true)
                 .max_decimals(3)
                 .text("all axes"),
@@ -439,6 +454,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
             let arr = a - (3 - nd);
             ui.add(
                 egui::Slider::new(&mut p.scale[a], 0.5..=2.0)
+                    .clamping(egui::SliderClamping::Edits)
                     .logarithmic(true)
                     .max_decimals(3)
                     .text(axis_name(rt, arr)),
@@ -451,6 +467,7 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
         let half = (shape.get(arr).copied().unwrap_or(64) / 2) as f64;
         ui.add(
             egui::Slider::new(&mut p.translate_vox[a], -half..=half)
+                .clamping(egui::SliderClamping::Edits)
                 .step_by(0.5)
                 .max_decimals(2)
                 .suffix(" vox")
@@ -465,11 +482,13 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
     ui.add_enabled_ui(p.elastic, |ui| {
         ui.add(
             egui::Slider::new(&mut p.alpha, 0.0..=2000.0)
+                .clamping(egui::SliderClamping::Edits)
                 .max_decimals(1)
                 .text("alpha"),
         );
         ui.add(
             egui::Slider::new(&mut p.sigma_vox, 1.0..=30.0)
+                .clamping(egui::SliderClamping::Edits)
                 .step_by(0.5)
                 .max_decimals(2)
                 .suffix(" vox")
@@ -855,6 +874,10 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
     ui.checkbox(&mut d.side_by_side, "original beside augmented");
     ui.checkbox(&mut d.difference, "difference map |aug − orig|");
     ui.checkbox(&mut d.crosshair, "crosshair");
+    ui.checkbox(&mut d.deformation_grid, "deformation grid")
+        .on_hover_text("the scan's voxel grid, every 8 voxels, where the transform moves it");
+    ui.checkbox(&mut d.jacobian, "Jacobian")
+        .on_hover_text("det of the sampling map, on the CPU engine: blue < 1 < red, yellow folded");
     out
 }
 

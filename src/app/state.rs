@@ -419,6 +419,10 @@ pub struct Display {
     /// Show |augmented − original| instead of the augmented image.
     pub difference: bool,
     pub crosshair: bool,
+    /// Draw the scan's voxel grid, moved by the transform, over the augmented views.
+    pub deformation_grid: bool,
+    /// Colour the augmented views by the Jacobian determinant and state the folded share.
+    pub jacobian: bool,
     /// The scan the window was last set for: reopening it keeps the window.
     pub wl_path: Option<PathBuf>,
 }
@@ -435,6 +439,8 @@ impl Default for Display {
             side_by_side: true,
             difference: false,
             crosshair: true,
+            deformation_grid: false,
+            jacobian: false,
             wl_path: None,
         }
     }

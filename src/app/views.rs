@@ -401,7 +401,17 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     };
                     match input {
                         Some(input) => {
-                            out.extend(view_ui(ui, rect, input, &mut nav, vi, active, rt.has_wgpu))
+                            out.extend(view_ui(ui, rect, input, &mut nav, vi, active, rt.has_wgpu));
+                            if !original {
+                                let at = super::overlay::At {
+                                    rect,
+                                    nav,
+                                    view: vi,
+                                    generation: rt.generation,
+                                    scan,
+                                };
+                                super::overlay::paint(ui, state, &rt.overlay, at);
+                            }
                         }
                         None => {
                             ui.painter().rect_filled(rect, 0.0, Color32::BLACK);
