@@ -5,7 +5,8 @@
 # Writes docs/explorer.png (the bundled sample, rotated with elastic on), docs/compare.png,
 # docs/export.png (the batch export dialog), docs/filter.png (a LoG after the transform) and
 # docs/febds.png (the FEBDS mask over the synthetic mammogram of the FEBDS fixtures), docs/editor.png
-# (the preset editor) and docs/code.png (Export code, TorchIO tab).
+# (the preset editor), docs/code.png (Export code, TorchIO tab), docs/grid.png (the grid of draws)
+# and docs/jacobian.png (the deformation grid and Jacobian overlays).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/augscope}
@@ -78,5 +79,17 @@ kill $APP; wait $APP 2>/dev/null || true
 start "$SHOT;code=1"
 sleep 12
 import -window root docs/code.png
+kill $APP; wait $APP 2>/dev/null || true
+
+# What training will see: a 3x3 grid of draws of the batchgenerators preset, with histograms.
+start "rotate=0,0,0;preset=batchgenerators;grid"
+sleep 45
+import -window root docs/grid.png
+kill $APP; wait $APP 2>/dev/null || true
+
+# The deformation grid and the Jacobian (folded voxels in yellow) with a strong elastic.
+start "rotate=0,0,0;elastic=250,4;overlays"
+sleep 40
+import -window root docs/jacobian.png
 echo "wrote docs/explorer.png docs/compare.png docs/export.png docs/filter.png docs/febds.png" \
-     "docs/editor.png docs/code.png"
+     "docs/editor.png docs/code.png docs/grid.png docs/jacobian.png"

@@ -75,10 +75,19 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                     app.state.export.seed = app.state.params.seed;
                     app.rt.export.open = true;
                 }
-                // `editor`: the preset editor open; `code=K`: the code window on tab K.
+                // `editor`: the preset editor open; `code=K`: the code window on tab K; `grid`:
+                // the grid of draws; `preset=NAME`: the preset in use; `overlays`: the deformation
+                // grid and Jacobian overlays on.
                 for part in spec.split(';').map(str::trim) {
                     if part == "editor" {
                         app.apply(Command::OpenEditor);
+                    } else if part == "grid" {
+                        app.apply(Command::OpenGrid);
+                    } else if let Some(name) = part.strip_prefix("preset=") {
+                        app.state.preset = name.to_string();
+                    } else if part == "overlays" {
+                        app.state.display.deformation_grid = true;
+                        app.state.display.jacobian = true;
                     } else if let Some(tab) = part.strip_prefix("code=") {
                         app.rt.code.open = true;
                         app.rt.code.from_preset = true;
