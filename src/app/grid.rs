@@ -25,7 +25,8 @@ use crate::engine::field::ElasticField;
 use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision};
 use crate::volume::Volume;
 
-use super::slices::{self, DisplaySlice};
+use super::overlay::{self, OverlayEngine, ViewOverlay};
+use super::slices::{self, DisplaySlice, ViewGeom};
 use super::state::{Params, State};
 use super::{Runtime, export};
 
@@ -48,6 +49,34 @@ pub struct GridJob {
     pub precision: Precision,
 }
 
+/// The overlays a request computes for each tile, after the tile: those the Display toggles ask
+/// for, on the plane of the view the tiles show.
+#[derive(Clone)]
+pub struct OverlaySpec {
+    /// The view whose plane the tiles show (the overlays come in its display order).
+    pub view: ViewGeom,
+    pub deformation_grid: bool,
+    pub jacobian: bool,
+}
+
+/// The overlays of one tile: the Jacobian colours and folded count, the deformation-grid lines
+/// (see [`overlay::ViewOverlay`]), in the display order of the tile.
+pub struct TileOverlay {
+    pub view: ViewOverlay,
+    texture: Option<egui::TextureHandle>,
+}
+
+impl std::fmt::Debug for TileOverlay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TileOverlay")
+            .field("width", &self.view.width)
+            .field("height", &self.view.height)
+            .field("folded", &self.view.jacobian.as_ref().map(|j| j.folded))
+            .field("grid_lines", &self.view.grid.len())
+            .finish()
+    }
+}
+
 /// What the thread sends back, each tagged with the generation it was computed for.
 #[derive(Debug)]
 pub enum GridReply {
@@ -66,6 +95,12 @@ pub enum GridReply {
         /// Why the engine is not the one asked for.
         note: Option<String>,
     },
+    /// The overlays of tile `k`, right after the tile (only when a request asks for them).
+    Overlay {
+        generation: u64,
+        k: usize,
+        overlay: TileOverlay,
+    },
     /// The realised elastic displacement (max, RMS) of draw `k`: voxels, or mm in mm space.
     Displacement {
         generation: u64,
@@ -80,21 +115,24 @@ pub enum GridReply {
 
 /// The grid's thread: requests in, replies out; `latest` is the generation that counts.
 pub struct GridWorker {
-    tx: Option<Sender<GridJob>>,
+    tx: Option<Sender<(GridJob, Option<OverlaySpec>)>>,
     rx: Receiver<GridReply>,
     latest: Arc<AtomicU64>,
     /// Tiles computed so far, over all requests (stale ones included).
     computed: Arc<AtomicUsize>,
+    /// Tile overlays computed so far, over all requests.
+    overlays: Arc<AtomicUsize>,
 }
 
 impl GridWorker {
     /// Starts the threads; `repaint` is called after every reply.
     pub fn spawn(repaint: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
-        let (tx, jobs) = channel::<GridJob>();
+        let (tx, jobs) = channel::<(GridJob, Option<OverlaySpec>)>();
         let (field_tx, field_jobs) = channel::<FieldJob>();
         let (out, rx) = channel();
         let latest = Arc::new(AtomicU64::new(0));
         let computed = Arc::new(AtomicUsize::new(0));
+        let overlays = Arc::new(AtomicUsize::new(0));
         let repaint: Arc<dyn Fn() + Send + Sync> = Arc::new(repaint);
         // The displacement of whole fields takes seconds a draw on a large scan: it runs on a
         // thread of its own, so that the tiles of a newer request never wait for it.
@@ -119,6 +157,7 @@ impl GridWorker {
         }
         let current = latest.clone();
         let counter = computed.clone();
+        let overlay_counter = overlays.clone();
         std::thread::Builder::new()
             .name("augscope-grid".into())
             .spawn(move || {
@@ -128,7 +167,7 @@ impl GridWorker {
                     while let Ok(j) = jobs.try_recv() {
                         job = j;
                     }
-                    if current.load(Ordering::SeqCst) != job.generation {
+                    if current.load(Ordering::SeqCst) != job.0.generation {
                         continue;
                     }
                     let send = |r: GridReply| {
@@ -136,8 +175,11 @@ impl GridWorker {
                         repaint();
                         !gone
                     };
+                    let (job, spec) = job;
                     let stale = || current.load(Ordering::SeqCst) != job.generation;
-                    if let Some(f) = run_job(&mut engines, &job, &send, &stale, &counter) {
+                    let counters = (&*counter, &*overlay_counter);
+                    let done = run_job(&mut engines, &job, spec.as_ref(), &send, &stale, counters);
+                    if let Some(f) = done {
                         // The field thread ends when this sender goes (with this thread).
                         let _ = field_tx.send(f);
                     }
@@ -148,16 +190,27 @@ impl GridWorker {
             rx,
             latest,
             computed,
+            overlays,
         })
     }
 
     /// Asks for `job`; any older request still running stops at its next tile.
     pub fn request(&self, job: GridJob) {
+        self.request_with_overlays(job, None);
+    }
+
+    /// Asks for `job` and, after each tile, the overlays `spec` asks for.
+    pub fn request_with_overlays(&self, job: GridJob, spec: Option<OverlaySpec>) {
         self.latest.store(job.generation, Ordering::SeqCst);
         if let Some(tx) = &self.tx {
             // The thread only ends when this sender is dropped.
-            let _ = tx.send(job);
+            let _ = tx.send((job, spec));
         }
+    }
+
+    /// Tile overlays computed so far, over all requests.
+    pub fn overlays_computed(&self) -> usize {
+        self.overlays.load(Ordering::SeqCst)
     }
 
     /// Tiles computed so far, over all requests (stale ones included).
@@ -185,6 +238,8 @@ impl Drop for GridWorker {
 #[derive(Default)]
 struct Engines {
     cpu: CpuBackend,
+    /// The overlays' computation, with its cache of unit field planes.
+    overlay: OverlayEngine,
     gpu: Option<(BackendSpec, Precision, Result<Arc<CudaBackend>, String>)>,
 }
 
@@ -269,9 +324,10 @@ struct FieldJob {
 fn run_job(
     engines: &mut Engines,
     job: &GridJob,
+    spec: Option<&OverlaySpec>,
     send: &dyn Fn(GridReply) -> bool,
     stale: &dyn Fn() -> bool,
-    computed: &AtomicUsize,
+    (computed, overlays): (&AtomicUsize, &AtomicUsize),
 ) -> Option<FieldJob> {
     let image = job.image.as_ref();
     let nd = image.ndim();
@@ -358,6 +414,32 @@ fn run_job(
         if !send(tile) {
             return None;
         }
+        if let Some(spec) = spec.filter(|s| s.jacobian || s.deformation_grid) {
+            match tile_overlay(&mut engines.overlay, job, plan, spec, stale) {
+                Ok(Some(view)) => {
+                    overlays.fetch_add(1, Ordering::SeqCst);
+                    let reply = GridReply::Overlay {
+                        generation: job.generation,
+                        k,
+                        overlay: TileOverlay {
+                            view,
+                            texture: None,
+                        },
+                    };
+                    if !send(reply) {
+                        return None;
+                    }
+                }
+                Ok(None) => return None,
+                Err(message) => {
+                    send(GridReply::Failed {
+                        generation: job.generation,
+                        message: format!("overlay: {message}"),
+                    });
+                    return None;
+                }
+            }
+        }
     }
     Some(FieldJob {
         generation: job.generation,
@@ -365,6 +447,37 @@ fn run_job(
         shape: image.shape.clone(),
         gpu,
     })
+}
+
+/// The overlays of one tile, as the augmented views compute theirs (the CPU engine's
+/// coordinates of the tile's plane and its two neighbours from the plan's map and unit field
+/// planes); `Ok(None)` when `stale()` said a newer request waits.
+fn tile_overlay(
+    engine: &mut OverlayEngine,
+    job: &GridJob,
+    plan: &Plan,
+    spec: &OverlaySpec,
+    stale: &dyn Fn() -> bool,
+) -> Result<Option<ViewOverlay>, String> {
+    let image = job.image.as_ref();
+    let mut cursor = vec![0usize; image.ndim()];
+    if let Some((axis, index)) = job.plane {
+        cursor[axis] = index;
+    }
+    let req = overlay::Request {
+        generation: job.generation,
+        plan: plan.clone(),
+        shape: image.shape.clone(),
+        spacing_mm: image.spacing_mm.clone(),
+        views: vec![spec.view.clone()],
+        cursor,
+        grid: spec.deformation_grid,
+        jacobian: spec.jacobian,
+        volume: false,
+    };
+    Ok(engine
+        .planes(&req, stale)?
+        .and_then(|p| p.views.into_iter().next()))
 }
 
 /// The displacement of every draw with elastic, one draw at a time, until `stale()`.
@@ -423,6 +536,8 @@ struct GridKey {
     plane: Option<(usize, usize)>,
     backend: BackendSpec,
     precision: Precision,
+    /// The Display toggles of the overlays: (deformation grid, Jacobian).
+    overlays: (bool, bool),
 }
 
 impl PartialEq for GridKey {
@@ -434,6 +549,7 @@ impl PartialEq for GridKey {
             && self.plane == o.plane
             && self.backend == o.backend
             && self.precision == o.precision
+            && self.overlays == o.overlays
     }
 }
 
@@ -454,6 +570,8 @@ pub struct GridRuntime {
     pub tiles: Vec<Option<Tile>>,
     /// Realised displacement (max, RMS) of draw k, for the draws with elastic.
     pub displacement: Vec<Option<(f64, f64)>>,
+    /// The overlays of tile k, once computed (only while a Display overlay toggle is on).
+    pub overlays: Vec<Option<TileOverlay>>,
     /// The plane `(axis, index)` the tiles hold (3D), `None` for a 2D image.
     pub plane: Option<(usize, usize)>,
     pub error: Option<String>,
@@ -478,6 +596,7 @@ impl Default for GridRuntime {
             samples: vec![],
             tiles: vec![],
             displacement: vec![],
+            overlays: vec![],
             plane: None,
             error: None,
             note: None,
@@ -501,7 +620,14 @@ impl GridRuntime {
         if self.error.is_some() {
             return true;
         }
-        self.samples.len() == self.n
+        let wants_overlays = self
+            .key
+            .as_ref()
+            .is_some_and(|k| k.overlays != (false, false));
+        let overlays_done = !wants_overlays
+            || (self.overlays.len() == self.n && self.overlays.iter().all(Option::is_some));
+        overlays_done
+            && self.samples.len() == self.n
             && self.tiles.len() == self.n
             && self.tiles.iter().all(Option::is_some)
             && self
@@ -521,11 +647,19 @@ impl GridRuntime {
         self.tiles.clear();
         self.samples.clear();
         self.displacement.clear();
+        self.overlays.clear();
     }
 
     /// Tiles the thread computed so far, over all requests (stale ones included).
     pub fn tiles_computed(&self) -> usize {
         self.worker.as_ref().map_or(0, GridWorker::tiles_computed)
+    }
+
+    /// Tile overlays the thread computed so far, over all requests.
+    pub fn overlays_computed(&self) -> usize {
+        self.worker
+            .as_ref()
+            .map_or(0, GridWorker::overlays_computed)
     }
 
     /// Moves the first seed past the draws shown.
@@ -570,6 +704,7 @@ impl GridRuntime {
             plane,
             backend: state.params.backend.spec(have_cuda),
             precision: state.params.precision,
+            overlays: (state.display.deformation_grid, state.display.jacobian),
         };
         if self.key.as_ref() == Some(&key) {
             return;
@@ -595,24 +730,34 @@ impl GridRuntime {
         self.samples.clear();
         self.tiles = (0..key.n).map(|_| None).collect();
         self.displacement = vec![None; key.n];
+        self.overlays = (0..key.n).map(|_| None).collect();
         self.plane = key.plane;
         self.error = None;
         self.note = None;
         self.started = Some(Instant::now());
         self.first_ms = None;
         self.last_ms = None;
+        let (deformation_grid, jacobian) = key.overlays;
+        let spec = (deformation_grid || jacobian).then(|| OverlaySpec {
+            view: scan.views[self.view].clone(),
+            deformation_grid,
+            jacobian,
+        });
         if let Some(w) = &self.worker {
-            w.request(GridJob {
-                generation: self.generation,
-                image: key.image.clone(),
-                image_key: self.image_key,
-                preset: key.preset.clone(),
-                n: key.n,
-                first_seed: key.first_seed,
-                plane: key.plane,
-                backend: key.backend.clone(),
-                precision: key.precision,
-            });
+            w.request_with_overlays(
+                GridJob {
+                    generation: self.generation,
+                    image: key.image.clone(),
+                    image_key: self.image_key,
+                    preset: key.preset.clone(),
+                    n: key.n,
+                    first_seed: key.first_seed,
+                    plane: key.plane,
+                    backend: key.backend.clone(),
+                    precision: key.precision,
+                },
+                spec,
+            );
         }
         self.key = Some(key);
     }
@@ -665,6 +810,13 @@ impl GridRuntime {
                         self.last_ms = elapsed;
                     }
                 }
+                GridReply::Overlay {
+                    generation,
+                    k,
+                    overlay,
+                } if generation == self.generation && k < self.overlays.len() => {
+                    self.overlays[k] = Some(overlay);
+                }
                 GridReply::Displacement {
                     generation,
                     k,
@@ -711,6 +863,53 @@ fn tile_image(s: &DisplaySlice, lo: f32, hi: f32) -> egui::ColorImage {
     } else {
         let gray: Vec<u8> = s.data[..n].iter().map(|&v| byte(v)).collect();
         egui::ColorImage::from_gray([s.width, s.height], &gray)
+    }
+}
+
+/// Draws a tile's overlays over its image at `rect`: the Jacobian colours (uploaded once) and
+/// the deformation-grid lines, each while its Display toggle is on.
+fn paint_tile_overlay(
+    ui: &egui::Ui,
+    display: &super::state::Display,
+    k: usize,
+    o: &mut TileOverlay,
+    rect: egui::Rect,
+) {
+    let painter = ui.painter_at(rect);
+    if display.jacobian {
+        if o.texture.is_none()
+            && let Some(image) = o.view.jacobian.as_mut().and_then(|j| j.image.take())
+        {
+            o.texture = Some(ui.ctx().load_texture(
+                format!("grid-jacobian-{k}"),
+                image,
+                egui::TextureOptions::NEAREST,
+            ));
+        }
+        if let Some(tex) = &o.texture {
+            painter.image(
+                tex.id(),
+                rect,
+                egui::Rect::from_min_max(egui::Pos2::ZERO, egui::pos2(1.0, 1.0)),
+                egui::Color32::WHITE,
+            );
+        }
+    }
+    if display.deformation_grid {
+        let (w, h) = (o.view.width.max(1) as f32, o.view.height.max(1) as f32);
+        let stroke = egui::Stroke::new(1.0, overlay::GRID_COLOUR);
+        for line in &o.view.grid {
+            let pts: Vec<egui::Pos2> = line
+                .iter()
+                .map(|t| {
+                    egui::pos2(
+                        rect.min.x + t[0] / w * rect.width(),
+                        rect.min.y + t[1] / h * rect.height(),
+                    )
+                })
+                .collect();
+            painter.add(egui::Shape::line(pts, stroke));
+        }
     }
 }
 
@@ -975,10 +1174,25 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                                                 .sense(egui::Sense::click())
                                                 .alt_text(format!("draw {k}, seed {}", t.seed)),
                                         );
+                                        let ov = g.overlays.get_mut(k).and_then(Option::as_mut);
+                                        let folded = ov
+                                            .as_ref()
+                                            .and_then(|o| o.view.jacobian.as_ref())
+                                            .filter(|_| state.display.jacobian)
+                                            .map(|j| {
+                                                format!(
+                                                    "\nplane folded {}",
+                                                    overlay::fraction_text(j.folded, j.voxels)
+                                                )
+                                            })
+                                            .unwrap_or_default();
+                                        if let Some(o) = ov {
+                                            paint_tile_overlay(ui, &state.display, k, o, r.rect);
+                                        }
                                         let tip = g
                                             .samples
                                             .get(k)
-                                            .map(|s| done_text(s, &spacing))
+                                            .map(|s| done_text(s, &spacing) + &folded)
                                             .unwrap_or_default();
                                         let r = r.on_hover_text(format!(
                                             "{tip}\n\nclick: these parameters into the views"

@@ -47,7 +47,7 @@ pub const GRID_STEP: f32 = 8.0;
 const HEADER_H: f32 = 18.0;
 /// At most this many grid levels are contoured through one cell (a folded cell may span many).
 const MAX_LEVELS_PER_CELL: i64 = 16;
-const GRID_COLOUR: Color32 = Color32::from_rgba_premultiplied(60, 230, 230, 200);
+pub(crate) const GRID_COLOUR: Color32 = Color32::from_rgba_premultiplied(60, 230, 230, 200);
 /// Colour of folded voxels (`det <= 0`).
 pub const FOLDED: Color32 = Color32::from_rgba_premultiplied(240, 220, 0, 235);
 const SHRINK: [u8; 3] = [40, 110, 255];

@@ -4,6 +4,8 @@
 //! `State::draft`, so edits are undone like the sliders; it validates as it goes with the rules
 //! and messages of loading a TOML file ([`Preset::validate`], [`Preset::check_ndim`]).
 
+use std::sync::mpsc::{Receiver, Sender, channel};
+
 use eframe::egui;
 
 use super::{Command, Runtime, State};
@@ -13,6 +15,8 @@ use crate::augment::preset::{
     ElasticSpec, FlipSpec, Preset, Range, RotateSpec, ScaleDistribution, ScaleSpec, TranslateSpec,
     Unit,
 };
+use crate::augment::{Elastic, Plan};
+use crate::engine::cpu::CpuBackend;
 use crate::export::interop::elastic_rms_vox;
 
 /// The editor window (not persisted).
@@ -21,7 +25,179 @@ pub struct EditorRuntime {
     pub open: bool,
     /// The preset as last loaded or saved: the draft differs from it when it has unsaved edits.
     pub baseline: Option<Preset>,
+    /// The realised displacement of the weakest and strongest elastic setting on the open scan.
+    pub realised: Realised,
 }
+
+/// One elastic setting on the open scan: the plan of that elastic alone, and the scan's shape.
+pub type RealisedKey = (Plan, Vec<usize>);
+
+/// The realised displacement (max, RMS; voxels) of elastic settings on the open scan, measured
+/// on a thread of its own with the CPU engine as the main views' readout does (the plan's unit
+/// field, `displacement_stats(alpha)`), one field kept per setting (by sigma, seed and shape).
+#[derive(Default)]
+pub struct Realised {
+    tx: Option<Sender<Vec<RealisedKey>>>,
+    rx: Option<Receiver<(RealisedKey, (f64, f64))>>,
+    asked: Vec<RealisedKey>,
+    /// Figures measured so far (the newest last; a few kept).
+    pub measured: Vec<(RealisedKey, (f64, f64))>,
+}
+
+impl std::fmt::Debug for Realised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Realised")
+            .field("asked", &self.asked.len())
+            .field("measured", &self.measured.len())
+            .finish()
+    }
+}
+
+/// Figures kept before the oldest go.
+const REALISED_KEPT: usize = 16;
+
+impl Realised {
+    /// The figure of `key`, once measured.
+    pub fn get(&self, key: &RealisedKey) -> Option<(f64, f64)> {
+        self.measured
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// Takes the thread's figures, and asks for those of `keys` not measured yet.
+    fn ask(&mut self, keys: &[RealisedKey], ctx: &egui::Context) {
+        if let Some(rx) = &self.rx {
+            while let Ok(m) = rx.try_recv() {
+                self.measured.push(m);
+            }
+            let extra = self.measured.len().saturating_sub(REALISED_KEPT);
+            self.measured.drain(..extra);
+        }
+        let missing: Vec<RealisedKey> = keys
+            .iter()
+            .filter(|k| self.get(k).is_none())
+            .cloned()
+            .collect();
+        // A setting asked for and still measuring is not asked again.
+        if missing.iter().all(|k| self.asked.contains(k)) {
+            return;
+        }
+        if self.tx.is_none() {
+            let (tx, jobs) = channel::<Vec<RealisedKey>>();
+            let (out, rx) = channel();
+            let ctx = ctx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("augscope-realised".into())
+                .spawn(move || measure(&jobs, &out, &|| ctx.request_repaint()));
+            if spawned.is_err() {
+                return;
+            }
+            self.tx = Some(tx);
+            self.rx = Some(rx);
+        }
+        if let Some(tx) = &self.tx {
+            // The thread ends when this sender goes.
+            let _ = tx.send(missing.clone());
+            self.asked = missing;
+        }
+    }
+}
+
+/// The thread: the newest list of settings wins (checked between settings). Setting i of a list
+/// uses engine `min(i, 1)`, whose cache keeps its unit field while only alpha changes.
+fn measure(
+    jobs: &Receiver<Vec<RealisedKey>>,
+    out: &Sender<(RealisedKey, (f64, f64))>,
+    repaint: &dyn Fn(),
+) {
+    let engines = [CpuBackend::default(), CpuBackend::default()];
+    let mut next: Option<Vec<RealisedKey>> = None;
+    loop {
+        let mut job = match next.take() {
+            Some(j) => j,
+            None => match jobs.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            },
+        };
+        while let Ok(j) = jobs.try_recv() {
+            job = j;
+        }
+        for (i, key) in job.into_iter().enumerate() {
+            let stats = realised_stats(&engines[i.min(1)], &key.0, &key.1);
+            if out.send((key, stats)).is_err() {
+                return;
+            }
+            repaint();
+            if let Ok(j) = jobs.try_recv() {
+                next = Some(j);
+                break;
+            }
+        }
+    }
+}
+
+/// The realised displacement (max, RMS) of a plan's elastic field on `shape`, as the main views'
+/// readout: `CpuBackend::field` and `displacement_stats(alpha)`; (0, 0) without a field (alpha
+/// 0).
+pub fn realised_stats(cpu: &CpuBackend, plan: &Plan, shape: &[usize]) -> (f64, f64) {
+    let alpha = plan.elastic.map_or(0.0, |e| e.alpha);
+    cpu.field(plan, shape)
+        .map_or((0.0, 0.0), |(f, _)| f.displacement_stats(alpha))
+}
+
+/// The weakest (alpha lo, sigma hi) and strongest (alpha hi, sigma lo) elastic settings of
+/// `p` on a scan of `shape` and `spacing_mm`, with the elastic noise of `seed`.
+pub fn realised_keys(
+    p: &Preset,
+    seed: u64,
+    shape: &[usize],
+    spacing_mm: &[f64],
+) -> Option<[RealisedKey; 2]> {
+    let e = p.elastic.as_ref()?;
+    let plan = |alpha: f64, sigma: f64| Plan {
+        elastic: Some(Elastic {
+            alpha,
+            sigma: sigma.max(1e-3),
+            seed,
+        }),
+        space: p.space,
+        spacing_mm: if p.space == Space::Mm {
+            spacing_mm.to_vec()
+        } else {
+            vec![]
+        },
+        ..Plan::default()
+    };
+    Some([
+        (plan(e.alpha[0], e.sigma[1]), shape.to_vec()),
+        (plan(e.alpha[1], e.sigma[0]), shape.to_vec()),
+    ])
+}
+
+/// The line the editor shows for one measured setting: voxels, and mm (with the mean voxel
+/// spacing, as the main readout) in mm space.
+pub fn realised_text(which: &str, stats: Option<(f64, f64)>, mean_mm: Option<f64>) -> String {
+    let f = super::format::num;
+    match stats {
+        None => format!("realised ({which}): measuring…"),
+        Some((max, rms)) => match mean_mm {
+            Some(mm) => format!(
+                "realised ({which}): max {} vox ({} mm) RMS {} vox ({} mm)",
+                f(max),
+                f(max * mm),
+                f(rms),
+                f(rms * mm)
+            ),
+            None => format!("realised ({which}): max {} RMS {} vox", f(max), f(rms)),
+        },
+    }
+}
+
+/// What the editor shows of the realised displacement: the two lines, once a scan is open.
+type RealisedLines = Option<[String; 2]>;
 
 impl EditorRuntime {
     /// Whether the draft holds edits that are not in a file.
@@ -157,7 +333,7 @@ fn section<T>(
     }
 }
 
-fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize) {
+fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &RealisedLines) {
     egui::Grid::new("preset-meta")
         .num_columns(2)
         .show(ui, |ui| {
@@ -294,6 +470,12 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize) {
                 "alpha / sqrt(3) · (2 sqrt(pi) sigma)^(-ndim/2): what alpha · G_sigma(U(-1, 1)) \
                  gives inside the volume; the main view shows the realised figure of its plan",
             );
+            for line in realised.iter().flatten() {
+                ui.label(line).on_hover_text(
+                    "weakest: alpha lo with sigma hi; strongest: alpha hi with sigma lo; the \
+                     length of alpha·G_sigma(noise) over the open scan's grid, with the views' seed",
+                );
+            }
         },
     );
     ui.separator();
@@ -347,6 +529,23 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
         .map_or(3, |s| s.loaded.image.ndim().clamp(2, 3));
     let mut open = rt.editor.open;
     let unsaved = rt.editor.unsaved(state);
+    let realised: RealisedLines = match (&rt.scan, state.draft.as_ref()) {
+        (Some(scan), Some(p)) => {
+            let img = &scan.loaded.image;
+            realised_keys(p, state.params.seed, &img.shape, &img.spacing_mm).map(|keys| {
+                rt.editor.realised.ask(&keys, ui.ctx());
+                let sp = &img.spacing_mm;
+                let mean_mm = (p.space == Space::Mm && !sp.is_empty())
+                    .then(|| sp.iter().map(|s| s.abs()).sum::<f64>() / sp.len() as f64);
+                let r = &rt.editor.realised;
+                [
+                    realised_text("weakest", r.get(&keys[0]), mean_mm),
+                    realised_text("strongest", r.get(&keys[1]), mean_mm),
+                ]
+            })
+        }
+        _ => None,
+    };
     egui::Window::new("Preset editor")
         .open(&mut open)
         .default_pos([360.0, 60.0])
@@ -387,7 +586,7 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
             }
             egui::ScrollArea::vertical()
                 .max_height(560.0)
-                .show(ui, |ui| editor_body(ui, p, ndim));
+                .show(ui, |ui| editor_body(ui, p, ndim, &realised));
             ui.separator();
             match p.validate().and_then(|()| p.check_ndim(ndim)) {
                 Ok(()) => {
