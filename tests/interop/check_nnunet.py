@@ -20,7 +20,7 @@ A patch smaller than the volume is the centred crop of the same map, offset by
 (shape - patch) / 2 voxels: augscope has no output-shape option, so its full output is cropped by
 that offset (even differences, so the offset is whole voxels).
 
-    /work/venvs/interop/bin/python tests/interop/check_nnunet.py [path/to/augscope]
+    VENV/bin/python tests/interop/check_nnunet.py [path/to/augscope]
 """
 import contextlib
 import importlib.util
