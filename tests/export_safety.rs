@@ -139,3 +139,39 @@ fn the_checker_sees_code_that_escapes() {
     assert!(!code[1].contains(MARK));
     assert!(code_outside_strings(&["x = (\n".into()]).is_err());
 }
+
+/// Every string of a JSON value.
+fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
+            out.push(k.clone());
+            strings(x, out);
+        }),
+        _ => {}
+    }
+}
+
+#[test]
+fn no_preset_text_becomes_a_monai_bundle_expression() {
+    // MONAI's ConfigParser evaluates strings that start with `$`, resolves `@` references and `%`
+    // macros, wherever they stand when the whole config is parsed.
+    let base = load_or_bundled("nnunet-v2".as_ref()).unwrap();
+    for sigil in ["$", "@", "%", " $", "\n$"] {
+        let name = format!("{sigil}__import__('os').system('{MARK}')");
+        let p = with_text(&base, 0, &name);
+        let json = export(&p, Target::MonaiBundle, 3).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut all = vec![];
+        strings(&v, &mut all);
+        for s in all.iter().filter(|s| s.contains(MARK)) {
+            assert!(
+                !s.starts_with(['$', '@', '%']),
+                "preset text as a bundle expression: {s:?}"
+            );
+        }
+        let back = augscope::export::interop::import_bundle(&json, "").unwrap();
+        assert_eq!(back.name, name);
+    }
+}

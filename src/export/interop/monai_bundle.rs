@@ -67,6 +67,9 @@ fn entry_json(e: &Entry) -> Value {
     Value::Object(m)
 }
 
+/// What the preset's name is stored behind in `_augscope_`.
+const NAME_PREFIX: &str = "text: ";
+
 /// The bundle config of `p` for `ndim` spatial axes, as pretty JSON.
 pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
     let pl = pipeline(p, ndim);
@@ -99,7 +102,9 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
     root.insert(
         "_augscope_".into(),
         json!({
-            "name": p.name,
+            // Prefixed, so that no preset name can start with MONAI's `$` (an expression that
+            // ConfigParser evaluates), `@` (a reference) or `%` (a macro).
+            "name": format!("{NAME_PREFIX}{}", p.name),
             "space": p.space.to_string(),
             "cval": p.sampling.cval,
             "label_order": p.sampling.label_order,
@@ -308,7 +313,8 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
     let mut preset = Preset {
         version: 1,
         name: if name.is_empty() {
-            aug_str("name").unwrap_or_default().to_string()
+            let stored = aug_str("name").unwrap_or_default();
+            stored.strip_prefix(NAME_PREFIX).unwrap_or(stored).to_string()
         } else {
             name.to_string()
         },
