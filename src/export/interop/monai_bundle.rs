@@ -314,7 +314,10 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
         version: 1,
         name: if name.is_empty() {
             let stored = aug_str("name").unwrap_or_default();
-            stored.strip_prefix(NAME_PREFIX).unwrap_or(stored).to_string()
+            stored
+                .strip_prefix(NAME_PREFIX)
+                .unwrap_or(stored)
+                .to_string()
         } else {
             name.to_string()
         },
