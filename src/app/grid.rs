@@ -255,14 +255,9 @@ impl Engines {
         };
         let fresh = !matches!(&self.gpu, Some((s, p, _)) if s == spec && *p == precision);
         if fresh {
-            let made = CudaBackend::new(ids, precision).map(Arc::new).map_err(|e| {
-                let why = match &e {
-                    EngineError::CudaUnavailable(m) => m.clone(),
-                    other => other.to_string(),
-                };
-                let first = why.lines().next().unwrap_or("").trim().to_string();
-                format!("CUDA engine unavailable ({first}); the grid uses the CPU engine")
-            });
+            let made = CudaBackend::new(ids, precision)
+                .map(Arc::new)
+                .map_err(|e| super::worker::cuda_fallback_note(&e, "the grid uses the CPU engine"));
             self.gpu = Some((spec.clone(), precision, made));
         }
         match &self.gpu {

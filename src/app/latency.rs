@@ -128,6 +128,25 @@ fn wait_for<T>(
     }
 }
 
+/// The engine choice the window makes for a `--backend` request (auto: the first CUDA device
+/// when there is one).
+fn window_choice(spec: &BackendSpec) -> BackendChoice {
+    match spec {
+        BackendSpec::Cpu => BackendChoice::Cpu,
+        BackendSpec::Cuda(ids) => BackendChoice::Cuda(ids.first().copied().unwrap_or(0)),
+        BackendSpec::Auto => BackendChoice::Auto,
+    }
+}
+
+/// `189×233×197`.
+fn shape_text(shape: &[usize]) -> String {
+    shape
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join("×")
+}
+
 /// Runs the measurement; `log` receives progress lines.
 pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<LatencyRow>, String> {
     const TIMEOUT: Duration = Duration::from_secs(600);
@@ -173,18 +192,9 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
     }
     let views = slices::views(&image);
     let cursor: Vec<usize> = image.shape.iter().map(|n| n / 2).collect();
-    let shape_txt = image
-        .shape
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join("×");
+    let shape_txt = shape_text(&image.shape);
     // The engine as the window picks it (auto: the first CUDA device when there is one).
-    let choice = match &opts.backend {
-        BackendSpec::Cpu => BackendChoice::Cpu,
-        BackendSpec::Cuda(ids) => BackendChoice::Cuda(ids.first().copied().unwrap_or(0)),
-        BackendSpec::Auto => BackendChoice::Auto,
-    };
+    let choice = window_choice(&opts.backend);
     let spec = choice.spec(!devices.devices.is_empty());
     log(&format!(
         "latency: {} ({shape_txt}), engine {spec:?}, {} timed changes per kind after {} warm-up",
@@ -338,18 +348,9 @@ pub fn grid(
         ));
     }
     let devices = crate::engine::device::discover();
-    let choice = match &opts.backend {
-        BackendSpec::Cpu => BackendChoice::Cpu,
-        BackendSpec::Cuda(ids) => BackendChoice::Cuda(ids.first().copied().unwrap_or(0)),
-        BackendSpec::Auto => BackendChoice::Auto,
-    };
+    let choice = window_choice(&opts.backend);
     let backend = choice.spec(!devices.devices.is_empty());
-    let shape_txt = image
-        .shape
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join("×");
+    let shape_txt = shape_text(&image.shape);
     let plane = Some((0, image.shape[0] / 2));
     let image = Arc::new(image);
     let side = (n as f64).sqrt().round() as usize;

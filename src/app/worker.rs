@@ -558,14 +558,9 @@ impl WorkerLoop {
         };
         let fresh = !matches!(&self.gpu, Some((s, p, _)) if s == spec && *p == precision);
         if fresh {
-            let made = CudaBackend::new(ids, precision).map(Arc::new).map_err(|e| {
-                let why = match &e {
-                    EngineError::CudaUnavailable(m) => m.clone(),
-                    other => other.to_string(),
-                };
-                let first = why.lines().next().unwrap_or("").trim().to_string();
-                format!("CUDA engine unavailable ({first}); using the CPU engine")
-            });
+            let made = CudaBackend::new(ids, precision)
+                .map(Arc::new)
+                .map_err(|e| cuda_fallback_note(&e, "using the CPU engine"));
             if made.is_ok() {
                 // Build the field kernels of every sigma now (a few seconds, once per device),
                 // so that moving sigma later never waits for NVRTC. A failure shows again, with
@@ -1197,6 +1192,17 @@ pub fn fill_volume(
         _ => None,
     };
     Ok(Some((mk(image, img), out_label, timings)))
+}
+
+/// The one line shown when a CUDA request falls back to the CPU: the first line of why, then
+/// what runs instead (`then`).
+pub fn cuda_fallback_note(e: &EngineError, then: &str) -> String {
+    let why = match e {
+        EngineError::CudaUnavailable(m) => m.clone(),
+        other => other.to_string(),
+    };
+    let first = why.lines().next().unwrap_or("").trim();
+    format!("CUDA engine unavailable ({first}); {then}")
 }
 
 #[cfg(test)]
