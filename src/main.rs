@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::engine::{self, BackendSpec, Precision};
+use augscope::export::preview::{self, Model};
 use augscope::io::{self, LoadOptions, SaveOptions};
 
 #[derive(Parser)]
@@ -247,6 +248,12 @@ struct ApplyArgs {
     /// Output type: float32 (default) or keep (the input's type).
     #[arg(long, default_value = "float32", value_parser = ["float32", "keep"])]
     dtype: String,
+    /// Preview as a training library does it: augscope (default), monai, torchio, nnunet or
+    /// batchgenerators. The library's own model runs where it differs from augscope's (TorchIO's
+    /// B-spline control grid, batchgeneratorsv2's FFT-smoothed normal noise, MONAI's chain of
+    /// resamples, grid_sample's padding), on the CPU engine.
+    #[arg(long = "as", default_value = "augscope", value_parser = |s: &str| s.parse::<Model>())]
+    model: Model,
 }
 
 fn main() -> ExitCode {
@@ -429,6 +436,13 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     if let Some(l) = &a.label_out {
         io::Format::from_path(l)?;
     }
+    if a.save_coords.is_some() && !a.model.is_own() {
+        return Err(usage(format!(
+            "--save-coords gives augscope's coordinates; {} resamples its own way (see the \
+             report's model_steps): leave out --as or --save-coords",
+            a.model.label()
+        )));
+    }
     if let Some(c) = &a.save_coords
         && !c.to_string_lossy().to_ascii_lowercase().ends_with(".npy")
     {
@@ -481,6 +495,9 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     };
     plan.validate(image.ndim())?;
 
+    if !a.model.is_own() {
+        return apply_as(&a, &image, label.as_ref(), &plan, t0, t_read);
+    }
     let mut selected = engine::cuda::select(&a.backend, a.precision);
     if let Some(note) = &selected.note {
         eprintln!("augscope: {note}");
@@ -598,11 +615,73 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
                              "total": t0.elapsed().as_secs_f64() * 1e3 },
             "displacement": disp,
             "jacobian": jacobian,
+            "model": a.model.id(),
+            "model_steps": preview::own_step(a.model).into_iter().collect::<Vec<_>>(),
         });
         let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
         io::atomic_write(p, "JSON report", |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?;
+    }
+    Ok(())
+}
+
+/// `apply --as LIBRARY`: the library's model on the CPU engine, written as `apply` writes.
+fn apply_as(
+    a: &ApplyArgs,
+    image: &augscope::Volume,
+    label: Option<&augscope::Volume>,
+    plan: &Plan,
+    t0: Instant,
+    t_read: f64,
+) -> anyhow::Result<()> {
+    if !matches!(a.backend, BackendSpec::Auto | BackendSpec::Cpu) {
+        eprintln!(
+            "augscope: {} runs on the CPU engine (--backend is not used)",
+            a.model.label()
+        );
+    }
+    let t1 = Instant::now();
+    let p = preview::preview(a.model, image, label, plan).context("the transform failed")?;
+    let t_compute = t1.elapsed().as_secs_f64() * 1e3;
+    let t2 = Instant::now();
+    io::save(
+        &a.output,
+        &p.image,
+        &SaveOptions {
+            keep_dtype: a.dtype == "keep",
+        },
+    )?;
+    if let (Some(path), Some(l)) = (&a.label_out, &p.label) {
+        io::save(path, l, &SaveOptions { keep_dtype: true })?;
+    }
+    let t_write = t2.elapsed().as_secs_f64() * 1e3;
+    if let Some(path) = &a.report {
+        let report = serde_json::json!({
+            "input": a.input, "output": a.output,
+            "label": a.label, "label_output": a.label_out,
+            "shape": image.shape, "channels": image.channels,
+            "space": plan.space, "spacing_mm": image.spacing_mm,
+            "plan": plan, "done": plan.done_list(),
+            "backend": "cpu",
+            "timings_ms": { "read": t_read, "compute": t_compute, "write": t_write,
+                             "total": t0.elapsed().as_secs_f64() * 1e3 },
+            "displacement": p.displacement.map(|(max_v, rms_v)| serde_json::json!({
+                "max_vox": max_v, "rms_vox": rms_v,
+            })),
+            "model": p.model.id(),
+            "model_steps": p.steps,
+            "control_grid": p.control_grid.as_ref().map(|g| serde_json::json!({
+                "shape": g.shape, "origin_vox": g.origin, "spacing_vox": g.spacing,
+            })),
+        });
+        let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
+        io::atomic_write(path, "JSON report", |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })?;
+    }
+    for s in &p.steps {
+        eprintln!("augscope: as {}: {s}", p.model.label());
     }
     Ok(())
 }

@@ -792,6 +792,43 @@ fn split_rows(buf: &mut [f32], n: usize, row_len: usize) -> Vec<Vec<&mut [f32]>>
     rows
 }
 
+/// Resamples `image` (and `label`, order 0, cval 0) through an explicit coordinate map and
+/// unit field (labels: order 0 and cval 0 under `label_mode`), for callers that build the map themselves (a training library's model of a
+/// transform, see `export::preview`): `x = map(q, field(q))` as in [`CoordMap::input_coord`].
+/// The outputs take the input's header; their grid is `map.out_shape`.
+pub fn resample_map(
+    image: &crate::volume::Volume,
+    label: Option<&crate::volume::Volume>,
+    map: &CoordMap,
+    field: Option<&ElasticField>,
+    sampling: (Order, Mode, f32),
+    label_mode: Mode,
+) -> (crate::volume::Volume, Option<crate::volume::Volume>) {
+    let (order, mode, cval) = sampling;
+    let n: usize = map.out_shape.iter().product();
+    let plan = Plan {
+        order,
+        mode,
+        cval,
+        ..Plan::default()
+    };
+    let coef = Coefficients::new(&image.data, &image.shape, image.channels, &plan);
+    let sampler = coef.sampler(order, mode, cval);
+    let mut out = vec![0f32; n * image.channels];
+    let lab_sampler = label.map(|l| Sampler::label(l, label_mode));
+    let mut lab_out = label.map(|l| vec![0f32; n * l.channels]);
+    let lab = lab_sampler.as_ref().zip(lab_out.as_deref_mut());
+    match map.ndim {
+        2 => resample::<2>(map, field, &sampler, &mut out, lab),
+        _ => resample::<3>(map, field, &sampler, &mut out, lab),
+    }
+    let img = super::output_volume(image, &map.out_shape, out);
+    let lab = label
+        .zip(lab_out)
+        .map(|(l, d)| super::output_volume(l, &map.out_shape, d));
+    (img, lab)
+}
+
 /// Resamples image (and label) over the whole output grid with one coordinate per voxel.
 fn resample<const D: usize>(
     map: &CoordMap,

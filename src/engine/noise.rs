@@ -43,6 +43,34 @@ pub fn noise_value(seed: u64, k: u32, i: u64) -> f32 {
     2.0 * u - 1.0
 }
 
+/// Standard normal noise for (seed, component k, linear voxel index i), the stream that the
+/// models of libraries drawing normal noise use (`export::preview`): Philox counter
+/// `(i & 0xffffffff, i >> 32, k, 1)` (the uniform noise has 0 there), first two output words
+/// `x0, x1`, `u1 = ((x0 >> 8) + 1) 2^-24` in (0, 1], `u2 = (x1 >> 8) 2^-24`, and Box-Muller
+/// `sqrt(-2 ln u1) cos(2 pi u2)` in f64, rounded to f32.
+#[inline]
+pub fn normal_value(seed: u64, k: u32, i: u64) -> f32 {
+    let key = [seed as u32, (seed >> 32) as u32];
+    let x = philox4x32_10([i as u32, (i >> 32) as u32, k, 1], key);
+    let u1 = ((x[0] >> 8) as f64 + 1.0) * (1.0 / 16_777_216.0);
+    let u2 = (x[1] >> 8) as f64 * (1.0 / 16_777_216.0);
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+/// Fills `out` with the normal noise ([`normal_value`]) of component `k` for linear indices
+/// `0..out.len()`.
+pub fn fill_normal(seed: u64, k: u32, out: &mut [f32]) {
+    const CHUNK: usize = 4096;
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(ci, chunk)| {
+            let base = (ci * CHUNK) as u64;
+            for (j, v) in chunk.iter_mut().enumerate() {
+                *v = normal_value(seed, k, base + j as u64);
+            }
+        });
+}
+
 /// Fills `out` with the noise of component `k` for linear indices `start..start + out.len()`.
 pub fn fill_noise(seed: u64, k: u32, start: u64, out: &mut [f32]) {
     const CHUNK: usize = 4096;

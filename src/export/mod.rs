@@ -8,5 +8,6 @@
 pub mod batch;
 pub mod import;
 pub mod interop;
+pub mod preview;
 
 pub use interop::{Target, export};
