@@ -6,7 +6,8 @@
 # docs/export.png (the batch export dialog), docs/filter.png (a LoG after the transform) and
 # docs/febds.png (the FEBDS mask over the synthetic mammogram of the FEBDS fixtures), docs/editor.png
 # (the preset editor), docs/code.png (Export code, TorchIO tab), docs/grid.png (the grid of draws)
-# and docs/jacobian.png (the deformation grid and Jacobian overlays).
+# docs/jacobian.png (the deformation grid and Jacobian overlays) and docs/preview_torchio.png
+# (previewing as TorchIO, its control grid drawn over the slices).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/augscope}
@@ -91,5 +92,11 @@ kill $APP; wait $APP 2>/dev/null || true
 start "rotate=0,0,0;elastic=250,4;overlays"
 sleep 40
 import -window root docs/jacobian.png
+kill $APP; wait $APP 2>/dev/null || true
+
+# Preview as TorchIO: its B-spline deformation and its control grid over the slices.
+start "rotate=10,0,0;elastic=1500,14;as=torchio"
+sleep 25
+import -window root docs/preview_torchio.png
 echo "wrote docs/explorer.png docs/compare.png docs/export.png docs/filter.png docs/febds.png" \
-     "docs/editor.png docs/code.png docs/grid.png docs/jacobian.png"
+     "docs/editor.png docs/code.png docs/grid.png docs/jacobian.png docs/preview_torchio.png"

@@ -838,6 +838,11 @@ struct BatchArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Whose model of the transform: augscope (default), monai, torchio, nnunet or
+    /// batchgenerators (see `apply --as`); a library's model runs on the CPU engine, and the
+    /// manifest names it.
+    #[arg(long = "as", default_value = "augscope", value_parser = |s: &str| s.parse::<Model>())]
+    model: Model,
     /// Inputs (.nii, .nii.gz, .npy, .png, .jpg, .tif, .dcm or a DICOM folder).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
@@ -998,7 +1003,14 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
             },
             after: a.filter_after,
         }),
+        model: a.model,
     };
+    if !a.model.is_own() && !matches!(opts.backend, BackendSpec::Auto | BackendSpec::Cpu) {
+        eprintln!(
+            "augscope: {} runs on the CPU engine (--backend is not used)",
+            a.model.label()
+        );
+    }
     let summary = match batch::run(&opts) {
         Ok(s) => s,
         Err(e) if e.is_user() => return Err(usage(e.to_string())),

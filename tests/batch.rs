@@ -76,6 +76,7 @@ fn opts(dir: &Path, img: &Path, lab: &Path, count: usize) -> BatchOptions {
         counter: Default::default(),
         writers: 2,
         filter: None,
+        model: Default::default(),
     }
 }
 

@@ -182,6 +182,7 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
         counter: counter.clone(),
         writers: 0,
         filter: export_filter(state, scan),
+        model: state.params.preview_as,
     };
     let (tx, done) = channel();
     std::thread::Builder::new()
@@ -284,6 +285,14 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                     ));
                 } else if state.params.filter.febds().is_some() {
                     ui.weak("the FEBDS overlay is not exported (the images are)");
+                }
+                let model = state.params.preview_as;
+                if !model.is_own() {
+                    ui.weak(format!(
+                        "previewing as {}: the samples are {}'s model of the transform, on the                          CPU engine (the manifest names it)",
+                        model.label(),
+                        model.label()
+                    ));
                 }
             });
             ui.separator();

@@ -238,6 +238,7 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
                 views: views.clone(),
                 slices_first: true,
                 filter: None,
+                model: Default::default(),
             };
             let t = Instant::now();
             worker.compute(c);

@@ -77,7 +77,7 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                 }
                 // `editor`: the preset editor open; `code=K`: the code window on tab K; `grid`:
                 // the grid of draws; `preset=NAME`: the preset in use; `overlays`: the deformation
-                // grid and Jacobian overlays on.
+                // grid and Jacobian overlays on; `as=MODEL`: preview as a training library.
                 for part in spec.split(';').map(str::trim) {
                     if part == "editor" {
                         app.apply(Command::OpenEditor);
@@ -88,6 +88,10 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                     } else if part == "overlays" {
                         app.state.display.deformation_grid = true;
                         app.state.display.jacobian = true;
+                    } else if let Some(m) = part.strip_prefix("as=") {
+                        if let Ok(m) = m.parse() {
+                            app.state.params.preview_as = m;
+                        }
                     } else if let Some(tab) = part.strip_prefix("code=") {
                         app.rt.code.open = true;
                         app.rt.code.from_preset = true;
@@ -786,6 +790,7 @@ impl App {
                         views: scan.views.clone(),
                         slices_first: nd == 3,
                         filter: filter.clone(),
+                        model: state.params.preview_as,
                     });
                     rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
                 }
@@ -804,6 +809,7 @@ impl App {
                 views: scan.views.clone(),
                 slices_first: false,
                 filter: None,
+                model: Default::default(),
             });
             rt.compare_sent = Some(rt.generation);
         }

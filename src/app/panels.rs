@@ -5,6 +5,7 @@ use eframe::egui::{self, RichText};
 
 use crate::augment::{Mode, Order};
 use crate::engine::Precision;
+use crate::export::preview::Model;
 
 use super::state::{BackendChoice, Colormap, FilterKind, FilterParams, FilterStage, Params, State};
 use super::{Command, Runtime};
@@ -301,7 +302,8 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                             preset_seed,
                             draft.as_ref(),
                             rt.editor.unsaved_draft(draft.as_ref()),
-                        ))
+                        ));
+                        preview_as_ui(ui, &mut params.preview_as);
                     });
                 egui::CollapsingHeader::new("Spatial transform")
                     .default_open(true)
@@ -399,6 +401,27 @@ fn preset_ui(
         }
     });
     out
+}
+
+/// "Preview as": whose model of the transform the views show.
+fn preview_as_ui(ui: &mut egui::Ui, model: &mut Model) {
+    ui.horizontal(|ui| {
+        let l = ui.label("preview as");
+        egui::ComboBox::from_id_salt("preview as")
+            .selected_text(model.label())
+            .show_ui(ui, |ui| {
+                for m in Model::ALL {
+                    ui.selectable_value(model, m, m.label());
+                }
+            })
+            .response
+            .labelled_by(l.id)
+            .on_hover_text(
+                "what the training library will really do with these parameters: its own \
+                 elastic model, resample chain and padding (checked against the library); \
+                 computed on the CPU over the whole volume",
+            );
+    });
 }
 
 fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shape: &[usize]) {
@@ -501,11 +524,12 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
                 out.push(Command::NewSeed);
             }
         });
-        let readout = rt
-            .full
-            .as_ref()
-            .filter(|f| f.generation == rt.generation)
-            .and_then(|f| f.displacement_vox);
+        let full = rt.full.as_ref().filter(|f| f.generation == rt.generation);
+        let readout = full.and_then(|f| f.displacement_vox);
+        // Previewing as a library: its own field's displacement.
+        let whose = full
+            .filter(|f| !f.model.is_own())
+            .map_or(String::new(), |f| format!(" ({})", f.model.label()));
         let mean_mm = if spacing.is_empty() {
             1.0
         } else {
@@ -514,7 +538,7 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
         match readout {
             Some((max, rms)) => {
                 ui.label(format!(
-                    "realised displacement: max {} vox ({} mm), RMS {} vox ({} mm)",
+                    "realised displacement{whose}: max {} vox ({} mm), RMS {} vox ({} mm)",
                     num2(max),
                     num2(max * mean_mm),
                     num2(rms),
@@ -878,6 +902,8 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
         .on_hover_text("the scan's voxel grid, every 8 voxels, where the transform moves it");
     ui.checkbox(&mut d.jacobian, "Jacobian")
         .on_hover_text("det of the sampling map, on the CPU engine: blue < 1 < red, yellow folded");
+    ui.checkbox(&mut d.control_grid, "TorchIO control grid")
+        .on_hover_text("while previewing as TorchIO: its B-spline control points, at rest (grey) and displaced (cyan)");
     out
 }
 
@@ -1003,6 +1029,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                                 ui.end_row();
                             }
                         });
+                        model_lines(ui, state, rt);
                     });
                 egui::CollapsingHeader::new("GPU memory")
                     .default_open(true)
@@ -1011,6 +1038,26 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                     });
             });
         });
+}
+
+/// The done list's model: which library's model the views show, and where it departs from
+/// augscope's (from the last whole volume computed with it).
+fn model_lines(ui: &mut egui::Ui, state: &State, rt: &Runtime) {
+    let model = state.params.preview_as;
+    if model == Model::Augscope {
+        return;
+    }
+    ui.label(RichText::new(format!("model: {}", model.id())).strong());
+    match &rt.full {
+        Some(f) if f.model == model => {
+            for s in &f.model_steps {
+                ui.add(egui::Label::new(RichText::new(format!("• {s}")).small()).wrap());
+            }
+        }
+        _ => {
+            ui.weak("computing the library's model…");
+        }
+    }
 }
 
 /// A displacement for display: two decimals at most, trailing zeros trimmed.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::augment::preset::Preset;
 use crate::augment::{Elastic, Mode, Order, Plan};
 use crate::engine::{BackendSpec, Precision};
+use crate::export::preview::Model;
 
 /// Every parameter of a [`Plan`], in the units a user thinks in (degrees, voxels).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,6 +32,9 @@ pub struct Params {
     pub precision: Precision,
     /// The intensity filter (or the FEBDS overlay), before or after the spatial transform.
     pub filter: FilterParams,
+    /// Whose model of the transform the views show ("Preview as"): augscope's own, or a
+    /// training library's (computed on the CPU engine over the whole volume).
+    pub preview_as: Model,
 }
 
 impl Default for Params {
@@ -51,6 +55,7 @@ impl Default for Params {
             backend: BackendChoice::Auto,
             precision: Precision::F32,
             filter: FilterParams::default(),
+            preview_as: Model::Augscope,
         }
     }
 }
@@ -322,6 +327,7 @@ impl Params {
             sigma_vox: base.sigma_vox,
             seed: base.seed,
             filter: base.filter.clone(),
+            preview_as: base.preview_as,
             ..Params::default()
         };
         for &a in &plan.flip {
@@ -423,6 +429,8 @@ pub struct Display {
     pub deformation_grid: bool,
     /// Colour the augmented views by the Jacobian determinant and state the folded share.
     pub jacobian: bool,
+    /// Draw TorchIO's control grid over the augmented views while previewing as TorchIO.
+    pub control_grid: bool,
     /// The scan the window was last set for: reopening it keeps the window.
     pub wl_path: Option<PathBuf>,
 }
@@ -441,6 +449,7 @@ impl Default for Display {
             crosshair: true,
             deformation_grid: false,
             jacobian: false,
+            control_grid: true,
             wl_path: None,
         }
     }

@@ -11,6 +11,7 @@ use super::render::{Look, SliceCallback};
 use super::slices::{DisplaySlice, ViewGeom};
 use super::state::{Colormap, State};
 use super::{Command, Nav, Runtime};
+use crate::export::preview::Model;
 
 const BACKGROUND: [f32; 4] = [0.0, 0.0, 0.0, 1.0];
 const CROSSHAIR: Color32 = Color32::from_rgba_premultiplied(230, 200, 40, 160);
@@ -411,6 +412,26 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                     scan,
                                 };
                                 super::overlay::paint(ui, state, &rt.overlay, at);
+                                if state.display.control_grid
+                                    && state.params.preview_as == Model::TorchIo
+                                    && let Some(f) = &rt.full
+                                    && f.model == Model::TorchIo
+                                    && let Some(g) = &f.control_grid
+                                {
+                                    let at = super::overlay::At {
+                                        rect,
+                                        nav,
+                                        view: vi,
+                                        generation: rt.generation,
+                                        scan,
+                                    };
+                                    super::overlay::paint_control_grid(
+                                        ui,
+                                        g,
+                                        &state.params.flip,
+                                        at,
+                                    );
+                                }
                             }
                         }
                         None => {

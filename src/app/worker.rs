@@ -24,6 +24,7 @@ use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::CudaBackend;
 use crate::engine::device::{DevicesReport, MemStats};
 use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Timings};
+use crate::export::preview::{self, ControlGrid, Model};
 use crate::filter::{Boundary, FebdsMethod, Filter};
 use crate::io::{self, LoadOptions};
 use crate::volume::Volume;
@@ -86,6 +87,9 @@ pub struct Compute {
     pub slices_first: bool,
     /// The intensity filter, before or after the transform.
     pub filter: Option<FilterStep>,
+    /// Whose model of the transform: augscope's own (engine, slice path) or a training
+    /// library's (CPU, whole volume).
+    pub model: Model,
 }
 
 /// Planes of the augmented image (and label) through one cursor.
@@ -113,6 +117,11 @@ pub struct FullResult {
     pub displacement_vox: Option<(f64, f64)>,
     /// The intensity filter that ran (before or after the transform).
     pub filter: Option<FilterReport>,
+    /// The model that ran and what it did differently from augscope's (empty for augscope's).
+    pub model: Model,
+    pub model_steps: Vec<String>,
+    /// TorchIO's control grid, for drawing over the views.
+    pub control_grid: Option<Arc<ControlGrid>>,
 }
 
 /// FEBDS masks of planes on screen.
@@ -355,13 +364,15 @@ impl FilterCache {
 
 /// A transformed volume as the engine returned it, before the "after" filter.
 struct Transformed {
-    key: (u64, Plan, BackendSpec, Precision),
+    key: (u64, Plan, BackendSpec, Precision, Model),
     image: Arc<Volume>,
     label: Option<Arc<Volume>>,
     timings: Timings,
     backend: String,
     note: Option<String>,
     displacement_vox: Option<(f64, f64)>,
+    model_steps: Vec<String>,
+    control_grid: Option<Arc<ControlGrid>>,
 }
 
 /// Runs `step`'s filter over the whole of `src` (channels filtered one by one) on the engine
@@ -639,12 +650,20 @@ impl WorkerLoop {
         if after.is_none() {
             self.transformed = None;
         }
-        let transform_key = (image_key, c.plan.clone(), c.backend.clone(), c.precision);
+        let transform_key = (
+            image_key,
+            c.plan.clone(),
+            c.backend.clone(),
+            c.precision,
+            c.model,
+        );
         let reuse = self
             .transformed
             .as_ref()
             .is_some_and(|t| t.key == transform_key);
-        if c.slices_first && !reuse {
+        // A library's model runs over the whole volume (its resample chains and fields have no
+        // plane path).
+        if c.slices_first && !reuse && c.model.is_own() {
             // The planes on screen first: on the GPU each is one launch over the plane with the
             // image kept on the device; on the CPU each is computed on its own.
             let slices = match &gpu {
@@ -735,6 +754,9 @@ impl WorkerLoop {
             note: transformed.note.clone(),
             displacement_vox: transformed.displacement_vox,
             filter,
+            model: c.model,
+            model_steps: transformed.model_steps.clone(),
+            control_grid: transformed.control_grid.clone(),
         }));
         if after.is_some() {
             // Kept for the next filter setting: moving a filter slider does not transform again.
@@ -755,6 +777,32 @@ impl WorkerLoop {
         label: Option<&Volume>,
         gpu: Option<&Arc<CudaBackend>>,
     ) -> Result<Option<Transformed>, String> {
+        if !c.model.is_own() {
+            self.send(Reply::Filling(c.generation));
+            let t = Instant::now();
+            let p = preview::preview(c.model, image, label, &c.plan).map_err(|e| e.to_string())?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            return Ok(Some(Transformed {
+                key: (
+                    image_key,
+                    c.plan.clone(),
+                    c.backend.clone(),
+                    c.precision,
+                    c.model,
+                ),
+                image: Arc::new(p.image),
+                label: p.label.map(Arc::new),
+                timings: Timings {
+                    total_ms: ms,
+                    ..Timings::default()
+                },
+                backend: format!("cpu ({})", c.model.label()),
+                note: None,
+                displacement_vox: p.displacement,
+                model_steps: p.steps,
+                control_grid: p.control_grid.map(Arc::new),
+            }));
+        }
         let result = match gpu {
             Some(b) => engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, image, label)
                 .map(|(img, lab, t, fallback)| {
@@ -784,13 +832,21 @@ impl WorkerLoop {
             _ => self.displacement(&c.plan, &image.shape),
         };
         Ok(Some(Transformed {
-            key: (image_key, c.plan.clone(), c.backend.clone(), c.precision),
+            key: (
+                image_key,
+                c.plan.clone(),
+                c.backend.clone(),
+                c.precision,
+                c.model,
+            ),
             image: Arc::new(img),
             label: lab.map(Arc::new),
             timings,
             backend: name,
             note: fallback,
             displacement_vox,
+            model_steps: preview::own_step(c.model).into_iter().collect(),
+            control_grid: None,
         }))
     }
 
@@ -1242,6 +1298,7 @@ mod tests {
             views: vec![],
             slices_first: false,
             filter,
+            model: Model::Augscope,
         }
     }
 

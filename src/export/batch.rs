@@ -27,6 +27,8 @@ use crate::engine::{self, BackendSpec, EngineError, Precision};
 use crate::io::{self, Format, IoError, LoadOptions, SaveOptions};
 use crate::volume::Volume;
 
+use super::preview::{self, Model};
+
 /// What a batch run needs.
 #[derive(Clone, Debug)]
 pub struct BatchOptions {
@@ -61,6 +63,9 @@ pub struct BatchOptions {
     pub writers: usize,
     /// An intensity filter for every sample (the explorer's filter panel), or none.
     pub filter: Option<BatchFilter>,
+    /// Whose model of the transform runs (`--as`): augscope's own on the selected engine, or a
+    /// training library's ([`super::preview`]) on the CPU engine.
+    pub model: Model,
 }
 
 /// An intensity filter of a batch: before the spatial transform (each input is filtered once,
@@ -434,10 +439,16 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     counter.skipped.store(skipped, Ordering::SeqCst);
     counter.todo.store(todo.len(), Ordering::SeqCst);
 
-    let selected = engine::cuda::select(&opts.backend, opts.precision);
+    // A library's model runs on the CPU engine.
+    let spec = if opts.model.is_own() {
+        opts.backend.clone()
+    } else {
+        BackendSpec::Cpu
+    };
+    let selected = engine::cuda::select(&spec, opts.precision);
     let backend_name = selected.backend.name();
     let backend_note = selected.note.clone();
-    let n_compute = match &opts.backend {
+    let n_compute = match &spec {
         BackendSpec::Cuda(ids) if backend_name.starts_with("cuda") => ids.len().max(1),
         _ => 1,
     };
@@ -608,11 +619,37 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                         .zip(&samples)
                         .map(|((_, img, lab, _), sample)| (&sample.plan, &**img, lab.as_deref()))
                         .collect();
-                    let results = engine::cuda::apply_many_new_with_fallback(backend, &work);
+                    // What the library's model does differently, per sample (`model_steps`).
+                    let mut steps: Vec<Vec<String>> = vec![];
+                    let results: Vec<_> = if opts.model.is_own() {
+                        steps.resize(
+                            work.len(),
+                            preview::own_step(opts.model).into_iter().collect(),
+                        );
+                        engine::cuda::apply_many_new_with_fallback(backend, &work)
+                    } else {
+                        work.iter()
+                            .map(|(plan, img, lab)| {
+                                match preview::preview(opts.model, img, *lab, plan) {
+                                    Ok(p) => {
+                                        steps.push(p.steps);
+                                        Ok((p.image, p.label, Default::default(), None))
+                                    }
+                                    Err(preview::PreviewError::Plan(e)) => {
+                                        Err(EngineError::Plan(e))
+                                    }
+                                    Err(e) => Err(EngineError::Shape(e.to_string())),
+                                }
+                            })
+                            .collect()
+                    };
+                    steps.resize(results.len(), vec![]);
                     // The batch's time, shared evenly by its samples.
                     let compute_ms = t.elapsed().as_secs_f64() * 1e3 / items.len() as f64;
-                    for ((item, _, _, read_ms), (sample, r)) in
-                        items.into_iter().zip(samples.into_iter().zip(results))
+                    for (((item, _, _, read_ms), (sample, r)), model_steps) in items
+                        .into_iter()
+                        .zip(samples.into_iter().zip(results))
+                        .zip(steps)
                     {
                         let (mut out, out_label, timings, oom) = match r {
                             Ok(v) => v,
@@ -648,7 +685,8 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                             "done": sample.done,
                             "drawn": sample.drawn,
                             "plan": sample.plan,
-                            "model": "augscope",
+                            "model": opts.model.id(),
+                            "model_steps": model_steps,
                             "verified_against": verified_versions(),
                             "backend": used,
                             "backend_note": oom.or_else(|| backend_note.clone()),

@@ -43,7 +43,10 @@ use crate::filter::fft;
 use crate::volume::Volume;
 
 /// Whose model of the transform to run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Model {
     /// augscope's own (DESIGN §3).
     #[default]
@@ -1056,6 +1059,59 @@ mod tests {
         assert!((k[6] - 0.197_412_7).abs() < 1e-6, "{}", k[6]);
         let s: f64 = k.iter().sum();
         assert!((s - 0.998_845_93).abs() < 1e-6, "{s}");
+    }
+
+    #[test]
+    fn nnunet_magnitude_is_the_snippets() {
+        // The nnU-Net snippet's _magnitude(400, 5, (63, 78, 66)) and _magnitude(30, 3, (40, 50)),
+        // run in Python.
+        let m = nnunet_magnitude(400.0, 5.0, &[63, 78, 66]);
+        assert!((m - 11.199_356_755_215_52).abs() < 1e-9, "{m}");
+        let m = nnunet_magnitude(30.0, 3.0, &[40, 50]);
+        assert!((m - 4.811_153_974_500_525).abs() < 1e-9, "{m}");
+    }
+
+    #[test]
+    fn torchio_grid_is_the_snippets() {
+        // RandomAlphaSigmaElastic.grid of a 66 x 78 x 63 (x, y, z) image of 3 mm voxels for alpha
+        // 400, sigma 5 (voxels), run in Python: control points (11, 12, 10) x first, max
+        // displacement 51.55430336735257 mm on every axis.
+        let (points, max) = torchio_grid([63, 78, 66], [5.0; 3], [400.0; 3], false);
+        assert_eq!(points, [10, 12, 11]);
+        for m in max {
+            assert!((m * 3.0 - 51.554_303_367_352_57).abs() < 1e-9, "{m}");
+        }
+    }
+
+    #[test]
+    fn bspline_weights_sum_to_one_inside() {
+        for (n, points) in [(66, 10), (7, 5), (1, 5)] {
+            let (g0, gs) = bspline_grid(n, points);
+            for p in 0..n {
+                let t = (p as f64 - g0) / gs;
+                let i = t.floor() - 1.0;
+                let s: f64 = (0..4).map(|k| bspline3(t - (i + k as f64))).sum();
+                assert!((s - 1.0).abs() < 1e-12);
+                assert!(
+                    i >= 0.0 && i + 3.0 <= (points - 1) as f64,
+                    "taps inside the grid"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn normal_noise_is_standard() {
+        let n = 200_000;
+        let mut v = vec![0f32; n];
+        fill_normal(7, 1, &mut v);
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
+        assert!(v.iter().all(|x| x.is_finite()));
     }
 
     #[test]
