@@ -595,9 +595,7 @@ pub fn paint_control_grid(
             }
         }
     }
-    painter.text(
-        body.left_bottom() + Vec2::new(4.0, -4.0),
-        egui::Align2::LEFT_BOTTOM,
+    let galley = painter.layout_no_wrap(
         format!(
             "TorchIO control grid {}×{}×{}, plane {}",
             grid.shape[0],
@@ -608,6 +606,13 @@ pub fn paint_control_grid(
         egui::FontId::proportional(11.0),
         CONTROL_MOVED,
     );
+    let at = body.left_bottom() + Vec2::new(4.0, -4.0 - galley.size().y);
+    painter.rect_filled(
+        Rect::from_min_size(at, galley.size()).expand(2.0),
+        2.0,
+        Color32::from_black_alpha(170),
+    );
+    painter.galley(at, galley, CONTROL_MOVED);
 }
 
 fn ramp(t: f32) -> Color32 {

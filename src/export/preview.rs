@@ -39,7 +39,6 @@ use crate::engine::boundary::Mode;
 use crate::engine::cpu::resample_map;
 use crate::engine::field::ElasticField;
 use crate::engine::noise::{fill_noise, fill_normal, noise_value};
-use crate::filter::fft;
 use crate::volume::Volume;
 
 /// Whose model of the transform to run.
@@ -468,40 +467,182 @@ fn fourier_gaussian_factors(n: usize, sigma: f64) -> Vec<f64> {
         .collect()
 }
 
-/// `real(ifftn(fourier_gaussian(fftn(x), sigma)))`: the gaussian is separable in frequency, so
-/// each axis is transformed, multiplied and transformed back along its own lines.
-fn fft_gaussian(x: &[f32], shape: &[usize], sigma: f64) -> Vec<f64> {
-    let mut data: Vec<fft::C64> = x.iter().map(|&v| [v as f64, 0.0]).collect();
-    for axis in 0..shape.len() {
-        let n = shape[axis];
-        if n <= 1 {
-            continue;
+/// The frequencies of one axis that `fourier_gaussian` keeps (factor above 1e-18: the others
+/// change no value of the result): (signed frequency `h`, factor).
+fn kept_frequencies(n: usize, sigma: f64) -> Vec<(i64, f64)> {
+    fourier_gaussian_factors(n, sigma)
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, f)| f > 1e-18)
+        .map(|(j, f)| {
+            let h = if j < n.div_ceil(2) {
+                j as i64
+            } else {
+                j as i64 - n as i64
+            };
+            (h, f)
+        })
+        .collect()
+}
+
+/// `e^{-2 pi i j h / n}` for every kept `h` (rows) and `j` in `0..n`, the angle reduced mod n.
+fn twiddles(n: usize, kept: &[(i64, f64)]) -> Vec<[f64; 2]> {
+    let mut t = Vec::with_capacity(kept.len() * n);
+    for &(h, _) in kept {
+        let h = h.rem_euclid(n as i64) as usize;
+        for j in 0..n {
+            let a = -2.0 * PI * ((j * h) % n) as f64 / n as f64;
+            t.push([a.cos(), a.sin()]);
         }
-        let inner: usize = shape[axis + 1..].iter().product();
-        let outer: usize = shape[..axis].iter().product();
-        let factors = fourier_gaussian_factors(n, sigma);
-        let plan = fft::Plan::new(n);
-        // Lines along `axis`: (outer, inner) pairs; gather, transform, scatter per outer block.
-        data.par_chunks_mut(n * inner).take(outer).for_each_init(
-            || (Vec::new(), vec![[0.0; 2]; n]),
-            |(work, line), block| {
-                for j in 0..inner {
-                    for (i, v) in line.iter_mut().enumerate() {
-                        *v = block[i * inner + j];
-                    }
-                    plan.forward(line, work);
-                    for (v, f) in line.iter_mut().zip(&factors) {
-                        *v = [v[0] * f, v[1] * f];
-                    }
-                    plan.inverse(line, work);
-                    for (i, v) in line.iter().enumerate() {
-                        block[i * inner + j] = *v;
-                    }
-                }
-            },
-        );
     }
-    data.into_iter().map(|v| v[0]).collect()
+    t
+}
+
+/// Transforms every line of `data` (shape `shape`, line along `axis`) into a line of length
+/// `m` with `f(input line, output line)`; returns the data with `shape[axis] = m`.
+fn along_axis<T: Copy + Send + Sync + Default, U: Copy + Send + Sync + Default>(
+    data: &[T],
+    shape: &mut [usize],
+    axis: usize,
+    m: usize,
+    f: impl Fn(&[T], &mut [U]) + Sync,
+) -> Vec<U> {
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut lines = vec![U::default(); outer * inner * m];
+    lines
+        .par_chunks_mut(m)
+        .enumerate()
+        .for_each_init(Vec::new, |buf: &mut Vec<T>, (l, out)| {
+            let (o, j) = (l / inner, l % inner);
+            let base = o * n * inner + j;
+            buf.clear();
+            buf.extend((0..n).map(|i| data[base + i * inner]));
+            f(buf, out);
+        });
+    let mut out = vec![U::default(); outer * inner * m];
+    out.par_chunks_mut(inner)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let (o, i) = (c / m, c % m);
+            for (j, v) in chunk.iter_mut().enumerate() {
+                *v = lines[(o * inner + j) * m + i];
+            }
+        });
+    shape[axis] = m;
+    out
+}
+
+/// `real(ifftn(fourier_gaussian(fftn(x), sigma)))` (batchgeneratorsv2's smoothing of its
+/// offsets, numpy's FFT and scipy's `fourier_gaussian`), as discrete Fourier sums restricted to
+/// the frequencies the gaussian keeps: forward along the last axis (real input) to the first,
+/// then back, each axis shrinking to its kept frequencies on the way in.
+fn fft_gaussian(x: &[f32], shape: &[usize], sigma: f64) -> Vec<f64> {
+    let nd = shape.len();
+    let kept: Vec<Vec<(i64, f64)>> = shape.iter().map(|&n| kept_frequencies(n, sigma)).collect();
+    let tw: Vec<Vec<[f64; 2]>> = shape
+        .iter()
+        .zip(&kept)
+        .map(|(&n, k)| twiddles(n, k))
+        .collect();
+    let mut cur = shape.to_vec();
+    let last = nd - 1;
+    // Along the last axis the data is real, so its spectrum is Hermitian: X(-h) = conj X(h).
+    // `partner[r]`: the kept index of -h, where there is one.
+    let hs: Vec<i64> = kept[last].iter().map(|&(h, _)| h).collect();
+    let partner: Vec<Option<usize>> = hs
+        .iter()
+        .map(|&h| hs.iter().position(|&g| g == -h && h != 0))
+        .collect();
+    // Forward, last axis: real input; each negative frequency with a partner is its conjugate.
+    let (n, k) = (shape[last], kept[last].len());
+    let mut spec: Vec<[f64; 2]> = along_axis(x, &mut cur, last, k, |line, out| {
+        for r in 0..k {
+            if hs[r] < 0 && partner[r].is_some() {
+                continue;
+            }
+            let t = &tw[last][r * n..(r + 1) * n];
+            let (mut re, mut im) = (0.0, 0.0);
+            for (v, w) in line.iter().zip(t) {
+                re += *v as f64 * w[0];
+                im += *v as f64 * w[1];
+            }
+            let f = kept[last][r].1;
+            out[r] = [re * f, im * f];
+        }
+        for r in 0..k {
+            if hs[r] < 0
+                && let Some(q) = partner[r]
+            {
+                out[r] = [out[q][0], -out[q][1]];
+            }
+        }
+    });
+    for a in (0..last).rev() {
+        let (n, k) = (shape[a], kept[a].len());
+        spec = along_axis(&spec, &mut cur, a, k, |line, out| {
+            for (r, o) in out.iter_mut().enumerate() {
+                let t = &tw[a][r * n..(r + 1) * n];
+                let (mut re, mut im) = (0.0, 0.0);
+                for (v, w) in line.iter().zip(t) {
+                    re += v[0] * w[0] - v[1] * w[1];
+                    im += v[0] * w[1] + v[1] * w[0];
+                }
+                let f = kept[a][r].1;
+                *o = [re * f, im * f];
+            }
+        });
+    }
+    // The inverse sums run over the kept frequencies of one output value: the twiddles
+    // transposed (`[j][r]`), so that they are read in order.
+    let transposed = |a: usize, weight: &dyn Fn(usize) -> f64| -> Vec<[f64; 2]> {
+        let (n, k) = (shape[a], kept[a].len());
+        let mut t = vec![[0.0; 2]; n * k];
+        for r in 0..k {
+            for j in 0..n {
+                let w = tw[a][r * n + j];
+                t[j * k + r] = [w[0] * weight(r), w[1] * weight(r)];
+            }
+        }
+        t
+    };
+    // Inverse: the conjugate twiddles, 1/n per axis.
+    for a in 0..last {
+        let (n, k) = (shape[a], kept[a].len());
+        let itw = transposed(a, &|_| 1.0);
+        spec = along_axis(&spec, &mut cur, a, n, |line, out| {
+            let s = 1.0 / n as f64;
+            for (j, o) in out.iter_mut().enumerate() {
+                let (mut re, mut im) = (0.0, 0.0);
+                for (v, w) in line.iter().zip(&itw[j * k..(j + 1) * k]) {
+                    re += v[0] * w[0] + v[1] * w[1];
+                    im += v[1] * w[0] - v[0] * w[1];
+                }
+                *o = [re * s, im * s];
+            }
+        });
+    }
+    let (n, k) = (shape[last], kept[last].len());
+    // Inverse, last axis, to real values: a frequency and its partner add twice the real part.
+    let weight: Vec<f64> = (0..k)
+        .map(|r| match (hs[r], partner[r]) {
+            (h, Some(_)) if h < 0 => 0.0,
+            (h, Some(_)) if h > 0 => 2.0,
+            _ => 1.0,
+        })
+        .collect();
+    let itw = transposed(last, &|r| weight[r]);
+    along_axis(&spec, &mut cur, last, n, |line, out: &mut [f64]| {
+        let s = 1.0 / n as f64;
+        for (j, o) in out.iter_mut().enumerate() {
+            let mut re = 0.0;
+            for (v, w) in line.iter().zip(&itw[j * k..(j + 1) * k]) {
+                re += v[0] * w[0] + v[1] * w[1];
+            }
+            *o = re * s;
+        }
+    })
 }
 
 /// batchgeneratorsv2's offsets for one draw: per component (array axis) `d`, normal noise

@@ -174,6 +174,15 @@ def nnunet_cases(rep, work):
             assert feed.fed == 1, "batchgeneratorsv2 drew no offsets"
         mine, my_lab = ours(work, img_path, lab_path, args, "nnunet", "nnunet")
         line(rep, name, mine, theirs, my_lab, their_lab)
+    sl, sl_lab = vol[vol.shape[0] // 2], lab[vol.shape[0] // 2]
+    sl_path, sl_lab_path = work.npy("nn2d", sl), work.npy("nn2d_labels", sl_lab)
+    sections, args = fixed(rot=(20.0,), scale=(1.1,), flip=[1], elastic=(80.0, 4.0, 6), ndim=2)
+    tr = CN.Trainer(work, sections, 2)
+    with FeedNormal(6) as feed:
+        theirs, their_lab = tr.run(sl, sl_lab)
+    assert feed.fed == 1, "batchgeneratorsv2 drew no offsets"
+    mine, my_lab = ours(work, sl_path, sl_lab_path, args, "nnunet", "nn2d_out")
+    line(rep, "2D rotate + scale + elastic + flip", mine, theirs, my_lab, their_lab)
 
 
 # --- TorchIO ------------------------------------------------------------------------------------
