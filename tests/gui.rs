@@ -232,6 +232,7 @@ fn latency_slice_path() {
                 views: views.clone(),
                 slices_first: true,
                 filter: None,
+                model: Default::default(),
             };
             let t = Instant::now();
             compute_slices(&cpu, &c, &image, Some(&label)).expect("slices");
@@ -644,6 +645,7 @@ fn worker_abandons_a_superseded_fill() {
         views: views.clone(),
         slices_first: true,
         filter: None,
+        model: Default::default(),
     };
     w.compute(request(1, &params));
     wait(
@@ -705,6 +707,7 @@ fn slice_path_planes_match_the_whole_volume() {
         views: views.clone(),
         slices_first: true,
         filter: None,
+        model: Default::default(),
     };
     let main = std::sync::Arc::new(CpuBackend::new());
     let (want, want_lab, _) = apply_new(main.as_ref(), &plan, &image, Some(&label)).expect("apply");

@@ -282,6 +282,8 @@ fn unit_field(shape: &[usize], sigma: f64, seed: u64, components: Vec<Vec<f32>>)
 /// `t = 0.70710678 / sigma`.
 pub fn monai_erf_kernel(sigma: f64) -> Vec<f64> {
     let tail = ((sigma * 3.0).max(0.5) + 0.5) as i64;
+    // MONAI's own literal (not 1/sqrt(2) to f64 precision).
+    #[allow(clippy::approx_constant)]
     let t = 0.707_106_78 / sigma.abs();
     (-tail..=tail)
         .map(|x| {
@@ -1097,9 +1099,9 @@ fn torchio(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Previe
         let (points, max) = torchio_grid(shape3, sigma_vox, alpha_vox, two_d);
         let count: usize = points.iter().product();
         let mut cps: Vec<Vec<f64>> = Vec::with_capacity(3);
-        for a in 0..3 {
+        for (a, &m) in max.iter().enumerate() {
             let mut c: Vec<f64> = (0..count)
-                .map(|i| max[a] * noise_value(e.seed, a as u32, i as u64) as f64)
+                .map(|i| m * noise_value(e.seed, a as u32, i as u64) as f64)
                 .collect();
             for (i, v) in c.iter_mut().enumerate() {
                 let k1 = (i / points[2]) % points[1];
