@@ -852,7 +852,7 @@ struct BatchArgs {
 enum PresetCmd {
     /// Print a preset as Python for a training pipeline.
     Export {
-        /// monai, torchio, batchgenerators, batchgenerators-json, nnunet or monai-bundle.
+        /// monai, torchio, batchgenerators, batchgenerators-json, nnunet, monai-bundle or python.
         #[arg(long, value_parser = |s: &str| s.parse::<augscope::export::Target>())]
         to: augscope::export::Target,
         /// Spatial dimensions of the pipeline: 2 or 3.

@@ -71,12 +71,13 @@ sys.stdout.write(json.dumps(out))
     Ok(serde_json::from_slice(&out.stdout).unwrap())
 }
 
-fn python_targets() -> [Target; 4] {
+fn python_targets() -> [Target; 5] {
     [
         Target::Monai,
         Target::TorchIo,
         Target::Batchgenerators,
         Target::Nnunet,
+        Target::Python,
     ]
 }
 

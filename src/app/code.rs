@@ -23,6 +23,7 @@ pub const TARGETS: &[(Target, &str)] = &[
     (Target::Batchgenerators, "batchgenerators"),
     (Target::Nnunet, "nnU-Net v2 trainer"),
     (Target::MonaiBundle, "MONAI bundle config"),
+    (Target::Python, "augscope (Python)"),
 ];
 
 /// The code window and the save-preset window (not persisted).
@@ -338,6 +339,7 @@ pub fn target_flag(t: Target) -> &'static str {
         Target::BatchgeneratorsJson => "batchgenerators-json",
         Target::Nnunet => "nnunet",
         Target::MonaiBundle => "monai-bundle",
+        Target::Python => "python",
     }
 }
 

@@ -48,6 +48,8 @@ pub enum Target {
     Nnunet,
     /// The MONAI pipeline as the transforms of a MONAI bundle config (JSON).
     MonaiBundle,
+    /// augscope's own Python package (`python/`): exact by construction.
+    Python,
 }
 
 impl std::str::FromStr for Target {
@@ -60,9 +62,10 @@ impl std::str::FromStr for Target {
             "batchgenerators-json" | "json" => Ok(Target::BatchgeneratorsJson),
             "nnunet" | "nnu-net" | "nnunetv2" => Ok(Target::Nnunet),
             "monai-bundle" | "bundle" => Ok(Target::MonaiBundle),
+            "python" | "augscope" => Ok(Target::Python),
             _ => Err(format!(
                 "unknown export target '{s}' (expected monai, torchio, batchgenerators, \
-                 batchgenerators-json, nnunet or monai-bundle)"
+                 batchgenerators-json, nnunet, monai-bundle or python)"
             )),
         }
     }
@@ -85,7 +88,35 @@ pub fn export(preset: &Preset, target: Target, ndim: usize) -> Result<String, Pr
         Target::TorchIo => torchio(preset, ndim),
         Target::Nnunet => nnunet(preset, ndim),
         Target::MonaiBundle => monai_bundle(preset, ndim),
+        Target::Python => python(preset, ndim),
     })
+}
+
+/// The preset for augscope's own Python package: the preset as data (a JSON string decoded at
+/// import, so no text of it is code) and an `augscope.Augment` over it. Nothing is translated,
+/// so nothing differs from `augscope batch` and the explorer.
+fn python(p: &Preset, ndim: usize) -> String {
+    let json = serde_json::to_string(p).unwrap_or_default();
+    // A JSON string literal is a valid Python string literal: quotes, backslashes and control
+    // characters escaped, so the text stays inside it.
+    let literal = serde_json::to_string(&json).unwrap_or_default();
+    let mut out = header(p, Target::Python, "augscope's Python package", ndim);
+    out.push_str(
+        "# augscope's own transform in the training loop: the same engine, plans and seeds as\n\
+         # `augscope batch` and the explorer, so the samples are the ones you tuned, bit for bit.\n\
+         # Install: pip install ./python (from an augscope checkout).\n\n\
+         import json\n\nimport augscope\n\n",
+    );
+    let _ = write!(
+        out,
+        "PRESET = json.loads({literal})\nNDIM = {ndim}\n\n\n\
+         def get_transform(seed=0, **kwargs):\n\
+         \x20   \"\"\"augscope.Augment over the preset: call it as t(image, label=seg, index=j, \
+         epoch=e); keyword\n\
+         \x20   arguments (backend, patch_size, patch_center, spacing, model) go to Augment.\"\"\"\n\
+         \x20   return augscope.Augment(PRESET, seed=seed, ndim=NDIM, **kwargs)\n"
+    );
+    out
 }
 
 /// A Python float literal (Rust's shortest round-trip form is Python's `repr`).
@@ -138,6 +169,7 @@ pub fn verified_against(target: Target) -> &'static str {
         Target::TorchIo => "torchio 1.2.1, torch 2.11.0, SimpleITK 2.5.7",
         Target::Batchgenerators | Target::BatchgeneratorsJson => "batchgenerators 0.25.5",
         Target::Nnunet => "nnunetv2 2.8.1, batchgeneratorsv2 0.3.6, torch 2.11.0",
+        Target::Python => "augscope's Python package, the CLI's engine",
     }
 }
 
@@ -174,11 +206,19 @@ fn header(p: &Preset, target: Target, what: &str, ndim: usize) -> String {
         env!("CARGO_PKG_VERSION"),
         comment_text(name)
     );
-    let _ = writeln!(
-        s,
-        "# Verified against: {} (the fixed-value cases of augscope's interop checks).",
-        verified_against(target)
-    );
+    if target == Target::Python {
+        let _ = writeln!(
+            s,
+            "# Verified against: {} (its pytest suite runs every plan against the CLI).",
+            verified_against(target)
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "# Verified against: {} (the fixed-value cases of augscope's interop checks).",
+            verified_against(target)
+        );
+    }
     if !p.source.is_empty() {
         let _ = writeln!(s, "# Preset source: {}", comment_text(&p.source));
     }

@@ -1,0 +1,378 @@
+//! `augscope._augscope`: the Python binding of the augscope library (no second engine). The
+//! Python package around it (`python/augscope/`) handles shapes, torch tensors and seeds; this
+//! module takes float32 numpy arrays and plans as JSON, and runs the library's engine, filters
+//! and FEBDS, with the GIL released.
+//!
+//! Processes: rayon's global thread pool does not survive `fork` (DataLoader workers), so every
+//! call runs in a pool of this process, built again in a forked child. A CUDA context does not
+//! survive `fork` either: a CUDA request in a child of a process that used CUDA is refused with
+//! a clear error (use the `spawn` start method).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use augscope::augment::Plan;
+use augscope::augment::preset::{self as presets, Preset};
+use augscope::engine::{self, BackendSpec, Precision};
+use augscope::export::preview::{self, Model};
+use augscope::filter::{self as filters, Boundary, Filter};
+use augscope::{Mode, Volume};
+
+/// The thread pool of this process: (process id, pool).
+static POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+/// The process that first used CUDA.
+static CUDA_PID: Mutex<Option<u32>> = Mutex::new(None);
+/// Threads per pool (0: one per core), set by `set_threads`.
+static THREADS: Mutex<usize> = Mutex::new(0);
+
+fn pool() -> PyResult<Arc<rayon::ThreadPool>> {
+    let pid = std::process::id();
+    let mut g = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((p, pool)) = g.as_ref()
+        && *p == pid
+    {
+        return Ok(pool.clone());
+    }
+    let threads = *THREADS.lock().unwrap_or_else(|p| p.into_inner());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("augscope-{i}"))
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start augscope's threads: {e}")))?;
+    let pool = Arc::new(pool);
+    *g = Some((pid, pool.clone()));
+    Ok(pool)
+}
+
+fn backend_spec(backend: &str) -> PyResult<BackendSpec> {
+    let spec: BackendSpec = backend.parse().map_err(PyValueError::new_err)?;
+    if let BackendSpec::Cuda(_) = spec {
+        let pid = std::process::id();
+        let mut g = CUDA_PID.lock().unwrap_or_else(|p| p.into_inner());
+        match *g {
+            Some(p) if p != pid => {
+                return Err(PyRuntimeError::new_err(
+                    "augscope: CUDA was used before this process was forked, and a CUDA context \
+                     does not survive fork; start DataLoader workers with \
+                     multiprocessing_context='spawn', or run augscope on CUDA in the main process",
+                ));
+            }
+            _ => *g = Some(pid),
+        }
+    }
+    Ok(spec)
+}
+
+fn precision(p: &str) -> PyResult<Precision> {
+    p.parse().map_err(PyValueError::new_err)
+}
+
+/// A volume from a C-order float32 array: `channels` first axis is channels.
+fn volume(
+    a: &PyReadonlyArrayDyn<'_, f32>,
+    channels: bool,
+    spacing: Option<Vec<f64>>,
+) -> PyResult<Volume> {
+    let shape = a.shape().to_vec();
+    let data: Vec<f32> = match a.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => a.as_array().iter().copied().collect(),
+    };
+    let (c, spatial) = if channels {
+        if shape.len() < 2 {
+            return Err(PyValueError::new_err("channels=True needs (C, ...) arrays"));
+        }
+        (shape[0], shape[1..].to_vec())
+    } else {
+        (1, shape)
+    };
+    if !(2..=3).contains(&spatial.len()) {
+        return Err(PyValueError::new_err(format!(
+            "augscope transforms 2D and 3D grids; got spatial shape {spatial:?}"
+        )));
+    }
+    let mut v = Volume::new(data, spatial.clone(), c);
+    if let Some(s) = spacing {
+        if s.len() != spatial.len() || s.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(PyValueError::new_err(format!(
+                "spacing {s:?} must hold one positive voxel size (mm) per spatial axis {spatial:?}"
+            )));
+        }
+        v.spacing_mm = s;
+    }
+    Ok(v)
+}
+
+/// The array of a volume; with `channels`, its channel axis first (also for one channel).
+fn array<'py>(py: Python<'py>, v: Volume, channels: bool) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let mut shape = v.shape.clone();
+    if channels || v.channels > 1 {
+        shape.insert(0, v.channels);
+    }
+    let a = ArrayD::from_shape_vec(IxDyn(&shape), v.data)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok(a.into_pyarray(py))
+}
+
+fn plan_from(json: &str) -> PyResult<Plan> {
+    serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("not a plan: {e}")))
+}
+
+type Outputs<'py> = (
+    Bound<'py, PyArrayDyn<f32>>,
+    Option<Bound<'py, PyArrayDyn<f32>>>,
+    String,
+);
+
+/// Applies a plan (JSON, the `plan` of a report or manifest line) to an image (and a label map,
+/// order 0) on `backend`; returns (image, label, info JSON: backend, note, done, timings, model,
+/// model steps). `model` other than augscope runs that library's model on the CPU engine.
+#[pyfunction]
+#[pyo3(signature = (image, plan, label=None, channels=false, spacing=None, backend="cpu", precision="f32", model="augscope"))]
+#[allow(clippy::too_many_arguments)]
+fn apply<'py>(
+    py: Python<'py>,
+    image: PyReadonlyArrayDyn<'py, f32>,
+    plan: &str,
+    label: Option<PyReadonlyArrayDyn<'py, f32>>,
+    channels: bool,
+    spacing: Option<Vec<f64>>,
+    backend: &str,
+    precision: &str,
+    model: &str,
+) -> PyResult<Outputs<'py>> {
+    let img = volume(&image, channels, spacing.clone())?;
+    let lab = match &label {
+        Some(l) => {
+            let l = volume(l, false, spacing)?;
+            if l.shape != img.shape {
+                return Err(PyValueError::new_err(format!(
+                    "label shape {:?} differs from the image's spatial shape {:?}",
+                    l.shape, img.shape
+                )));
+            }
+            Some(l)
+        }
+        None => None,
+    };
+    let mut plan = plan_from(plan)?;
+    if plan.space == augscope::augment::Space::Mm && plan.spacing_mm.is_empty() {
+        plan.spacing_mm = img.spacing_mm.clone();
+    }
+    plan.validate(img.ndim())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let model: Model = model.parse().map_err(PyValueError::new_err)?;
+    let spec = backend_spec(backend)?;
+    let prec = self::precision(precision)?;
+    let pool = pool()?;
+    let result = py.detach(|| {
+        pool.install(|| -> Result<_, String> {
+            if !model.is_own() {
+                let p = preview::preview(model, &img, lab.as_ref(), &plan)
+                    .map_err(|e| e.to_string())?;
+                let info = serde_json::json!({
+                    "backend": "cpu", "note": null, "done": plan.done_list(),
+                    "model": p.model.id(), "model_steps": p.steps,
+                    "displacement_vox": p.displacement,
+                });
+                return Ok((p.image, p.label, info));
+            }
+            let selected = engine::cuda::select(&spec, prec);
+            let (out, out_lab, timings, oom) = engine::cuda::apply_new_with_fallback(
+                selected.backend.as_ref(),
+                &plan,
+                &img,
+                lab.as_ref(),
+            )
+            .map_err(|e| e.to_string())?;
+            let used = if oom.is_some() {
+                "cpu".to_string()
+            } else {
+                selected.backend.name()
+            };
+            let info = serde_json::json!({
+                "backend": used, "note": oom.or(selected.note), "done": plan.done_list(),
+                "timings_ms": timings, "model": model.id(),
+                "model_steps": preview::own_step(model).into_iter().collect::<Vec<_>>(),
+            });
+            Ok((out, out_lab, info))
+        })
+    });
+    let (out, out_lab, info) = result.map_err(PyValueError::new_err)?;
+    let out_lab = match out_lab {
+        Some(l) => Some(array(py, l, false)?),
+        None => None,
+    };
+    Ok((array(py, out, channels)?, out_lab, info.to_string()))
+}
+
+/// A preset from a bundled name, a TOML file path, TOML text, or JSON text of a dict.
+fn load_preset(spec: &str) -> PyResult<Preset> {
+    let err = |e: presets::PresetError| PyValueError::new_err(e.to_string());
+    let t = spec.trim_start();
+    if t.starts_with('{') {
+        let v: serde_json::Value = serde_json::from_str(spec)
+            .map_err(|e| PyValueError::new_err(format!("preset: {e}")))?;
+        let text = toml::to_string(&v)
+            .map_err(|e| PyValueError::new_err(format!("preset: not a TOML table: {e}")))?;
+        return Preset::parse(&text).map_err(err);
+    }
+    if spec.contains('\n') || spec.contains('=') {
+        return Preset::parse(spec).map_err(err);
+    }
+    presets::load_or_bundled(Path::new(spec)).map_err(err)
+}
+
+/// Checks a preset; returns it as JSON (what the sampler reads).
+#[pyfunction]
+fn preset(spec: &str) -> PyResult<String> {
+    let p = load_preset(spec)?;
+    serde_json::to_string(&p).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// One draw of a preset, as `augscope preset sample` and `augscope batch` draw it: (plan JSON,
+/// done list JSON, drawn values JSON).
+#[pyfunction]
+#[pyo3(signature = (preset, seed, ndim=3, spacing=None, space=None))]
+fn sample(
+    preset: &str,
+    seed: u64,
+    ndim: usize,
+    spacing: Option<Vec<f64>>,
+    space: Option<&str>,
+) -> PyResult<(String, String, String)> {
+    let mut p = load_preset(preset)?;
+    if let Some(s) = space {
+        p.space = s.parse().map_err(PyValueError::new_err)?;
+    }
+    let spacing = spacing.unwrap_or_else(|| vec![1.0; ndim]);
+    let s = p
+        .sample(seed, ndim, &spacing)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let j = |v: serde_json::Result<String>| v.map_err(|e| PyRuntimeError::new_err(e.to_string()));
+    Ok((
+        j(serde_json::to_string(&s.plan))?,
+        j(serde_json::to_string(&s.done))?,
+        j(serde_json::to_string(&s.drawn))?,
+    ))
+}
+
+/// An intensity filter (`augscope filter` names: "gaussian:2", "log:1.5", "dog:1,2",
+/// "median:3", "gamma:0.8", "contrast:1.2,0.1") over arrays of `ndim` spatial axes (leading
+/// axes: channels or batch items); returns (filtered, info JSON: backend, note).
+#[pyfunction]
+#[pyo3(signature = (image, spec, ndim, mode="reflect", cval=0.0, backend="cpu", precision="f32"))]
+#[allow(clippy::too_many_arguments)]
+fn filter<'py>(
+    py: Python<'py>,
+    image: PyReadonlyArrayDyn<'py, f32>,
+    spec: &str,
+    ndim: usize,
+    mode: &str,
+    cval: f32,
+    backend: &str,
+    precision: &str,
+) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, String)> {
+    let f: Filter = spec.parse().map_err(PyValueError::new_err)?;
+    let mode: Mode = mode.parse().map_err(PyValueError::new_err)?;
+    let full = image.shape().to_vec();
+    if ndim == 0 || ndim > full.len() {
+        return Err(PyValueError::new_err(format!(
+            "ndim {ndim} spatial axes in an array of shape {full:?}"
+        )));
+    }
+    let shape = full[full.len() - ndim..].to_vec();
+    let data: Vec<f32> = match image.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => image.as_array().iter().copied().collect(),
+    };
+    let count = data.len() / shape.iter().product::<usize>().max(1);
+    let f = f
+        .resolved(ndim, count)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let spec = backend_spec(backend)?;
+    let prec = self::precision(precision)?;
+    let pool = pool()?;
+    let b = Boundary { mode, cval };
+    let run = py
+        .detach(|| pool.install(|| filters::run(&f, b, &data, &shape, &spec, prec)))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let info = serde_json::json!({ "backend": run.backend, "note": run.note });
+    let a = ArrayD::from_shape_vec(IxDyn(&full), run.out)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((a.into_pyarray(py), info.to_string()))
+}
+
+/// The FEBDS mask (0/1) of 2D images `[..., y, x]` (12-bit intensities) with `method` dog, log
+/// or fft.
+#[pyfunction]
+#[pyo3(signature = (image, method="dog", backend="cpu", precision="f32"))]
+fn febds<'py>(
+    py: Python<'py>,
+    image: PyReadonlyArrayDyn<'py, f32>,
+    method: &str,
+    backend: &str,
+    precision: &str,
+) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, String)> {
+    let m: filters::FebdsMethod = method.parse().map_err(PyValueError::new_err)?;
+    let full = image.shape().to_vec();
+    if full.len() < 2 {
+        return Err(PyValueError::new_err("FEBDS takes 2D images [..., y, x]"));
+    }
+    let shape = full[full.len() - 2..].to_vec();
+    let data: Vec<f32> = match image.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => image.as_array().iter().copied().collect(),
+    };
+    let spec = backend_spec(backend)?;
+    let prec = self::precision(precision)?;
+    let pool = pool()?;
+    let b = Boundary {
+        mode: Mode::Reflect,
+        cval: 0.0,
+    };
+    let f = Filter::Febds(m);
+    let run = py
+        .detach(|| pool.install(|| filters::run(&f, b, &data, &shape, &spec, prec)))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let info = serde_json::json!({ "backend": run.backend, "note": run.note });
+    let a = ArrayD::from_shape_vec(IxDyn(&full), run.out)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((a.into_pyarray(py), info.to_string()))
+}
+
+/// Threads of augscope's pool in this process (0: one per core); takes effect for the next
+/// pool (a new process, or now when `rebuild`).
+#[pyfunction]
+#[pyo3(signature = (n, rebuild=true))]
+fn set_threads(n: usize, rebuild: bool) {
+    *THREADS.lock().unwrap_or_else(|p| p.into_inner()) = n;
+    if rebuild {
+        *POOL.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// The CUDA devices, as `augscope devices --json`.
+#[pyfunction]
+fn devices() -> PyResult<String> {
+    serde_json::to_string(&engine::device::discover())
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+#[pymodule]
+fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(apply, m)?)?;
+    m.add_function(wrap_pyfunction!(preset, m)?)?;
+    m.add_function(wrap_pyfunction!(sample, m)?)?;
+    m.add_function(wrap_pyfunction!(filter, m)?)?;
+    m.add_function(wrap_pyfunction!(febds, m)?)?;
+    m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
