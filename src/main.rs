@@ -966,8 +966,9 @@ fn batch(a: BatchArgs) -> anyhow::Result<()> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     {
-        // First Ctrl-C: finish the files being written, then stop. Second: stop at once (only
-        // temporary files can be left, and --resume removes them).
+        // First Ctrl-C (or SIGTERM, as Slurm and Kubernetes stop a job): finish the files being
+        // written, then stop. Second: stop at once (only temporary files can be left, and
+        // --resume removes them).
         let stop = stop.clone();
         let _ = ctrlc::set_handler(move || {
             if stop.swap(true, Ordering::SeqCst) {

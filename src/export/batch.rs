@@ -389,11 +389,14 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue; // a line torn by a kill
             };
-            let Some(out) = v.get("output").and_then(|o| o.as_str()).map(PathBuf::from) else {
+            // Outputs live in the output folder under their own names: the line's path may be
+            // relative to where an earlier run started, so only its file name counts.
+            let in_folder = |p: &str| Path::new(p).file_name().map(|n| opts.out_dir.join(n));
+            let Some(out) = v.get("output").and_then(|o| o.as_str()).and_then(in_folder) else {
                 continue;
             };
             let label_ok = match v.get("label_output").and_then(|o| o.as_str()) {
-                Some(l) => Path::new(l).is_file(),
+                Some(l) => in_folder(l).is_some_and(|l| l.is_file()),
                 None => true,
             };
             if out.is_file() && label_ok && finished.insert(out) {

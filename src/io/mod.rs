@@ -107,6 +107,18 @@ pub struct SaveOptions {
 
 /// Loads a scan by file extension.
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Volume, IoError> {
+    // Reading a FIFO, socket or device would block or never end: regular files and folders only.
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() || m.is_dir() => {}
+        Ok(_) => {
+            return Err(IoError::read(
+                "input",
+                "not a regular file or folder (a FIFO, socket or device)",
+                path,
+            ));
+        }
+        Err(e) => return Err(IoError::read("input", e.to_string(), path)),
+    }
     if dicom::is_dicom(path) {
         return dicom::read(path);
     }

@@ -1,0 +1,175 @@
+//! What a job scheduler and a shell do to augscope: SIGTERM stops a batch as Ctrl-C does (whole
+//! files only, then exit 2 with the resume hint), a resumed batch finds its finished samples
+//! whatever folder it is started from, and a FIFO given as input is refused at once instead of
+//! blocking forever.
+#![cfg(unix)]
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use augscope::Volume;
+use augscope::io::{self, LoadOptions, SaveOptions};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_augscope")
+}
+
+fn volume(dir: &Path, shape: [usize; 3]) -> PathBuf {
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n).map(|i| ((i * 7919) % 211) as f32 / 210.0).collect();
+    let p = dir.join("in.npy");
+    io::save(
+        &p,
+        &Volume::new(data, shape.to_vec(), 1),
+        &SaveOptions::default(),
+    )
+    .unwrap();
+    p
+}
+
+fn preset(dir: &Path) -> PathBuf {
+    let p = dir.join("p.toml");
+    std::fs::write(
+        &p,
+        "version = 1\nname = \"p\"\n[elastic]\np = 1.0\nalpha = [200.0, 300.0]\n\
+         sigma = [4.0, 5.0]\n[rotate]\np = 1.0\nrange_deg = [[-10, 10]]\n",
+    )
+    .unwrap();
+    p
+}
+
+fn manifest_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn sigterm_stops_a_batch_like_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path(), [56, 60, 52]);
+    let p = preset(dir.path());
+    let out = dir.path().join("out");
+    let mut child = Command::new(bin())
+        .args(["batch", "--preset"])
+        .arg(&p)
+        .args(["--count", "400", "--quiet", "--backend", "cpu", "--out"])
+        .arg(&out)
+        .arg(&img)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let manifest = out.join("manifest.jsonl");
+    let start = Instant::now();
+    while manifest_lines(&manifest).len() < 2 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the batch ended before it was stopped"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no sample written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--resume"), "{err}");
+    let lines = manifest_lines(&manifest);
+    assert!(lines.len() < 400, "stopped early");
+    for l in &lines {
+        let f = PathBuf::from(l["output"].as_str().unwrap());
+        assert_eq!(
+            io::load(&f, &LoadOptions::default()).unwrap().shape,
+            [56, 60, 52]
+        );
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary files: {leftovers:?}");
+}
+
+#[test]
+fn resume_finds_the_samples_from_another_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path(), [10, 12, 11]);
+    let p = preset(dir.path());
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let run = |cwd: &Path, out: &str, resume: bool| {
+        let mut c = Command::new(bin());
+        c.current_dir(cwd)
+            .args(["batch", "--preset"])
+            .arg(&p)
+            .args(["--count", "3", "--quiet", "--out", out])
+            .arg(&img);
+        if resume {
+            c.arg("--resume");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    run(&a, "out", false);
+    let err = run(dir.path(), "a/out", true);
+    assert!(
+        err.contains("0 samples written, 3 already done"),
+        "the relative paths of the first run still count: {err}"
+    );
+}
+
+#[test]
+fn a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("scan.nii");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for args in [
+        vec!["info".to_string(), fifo.display().to_string()],
+        vec![
+            "apply".to_string(),
+            fifo.display().to_string(),
+            dir.path().join("o.npy").display().to_string(),
+        ],
+    ] {
+        let mut child = Command::new(bin())
+            .args(&args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("augscope {args:?} blocked on a FIFO");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
