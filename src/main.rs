@@ -530,9 +530,10 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let save = SaveOptions {
         keep_dtype: a.dtype == "keep",
     };
-    io::save(&a.output, &out, &save)?;
+    let mut staged = Staged::default();
+    staged.write(&a.output, |t| io::save(t, &out, &save))?;
     if let (Some(p), Some(l)) = (&a.label_out, &out_label) {
-        io::save(p, l, &SaveOptions { keep_dtype: true })?;
+        staged.write(p, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
     }
     let mut disp = None;
     let mut jacobian = None;
@@ -588,7 +589,9 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         if let Some(p) = &a.save_coords {
             let mut shape = vec![map.ndim];
             shape.extend_from_slice(&map.out_shape);
-            io::npy::write(p, &coords, &shape, augscope::DType::F32)?;
+            staged.write(p, |t| {
+                io::npy::write(t, &coords, &shape, augscope::DType::F32)
+            })?;
         }
         if a.report.is_some() {
             // det(∂x/∂p) of the saved coordinates; mirroring (a flip) is not counted as folding.
@@ -619,11 +622,71 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             "model_steps": preview::own_step(a.model).into_iter().collect::<Vec<_>>(),
         });
         let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-        io::atomic_write(p, "JSON report", |w| {
-            std::io::Write::write_all(w, text.as_bytes())
+        staged.write(p, |t| {
+            io::atomic_write(t, "JSON report", |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })
         })?;
     }
-    Ok(())
+    staged.commit()
+}
+
+/// Outputs of one command, written all or none: each is written whole under a hidden name in
+/// its own folder, and the names are swapped in only when every output is written. Whatever is
+/// not committed is removed when this is dropped, so a failure leaves no output and replaces no
+/// existing file.
+#[derive(Default)]
+struct Staged {
+    pending: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Staged {
+    /// Where to write `path` for now (same folder and extension, so the format is the same).
+    fn path(&mut self, path: &Path) -> PathBuf {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".augscope-{}-{name}", std::process::id()));
+        self.pending.push((tmp.clone(), path.to_path_buf()));
+        tmp
+    }
+
+    /// Writes `path` through `write` at its staged name; an error names `path`.
+    fn write(
+        &mut self,
+        path: &Path,
+        write: impl FnOnce(&Path) -> Result<(), io::IoError>,
+    ) -> Result<(), io::IoError> {
+        let tmp = self.path(path);
+        write(&tmp).map_err(|e| match e {
+            io::IoError::Write { format, why, .. } => io::IoError::Write {
+                format,
+                why,
+                path: path.to_path_buf(),
+            },
+            other => other,
+        })
+    }
+
+    /// Renames every staged output into place.
+    fn commit(mut self) -> anyhow::Result<()> {
+        for (tmp, path) in std::mem::take(&mut self.pending) {
+            std::fs::rename(&tmp, &path).map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                usage(format!("cannot write {}: {e}", path.display()))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.pending {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
 }
 
 /// `apply --as LIBRARY`: the library's model on the CPU engine, written as `apply` writes.
@@ -645,15 +708,13 @@ fn apply_as(
     let p = preview::preview(a.model, image, label, plan).context("the transform failed")?;
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
     let t2 = Instant::now();
-    io::save(
-        &a.output,
-        &p.image,
-        &SaveOptions {
-            keep_dtype: a.dtype == "keep",
-        },
-    )?;
+    let mut staged = Staged::default();
+    let save = SaveOptions {
+        keep_dtype: a.dtype == "keep",
+    };
+    staged.write(&a.output, |t| io::save(t, &p.image, &save))?;
     if let (Some(path), Some(l)) = (&a.label_out, &p.label) {
-        io::save(path, l, &SaveOptions { keep_dtype: true })?;
+        staged.write(path, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
     }
     let t_write = t2.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &a.report {
@@ -676,10 +737,13 @@ fn apply_as(
             })),
         });
         let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-        io::atomic_write(path, "JSON report", |w| {
-            std::io::Write::write_all(w, text.as_bytes())
+        staged.write(path, |t| {
+            io::atomic_write(t, "JSON report", |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })
         })?;
     }
+    staged.commit()?;
     for s in &p.steps {
         eprintln!("augscope: as {}: {s}", p.model.label());
     }

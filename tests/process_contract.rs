@@ -173,3 +173,67 @@ fn a_fifo_is_refused_at_once() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
+
+#[test]
+fn apply_writes_all_its_outputs_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path(), [8, 9, 10]);
+    let out = dir.path().join("out.npy");
+    let coords = dir.path().join("c.npy");
+    let report = dir.path().join("missing").join("r.json");
+    // The last output cannot be written (its folder does not exist): no output appears.
+    let o = Command::new(bin())
+        .arg("apply")
+        .arg(&img)
+        .arg(&out)
+        .args(["--rotate", "0.1,0,0", "--save-coords"])
+        .arg(&coords)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("r.json") && !err.contains(".augscope-"),
+        "{err}"
+    );
+    assert!(!out.exists() && !coords.exists(), "no output on failure");
+    // An existing output stays as it was.
+    std::fs::write(&out, b"keep me").unwrap();
+    let o = Command::new(bin())
+        .arg("apply")
+        .arg(&img)
+        .arg(&out)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "no staged files left: {left:?}");
+    // With every path writable, all appear.
+    let report = dir.path().join("r.json");
+    let o = Command::new(bin())
+        .arg("apply")
+        .arg(&img)
+        .arg(&out)
+        .args(["--rotate", "0.1,0,0", "--save-coords"])
+        .arg(&coords)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(out.exists() && coords.exists() && report.exists());
+    assert_eq!(
+        io::load(&out, &LoadOptions::default()).unwrap().shape,
+        [8, 9, 10]
+    );
+}
