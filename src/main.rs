@@ -669,13 +669,15 @@ impl Staged {
         })
     }
 
-    /// Renames every staged output into place.
+    /// Renames every staged output into place (on a failure the outputs not yet renamed are
+    /// removed when `self` drops).
     fn commit(mut self) -> anyhow::Result<()> {
-        for (tmp, path) in std::mem::take(&mut self.pending) {
-            std::fs::rename(&tmp, &path).map_err(|e| {
+        while !self.pending.is_empty() {
+            let (tmp, path) = self.pending.remove(0);
+            if let Err(e) = std::fs::rename(&tmp, &path) {
                 let _ = std::fs::remove_file(&tmp);
-                usage(format!("cannot write {}: {e}", path.display()))
-            })?;
+                return Err(usage(format!("cannot write {}: {e}", path.display())));
+            }
         }
         Ok(())
     }
