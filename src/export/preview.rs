@@ -247,25 +247,6 @@ fn affine_only(p: &Plan) -> Plan {
     }
 }
 
-fn field_stats(components: &[Vec<f32>], alpha: &[f64]) -> (f64, f64) {
-    let n = components.first().map_or(0, |c| c.len());
-    if n == 0 {
-        return (0.0, 0.0);
-    }
-    let (max, sum) = (0..n)
-        .into_par_iter()
-        .map(|i| {
-            let s: f64 = components
-                .iter()
-                .zip(alpha)
-                .map(|(c, a)| (c[i] as f64 * a).powi(2))
-                .sum();
-            (s.sqrt(), s)
-        })
-        .reduce(|| (0.0, 0.0), |a, b| (a.0.max(b.0), a.1 + b.1));
-    (max, (sum / n as f64).sqrt())
-}
-
 fn unit_field(shape: &[usize], sigma: f64, seed: u64, components: Vec<Vec<f32>>) -> ElasticField {
     ElasticField {
         shape: shape.to_vec(),
@@ -348,7 +329,7 @@ fn monai(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Preview,
         e.seed,
         monai_field(&image.shape, e.sigma, e.seed),
     );
-    let displacement = Some(field_stats(&field.components, &[e.alpha; 3]));
+    let displacement = Some(field.displacement_stats(e.alpha));
     steps.push(format!(
         "elastic: MONAI's GaussianFilter (erf kernel truncated at 3 sigma, {} taps, not \
          normalised) smooths the noise",
@@ -753,13 +734,14 @@ fn nnunet(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Preview
     if let Some(e) = elastic {
         let magnitude = nnunet_magnitude(e.alpha, e.sigma, &image.shape);
         let comps = nnunet_field(&image.shape, e.sigma, magnitude, e.seed);
-        displacement = Some(field_stats(&comps, &[1.0; 3]));
         steps.push(format!(
             "elastic: normal noise, FFT gaussian sigma {} voxels (periodic), each component \
              scaled to max |displacement| {magnitude:.3} voxels, mean removed",
             e.sigma
         ));
-        field = Some(unit_field(&image.shape, e.sigma, e.seed, comps));
+        let f = unit_field(&image.shape, e.sigma, e.seed, comps);
+        displacement = Some(f.displacement_stats(1.0));
+        field = Some(f);
     }
     let (img, lab) = resample_map(
         image,
@@ -822,12 +804,6 @@ fn bspline_gain(n: usize, mesh: usize, locked: bool) -> f64 {
     sum / n.max(1) as f64
 }
 
-/// The snippet's `_gaussian_gain`: mean over the `n` voxels of one axis of `sum_k w(x - k)^2`
-/// (scipy's truncate-4 weights, zero outside).
-fn gaussian_gain(n: usize, sigma: f64) -> f64 {
-    mean_square_weight(n, sigma)
-}
-
 /// The snippet's `RandomAlphaSigmaElastic.grid` in augscope's axes: control points per array
 /// axis (`[z, y, x]`, a 2D image as `[1, y, x]`) and the maximum displacement, voxels per axis.
 fn torchio_grid(
@@ -849,7 +825,8 @@ fn torchio_grid(
         // TorchIO's locked borders zero its first two axes (x and y: array axes 2 and 1) only.
         ratio *= bspline_gain(shape3[a], mesh, a > 0);
         if moving {
-            ratio /= gaussian_gain(shape3[a], sigma_vox[a]);
+            // The snippet's `_gaussian_gain`: augscope's smoothing of its noise.
+            ratio /= mean_square_weight(shape3[a], sigma_vox[a]);
         }
     }
     let mut max = [0.0; 3];
@@ -1031,7 +1008,7 @@ fn itk_resample(
 fn torchio(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Preview, PreviewError> {
     let mut steps = vec![];
     let ndim = image.ndim();
-    let p = plan.clone();
+    let p = plan;
     let order = p.order;
     let (image_pad, label_pad) = match p.mode {
         Mode::Nearest => (ItkPad::Nearest, ItkPad::Nearest),
@@ -1050,12 +1027,12 @@ fn torchio(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Previe
          repeated; order 3 with mirrored coefficients) and pads beyond"
             .into(),
     );
-    let elastic = live_elastic(&p);
-    let affine = has_affine(&p);
+    let elastic = live_elastic(p);
+    let affine = has_affine(p);
     let (mut cur, mut cur_lab) = (None::<Volume>, None::<Volume>);
     if affine || elastic.is_none() {
         let first = if elastic.is_some() {
-            affine_only(&p)
+            affine_only(p)
         } else {
             p.clone()
         };
@@ -1118,7 +1095,6 @@ fn torchio(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Previe
             .map(|c| bspline_field(c, points, shape3))
             .collect();
         let comps: Vec<Vec<f32>> = if two_d { comps3[1..].to_vec() } else { comps3 };
-        displacement = Some(field_stats(&comps, &[1.0; 3]));
         let mut origin = [0.0; 3];
         let mut spacing = [0.0; 3];
         for a in 0..3 {
@@ -1156,7 +1132,8 @@ fn torchio(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Previe
             steps.push("the elastic resample pads with the image's minimum".into());
         }
         let field = unit_field(&image.shape, e.sigma, e.seed, comps);
-        let map = map_with_alpha(&flip_only(&p), &image.shape, 1.0)?;
+        displacement = Some(field.displacement_stats(1.0));
+        let map = map_with_alpha(&flip_only(p), &image.shape, 1.0)?;
         let (a, b) = itk_resample(
             &src,
             src_lab.as_ref(),
