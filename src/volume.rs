@@ -124,6 +124,14 @@ impl Volume {
         }
     }
 
+    /// The grid of a volume whose voxels live elsewhere (in device memory, for
+    /// `CudaBackend::apply_device`): shape, channels, unit spacing and no data.
+    pub fn grid(shape: Vec<usize>, channels: usize) -> Self {
+        let mut v = Volume::new(Vec::new(), vec![0; shape.len()], channels);
+        v.shape = shape;
+        v
+    }
+
     /// Number of spatial dimensions (2 or 3).
     pub fn ndim(&self) -> usize {
         self.shape.len()

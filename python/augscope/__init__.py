@@ -10,16 +10,24 @@ numpy.
     out = aug(image, label=seg, index=j, epoch=e)         # numpy arrays or CPU torch tensors
     out.image, out.label, out.plan, out.done              # the plan replays with augscope.apply
 
-Inputs: numpy arrays, or torch tensors on the CPU (read through DLPack without a copy when they
-are float32 and contiguous; outputs come back as tensors). Shapes, for `ndim` spatial axes (3 by
-default): `(Z, Y, X)`, `(C, Z, Y, X)` (every channel with the same coordinates) and batches
-`(B, C, Z, Y, X)` (item b draws index + b).
+Inputs: numpy arrays, torch tensors on the CPU (read through DLPack without a copy when they are
+float32 and contiguous) and torch (or CuPy) tensors on a GPU, read and written on the device
+through DLPack with no copy through the host; outputs come back as the input's kind, on its
+device. Shapes, for `ndim` spatial axes (3 by default): `(Z, Y, X)`, `(C, Z, Y, X)` (every channel
+with the same coordinates) and batches `(B, C, Z, Y, X)` (item b draws index + b).
+
+Devices: an explicit `device=` wins ("cpu", "cuda", "cuda:N"), else the device the tensor lives
+on, else the CPU. A GPU that runs out of memory is freed of augscope's caches and the call runs on
+the CPU engine instead, with a `CpuFallbackWarning` (and the reason in `Output.info["note"]`).
+`set_precision("f16")` sets the GPU storage precision of calls that name none.
 
 Seeds: sample `index` of epoch `epoch` uses seed `seed + index + epoch * 2**32` (mod 2**64), so a
 DataLoader gives every sample the same draw whatever its worker count; `augscope batch --seed S`
 draws sample j with seed S + j, the same plans as epoch 0 here.
 """
+import contextlib
 import json
+import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -28,7 +36,18 @@ from . import _augscope as _core
 
 __version__ = _core.__version__
 __all__ = ["Augment", "Output", "apply", "sample", "preset", "filters", "febds", "devices",
-           "set_threads", "BUNDLED"]
+           "set_threads", "set_precision", "get_precision", "memory_stats", "gpu_memory_scope",
+           "CpuFallbackWarning", "GpuOutOfMemory", "BUNDLED"]
+
+GpuOutOfMemory = _core.GpuOutOfMemory
+
+
+class CpuFallbackWarning(RuntimeWarning):
+    """A GPU call ran on the CPU engine instead (out of GPU memory, or no usable GPU). The result
+    is the CPU engine's, equal to the GPU's to f32 rounding; the message says why."""
+
+
+_PRECISION = ["f32"]
 
 BUNDLED = ("nnunet-v2", "nnunet-v1-3d", "batchgenerators")
 EPOCH_STRIDE = 1 << 32
@@ -44,17 +63,194 @@ def _is_torch(x):
     return type(x).__module__.split(".")[0] == "torch"
 
 
+def _on_gpu(x):
+    """The CUDA device index of a torch or CuPy array, else None."""
+    if x is None or isinstance(x, np.ndarray):
+        return None
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and x.device.type == "cuda":
+        return x.device.index if x.device.index is not None else 0
+    if mod == "cupy":
+        return int(x.device.id)
+    return None
+
+
+def _device(requested, x=None):
+    """The device rule: an explicit request wins, else the device `x` lives on, else the CPU.
+    Returns "cpu" or "cuda:N" ("cuda" alone names the tensor's GPU, else GPU 0)."""
+    if requested is not None and requested != "auto":
+        r = str(requested)
+        if r == "cuda":
+            g = _on_gpu(x)
+            return f"cuda:{0 if g is None else g}"
+        return r
+    g = _on_gpu(x)
+    return "cpu" if g is None else f"cuda:{g}"
+
+
+def _cuda_index(device):
+    """N of "cuda:N" (a single device), else None."""
+    if device.startswith("cuda:") and device[5:].isdigit():
+        return int(device[5:])
+    return None
+
+
+def _precision(p):
+    return _PRECISION[0] if p is None else p
+
+
+def set_precision(p):
+    """The GPU storage precision ("f32", "f16" or "bf16") of calls that pass `precision=None`
+    (the default). Compute is f32 throughout; "f16"/"bf16" halve the device memory of the image
+    and output."""
+    if p not in ("f32", "f16", "bf16"):
+        raise ValueError(f"precision {p!r}: f32, f16 or bf16")
+    _PRECISION[0] = p
+
+
+def get_precision():
+    """The precision of calls that name none (`set_precision`)."""
+    return _PRECISION[0]
+
+
+def _warn_note(info):
+    note = info.get("note") if isinstance(info, dict) else None
+    if note:
+        warnings.warn(note, CpuFallbackWarning, stacklevel=3)
+
+
+def memory_stats():
+    """augscope's memory on each CUDA device it has opened: a list of dicts with the driver's
+    `driver_free_bytes` and `driver_total_bytes`, augscope's `reserved_bytes` (caches included),
+    `allocated_bytes` (in use now), `peak_bytes`, `pinned_host_bytes` and `limit_bytes`
+    (AUGSCOPE_GPU_MEM_LIMIT). Empty before the first GPU call."""
+    return json.loads(_core.memory_stats())
+
+
+@contextlib.contextmanager
+def gpu_memory_scope():
+    """A context that frees augscope's GPU caches (the cached elastic field, work buffers, pinned
+    staging memory) when it exits, e.g. around a validation pass or before a memory-hungry step:
+
+        with augscope.gpu_memory_scope():
+            out = aug(batch)
+    """
+    try:
+        yield
+    finally:
+        _core.free_caches()
+
+
+# --- arrays in GPU memory (DLPack) --------------------------------------------------------------
+
+def _array_lib(x):
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+        return torch
+    import cupy
+    return cupy
+
+
+def _f32_dense(x):
+    """`x` as a contiguous float32 array on its device (itself when it already is)."""
+    lib = _array_lib(x)
+    if lib.__name__ == "torch":
+        x = x.detach()
+        if x.dtype != lib.float32:
+            x = x.to(lib.float32)
+        return x.contiguous()
+    return lib.ascontiguousarray(x, dtype=lib.float32)
+
+
+def _empty(like, shape):
+    lib = _array_lib(like)
+    if lib.__name__ == "torch":
+        return lib.empty(tuple(shape), dtype=lib.float32, device=like.device)
+    with lib.cuda.Device(like.device.id):
+        return lib.empty(tuple(shape), dtype=lib.float32)
+
+
+@contextlib.contextmanager
+def _on(x):
+    """The array's device as the current one (DLPack's stream handshake uses it)."""
+    lib = _array_lib(x)
+    if lib.__name__ == "torch":
+        with lib.cuda.device(x.device):
+            yield
+    else:
+        with lib.cuda.Device(x.device.id):
+            yield
+
+
+def _capsules(stream, *arrays):
+    """DLPack capsules of `arrays`, each producer asked to order its pending work before
+    augscope's stream (the DLPack `stream` handshake; no host wait)."""
+    return [None if a is None else a.__dlpack__(stream=stream) for a in arrays]
+
+
+def _label_like(lab_out, dtype_src):
+    """A float32 label map back in the label's own dtype (exact: order 0 copies values)."""
+    if dtype_src is None or dtype_src.dtype == lab_out.dtype:
+        return lab_out
+    lib = _array_lib(lab_out)
+    if lib.__name__ == "torch" and dtype_src.dtype.is_floating_point is False:
+        return lab_out.round().to(dtype_src.dtype)
+    return lab_out.astype(dtype_src.dtype) if lib.__name__ != "torch" else \
+        lab_out.to(dtype_src.dtype)
+
+
+def _apply_gpu(img, lab, plan_text, channels, spacing, index, precision, model):
+    """One plan on arrays that live on GPU `index`: (image out, label out or None, info)."""
+    if model != "augscope":
+        raise ValueError(f"model={model!r} runs on the CPU engine: pass numpy arrays or CPU "
+                         f"tensors, or model='augscope'")
+    x = _f32_dense(img)
+    plan_d = json.loads(plan_text)
+    spatial = tuple(x.shape[1:]) if channels else tuple(x.shape)
+    grid = tuple(plan_d.get("out_shape") or spatial)
+    out = _empty(x, ((x.shape[0],) if channels else ()) + grid)
+    l_in = l_out = None
+    if lab is not None:
+        l_in = _f32_dense(lab)
+        if tuple(l_in.shape) != spatial:
+            raise ValueError(f"label shape {tuple(l_in.shape)} differs from the image's spatial "
+                             f"shape {spatial}")
+        l_out = _empty(x, grid)
+    try:
+        with _on(x):
+            stream = _core.cuda_stream(index)
+            caps = _capsules(stream, x, out, l_in, l_out)
+            info = _core.apply_cuda(caps[0], caps[1], plan_text, caps[2], caps[3], channels,
+                                    spacing, index, precision)
+        return out, l_out, json.loads(info)
+    except GpuOutOfMemory as e:
+        # The engine freed its caches; the same plan on the CPU engine, brought back.
+        host = np.from_dlpack(img.detach().cpu()) if _is_torch(img) else img.get()
+        host_lab = None
+        if lab is not None:
+            host_lab = np.from_dlpack(lab.detach().cpu()) if _is_torch(lab) else lab.get()
+            host_lab = np.ascontiguousarray(host_lab, dtype=np.float32)
+        o, lo, info = _core.apply(np.ascontiguousarray(host, dtype=np.float32), plan_text,
+                                  host_lab, channels, spacing, "cpu", "f32", "augscope")
+        info = json.loads(info)
+        info["note"] = f"{e}; ran on the CPU engine"
+        lib = _array_lib(x)
+        back = (lambda a: lib.from_numpy(a).to(x.device)) if lib.__name__ == "torch" else \
+            (lambda a: lib.asarray(a))
+        return back(o), None if lo is None else back(lo), info
+
+
 def _as_numpy(x, dtype=np.float32):
     """(float32 C-order numpy array, the torch tensor it came from or None)."""
     if isinstance(x, np.ndarray):
         return np.ascontiguousarray(x, dtype=dtype), None
     if _is_torch(x):
-        if x.device.type != "cpu":
-            raise ValueError(
-                f"augscope's Python package takes numpy arrays and CPU tensors; this tensor is on "
-                f"{x.device}: pass tensor.cpu()")
-        a = np.from_dlpack(x.detach())
+        # A GPU tensor comes to the host only when the CPU engine (or another GPU) was asked for.
+        a = np.from_dlpack(x.detach().cpu())
         return np.ascontiguousarray(a, dtype=dtype), x
+    if type(x).__module__.split(".")[0] == "cupy":
+        return np.ascontiguousarray(x.get(), dtype=dtype), x
     return np.ascontiguousarray(np.asarray(x), dtype=dtype), None
 
 
@@ -63,8 +259,10 @@ def _like(a, src, dtype=None):
     if dtype is not None and a.dtype != dtype:
         a = np.rint(a).astype(dtype) if np.issubdtype(dtype, np.integer) else a.astype(dtype)
     if src is not None:
-        import torch
-        return torch.from_numpy(np.ascontiguousarray(a))
+        if _is_torch(src):
+            import torch
+            return torch.from_numpy(np.ascontiguousarray(a)).to(src.device)
+        return _array_lib(src).asarray(a)
     return a
 
 
@@ -76,6 +274,8 @@ def _dtype_of(x):
     if _is_torch(x):
         return np.dtype(str(x.dtype).replace("torch.", "")) if str(x.dtype) != "torch.bool" \
             else np.dtype(bool)
+    if type(x).__module__.split(".")[0] == "cupy":
+        return np.dtype(x.dtype)
     return np.asarray(x).dtype
 
 
@@ -93,21 +293,37 @@ def _preset_text(preset):
 
 # --- one plan -----------------------------------------------------------------------------------
 
-def apply(image, plan, label=None, *, channels=False, spacing=None, backend="cpu",
-          precision="f32", model="augscope"):
+def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
+          precision=None, model="augscope", backend=None):
     """Applies one plan (a dict or JSON: the `plan` of `augscope apply --report`, of a batch
     manifest line, of `augscope preset sample`, or of `Output.plan`) exactly as `augscope apply`
     does. `channels`: the first axis is channels. `spacing`: voxel size in mm per spatial axis
-    (needed for plans in mm space). `model`: "augscope" (default), or "monai", "torchio",
-    "nnunet" for that library's model ("Preview as"). Returns an `Output`."""
+    (needed for plans in mm space). `device`: "cpu", "cuda" or "cuda:N"; by default the device
+    the image lives on (`backend` is another name for it). `precision`: GPU storage ("f32",
+    "f16", "bf16"; default `get_precision()`). `model`: "augscope" (default), or "monai",
+    "torchio", "nnunet" for that library's model ("Preview as", CPU engine). Returns an
+    `Output`."""
+    dev = _device(device if device is not None else backend, image)
+    text = _plan_text(plan)
+    try:
+        plan_d = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"not a plan: {e}") from None
+    gpu = _on_gpu(image)
+    if gpu is not None and _cuda_index(dev) == gpu:
+        out, out_lab, info = _apply_gpu(image, label, text, channels, spacing, gpu,
+                                        _precision(precision), model)
+        _warn_note(info)
+        return Output(out, None if out_lab is None else _label_like(out_lab, label), plan_d,
+                      info.get("done", []), info)
     img, src = _as_numpy(image)
     lab = None
     if label is not None:
         lab, _ = _as_numpy(label)
-    out, out_lab, info = _core.apply(img, _plan_text(plan), lab, channels, spacing, backend,
-                                     precision, model)
+    out, out_lab, info = _core.apply(img, text, lab, channels, spacing, dev,
+                                     _precision(precision), model)
     info = json.loads(info)
-    plan_d = json.loads(_plan_text(plan))
+    _warn_note(info)
     return Output(_like(out, src), None if out_lab is None else _like(out_lab, src,
                                                                       _dtype_of(label)),
                   plan_d, info.get("done", []), info)
@@ -145,8 +361,11 @@ class Augment:
 
     preset: a bundled name (`augscope.BUNDLED`), a TOML path or text, or a dict of the TOML's
       tables. seed: the seed of sample 0 of epoch 0. ndim: spatial axes (3, or 2 for images).
-    spacing: voxel size in mm per spatial axis (presets in mm space). backend: "cpu" (default),
-      "cuda" or "cuda:N" (numpy and CPU tensors go to the GPU and back). patch_size: cut a patch
+    spacing: voxel size in mm per spatial axis (presets in mm space). device: "cpu", "cuda" or
+      "cuda:N"; by default the device the input lives on (a CUDA tensor is transformed where it
+      is; numpy arrays and CPU tensors sent to a GPU come back to the host). `backend` is another
+      name for it. precision: GPU storage, "f32", "f16" or "bf16" (default `get_precision()`).
+      patch_size: cut a patch
       of this shape in the same resample, as nnU-Net's SpatialTransform does, centred at
       `patch_center`: "centre" (the image centre), "random" (uniform within the image, drawn from
       the sample's seed) or a point in voxel indices. model: whose model of the transform
@@ -154,15 +373,15 @@ class Augment:
     """
 
     def __init__(self, preset="nnunet-v2", *, seed=0, ndim=3, spacing=None, space=None,
-                 backend="cpu", precision="f32", patch_size=None, patch_center="centre",
-                 model="augscope"):
+                 device=None, precision=None, patch_size=None, patch_center="centre",
+                 model="augscope", backend=None):
         self.preset = _preset_text(preset)
         _core.preset(self.preset)  # checked now: a bad preset fails here, not in a worker
         self.seed = int(seed)
         self.ndim = int(ndim)
         self.spacing = None if spacing is None else [float(s) for s in spacing]
         self.space = space
-        self.backend = backend
+        self.device = device if device is not None else backend
         self.precision = precision
         self.patch_size = None if patch_size is None else [int(p) for p in patch_size]
         if self.patch_size is not None and len(self.patch_size) != self.ndim:
@@ -207,6 +426,10 @@ class Augment:
         return plan, done
 
     def __call__(self, image, label=None, *, index=None, epoch=0, spacing=None):
+        dev = _device(self.device, image)
+        gpu = _on_gpu(image)
+        if gpu is not None and _cuda_index(dev) == gpu:
+            return self._call_gpu(image, label, index, epoch, spacing, gpu)
         img, src = _as_numpy(image)
         lab = None if label is None else _as_numpy(label)[0]
         lead = img.ndim - self.ndim
@@ -223,6 +446,8 @@ class Augment:
                               True, index + b, epoch, spacing) for b in range(img.shape[0])]
             image_out = np.stack([o[0] for o in outs])
             label_out = None if lab is None else np.stack([o[1] for o in outs])
+            if label_out is not None and lab.ndim == self.ndim + 2:
+                label_out = label_out[:, None]
             plans = [o[2] for o in outs]
             dones = [o[3] for o in outs]
             infos = [o[4] for o in outs]
@@ -236,12 +461,59 @@ class Augment:
                       None if label_out is None else _like(label_out, src, _dtype_of(label)),
                       plans, dones, infos)
 
+    def _lead(self, shape):
+        lead = len(shape) - self.ndim
+        if lead not in (0, 1, 2):
+            raise ValueError(
+                f"shape {tuple(shape)}: expected {self.ndim} spatial axes, with an optional "
+                f"channel axis and batch axis in front")
+        return lead
+
+    def _call_gpu(self, image, label, index, epoch, spacing, gpu):
+        """The transform on a GPU tensor, where it lives: each item read and written on the
+        device (one engine call per item; a batch's outputs are views of one tensor)."""
+        lead = self._lead(image.shape)
+        if index is None:
+            index = self._counter
+            self._counter += 1 if lead < 2 else image.shape[0]
+        spacing = spacing or self.spacing
+        prec = _precision(self.precision)
+        lab_nd = None if label is None else len(label.shape)
+
+        def item(img, lab, channels, j):
+            spatial = tuple(img.shape[1:]) if channels else tuple(img.shape)
+            plan, done = self.draw(spatial, j, epoch)
+            out, lab_out, info = _apply_gpu(img, lab, json.dumps(plan), channels, spacing, gpu,
+                                            prec, self.model)
+            _warn_note(info)
+            return out, lab_out, plan, done, info
+
+        if lead == 2:
+            outs = [item(image[b], None if label is None else _label_item(label, b, self.ndim),
+                         True, index + b) for b in range(image.shape[0])]
+            lib = _array_lib(image)
+            image_out = lib.stack([o[0] for o in outs])
+            label_out = None if label is None else lib.stack([o[1] for o in outs])
+            if label_out is not None and lab_nd == self.ndim + 2:
+                label_out = label_out[:, None]
+            plans, dones, infos = ([o[k] for o in outs] for k in (2, 3, 4))
+        else:
+            l1 = None if label is None else (label if lab_nd == self.ndim else label[0])
+            image_out, label_out, plans, dones, infos = item(image, l1, lead == 1, index)
+            if label_out is not None and lab_nd > self.ndim:
+                label_out = label_out[None]
+        if label_out is not None:
+            label_out = _label_like(label_out, label)
+        return Output(image_out, label_out, plans, dones, infos)
+
     def _one(self, img, lab, channels, index, epoch, spacing):
         spatial = img.shape[1:] if channels else img.shape
         plan, done = self.draw(spatial, index, epoch)
-        out, out_lab, info = _core.apply(img, json.dumps(plan), lab, channels, spacing,
-                                         self.backend, self.precision, self.model)
+        dev = _device(self.device)
+        out, out_lab, info = _core.apply(img, json.dumps(plan), lab, channels, spacing, dev,
+                                         _precision(self.precision), self.model)
         info = json.loads(info)
+        _warn_note(info)
         return out, out_lab, plan, done, info
 
 
@@ -253,45 +525,81 @@ def _label_item(lab, b, ndim):
 # --- filters and FEBDS --------------------------------------------------------------------------
 
 class _Filters:
-    """The intensity filters of `augscope filter`, on numpy arrays and CPU tensors of `ndim`
-    spatial axes (leading axes: channels or batch items, each filtered alone). Equal to the CLI
-    bit for bit. mode/cval: the filter boundary (scipy.ndimage names)."""
+    """The intensity filters of `augscope filter`, of `ndim` spatial axes (leading axes: channels
+    or batch items, each filtered alone), in the way medical-image-std's users call them. Equal
+    to the CLI bit for bit. Inputs: numpy arrays, CPU tensors and GPU tensors (filtered where they
+    live, no copy through the host). `device`: "cpu", "cuda" or "cuda:N"; by default where the
+    input lives. `precision`: GPU storage ("f32", "f16", "bf16"; default `get_precision()`).
+    mode/cval: the filter boundary (scipy.ndimage names)."""
 
     @staticmethod
-    def _run(image, spec, ndim, mode, cval, backend, precision):
-        a, src = _as_numpy(image)
+    def _run(image, spec, ndim, mode, cval, device, precision):
+        dev = _device(device, image)
+        prec = _precision(precision)
         if ndim is None:
-            ndim = min(a.ndim, 3)
-        out, _ = _core.filter(a, spec, int(ndim), mode, float(cval), backend, precision)
+            ndim = min(len(image.shape), 3)
+        gpu = _on_gpu(image)
+        if gpu is not None and _cuda_index(dev) == gpu:
+            return _filter_gpu(image, spec, int(ndim), mode, float(cval), gpu, prec)
+        a, src = _as_numpy(image)
+        out, info = _core.filter(a, spec, int(ndim), mode, float(cval), dev, prec)
+        _warn_note(json.loads(info))
         return _like(out, src)
 
-    def gaussian(self, image, sigma, *, ndim=None, mode="reflect", cval=0.0, backend="cpu",
-                 precision="f32"):
-        return self._run(image, "gaussian:" + _nums(sigma), ndim, mode, cval, backend, precision)
+    def gaussian(self, image, sigma, *, ndim=None, mode="reflect", cval=0.0, device=None,
+                 precision=None):
+        return self._run(image, "gaussian:" + _nums(sigma), ndim, mode, cval, device, precision)
 
-    def log(self, image, sigma, *, ndim=None, mode="reflect", cval=0.0, backend="cpu",
-            precision="f32"):
-        return self._run(image, "log:" + _nums(sigma), ndim, mode, cval, backend, precision)
+    def log(self, image, sigma, *, ndim=None, mode="reflect", cval=0.0, device=None,
+            precision=None):
+        return self._run(image, "log:" + _nums(sigma), ndim, mode, cval, device, precision)
 
-    def dog(self, image, sigma1, sigma2, *, ndim=None, mode="reflect", cval=0.0, backend="cpu",
-            precision="f32"):
+    def dog(self, image, sigma1, sigma2, *, ndim=None, mode="reflect", cval=0.0, device=None,
+            precision=None):
         return self._run(image, f"dog:{float(sigma1)!r},{float(sigma2)!r}", ndim, mode, cval,
-                         backend, precision)
+                         device, precision)
 
-    def median(self, image, size, *, ndim=None, mode="reflect", cval=0.0, backend="cpu",
-               precision="f32"):
+    def median(self, image, size, *, ndim=None, mode="reflect", cval=0.0, device=None,
+               precision=None):
         sizes = size if isinstance(size, (list, tuple)) else [size]
         return self._run(image, "median:" + ",".join(str(int(s)) for s in sizes), ndim, mode,
-                         cval, backend, precision)
+                         cval, device, precision)
 
-    def gamma(self, image, gamma, scale=1.0, *, ndim=None, backend="cpu", precision="f32"):
+    def gamma(self, image, gamma, scale=1.0, *, ndim=None, device=None, precision=None):
         return self._run(image, f"gamma:{float(gamma)!r},{float(scale)!r}", ndim, "reflect",
-                         0.0, backend, precision)
+                         0.0, device, precision)
 
-    def contrast(self, image, contrast, brightness=0.0, *, ndim=None, backend="cpu",
-                 precision="f32"):
+    def contrast(self, image, contrast, brightness=0.0, *, ndim=None, device=None,
+                 precision=None):
         return self._run(image, f"contrast:{float(contrast)!r},{float(brightness)!r}", ndim,
-                         "reflect", 0.0, backend, precision)
+                         "reflect", 0.0, device, precision)
+
+
+def _filter_gpu(image, spec, ndim, mode, cval, gpu, precision, items=False):
+    """A filter (or "febds:METHOD") on a GPU array where it lives; `items`: one call per image
+    of the leading axes (FEBDS). Falls back to the CPU engine after a GPU out-of-memory."""
+    x = _f32_dense(image)
+    out = _empty(x, x.shape)
+    try:
+        with _on(x):
+            stream = _core.cuda_stream(gpu)
+            if items and x.ndim > 2:
+                xs, os_ = x.reshape(-1, *x.shape[-2:]), out.reshape(-1, *x.shape[-2:])
+                for b in range(xs.shape[0]):
+                    ci, co = _capsules(stream, xs[b], os_[b])
+                    _core.filter_cuda(ci, co, spec, ndim, mode, cval, gpu, precision)
+            else:
+                ci, co = _capsules(stream, x, out)
+                _core.filter_cuda(ci, co, spec, ndim, mode, cval, gpu, precision)
+        return out
+    except GpuOutOfMemory as e:
+        warnings.warn(f"{e}; ran on the CPU engine", CpuFallbackWarning, stacklevel=3)
+        a, src = _as_numpy(image)
+        if spec.startswith("febds:"):
+            o, _ = _core.febds(a, spec[6:], "cpu", "f32")
+        else:
+            o, _ = _core.filter(a, spec, ndim, mode, cval, "cpu", "f32")
+        return _like(o, src)
 
 
 def _nums(v):
@@ -302,9 +610,18 @@ def _nums(v):
 filters = _Filters()
 
 
-def febds(image, method="dog", *, backend="cpu", precision="f32"):
+def febds(image, method="dog", *, device=None, precision=None, backend=None):
     """The FEBDS micro-calcification mask (0/1, float32) of 2D images `[..., y, x]` with 12-bit
-    intensities; method "dog", "log" or "fft". Equal to `augscope filter --febds` bit for bit."""
+    intensities; method "dog", "log" or "fft". Equal to `augscope filter --febds` bit for bit.
+    `device`: as for the filters (a GPU tensor is segmented where it lives: the enhancement,
+    median and gamma on the GPU, the threshold, closing and hole filling on the CPU, then the
+    mask back on the device). FEBDS computes in f32 whatever the precision."""
+    dev = _device(device if device is not None else backend, image)
+    gpu = _on_gpu(image)
+    if gpu is not None and _cuda_index(dev) == gpu:
+        return _filter_gpu(image, "febds:" + method, 2, "reflect", 0.0, gpu,
+                           _precision(precision), items=True)
     a, src = _as_numpy(image)
-    out, _ = _core.febds(a, method, backend, precision)
+    out, info = _core.febds(a, method, dev, _precision(precision))
+    _warn_note(json.loads(info))
     return _like(out, src)

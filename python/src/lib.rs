@@ -3,6 +3,10 @@
 //! module takes float32 numpy arrays and plans as JSON, and runs the library's engine, filters
 //! and FEBDS, with the GIL released.
 //!
+//! Device memory: torch (or CuPy) tensors on a GPU come in as DLPack capsules (`__dlpack__`,
+//! asked to order the producer's stream before augscope's, [`cuda_stream`]); the engine reads and
+//! writes them where they are, with no copy through the host.
+//!
 //! Processes: rayon's global thread pool does not survive `fork` (DataLoader workers), so every
 //! call runs in a pool of this process, built again in a forked child. A CUDA context does not
 //! survive `fork` either: a CUDA request in a child of a process that used CUDA is refused with
@@ -18,10 +22,28 @@ use pyo3::prelude::*;
 
 use augscope::augment::Plan;
 use augscope::augment::preset::{self as presets, Preset};
-use augscope::engine::{self, BackendSpec, Precision};
+use augscope::engine::cuda::{CudaBackend, DeviceArrays};
+use augscope::engine::{self, BackendSpec, EngineError, Job, Precision};
 use augscope::export::preview::{self, Model};
 use augscope::filter::{self as filters, Boundary, Filter};
 use augscope::{Mode, Volume};
+
+pyo3::create_exception!(
+    _augscope,
+    GpuOutOfMemory,
+    pyo3::exceptions::PyMemoryError,
+    "The GPU ran out of memory (augscope's own limit or the driver's); augscope's caches on it \
+     were freed. The package retries such a call on the CPU engine and warns."
+);
+
+/// An engine error as the Python exception a caller can act on.
+fn engine_err(e: EngineError) -> PyErr {
+    match e {
+        EngineError::OutOfMemory(_) => GpuOutOfMemory::new_err(e.to_string()),
+        EngineError::Plan(_) | EngineError::Shape(_) => PyValueError::new_err(e.to_string()),
+        _ => PyRuntimeError::new_err(e.to_string()),
+    }
+}
 
 /// The thread pool of this process: (process id, pool).
 static POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
@@ -364,6 +386,346 @@ fn devices() -> PyResult<String> {
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
+// --- device memory through DLPack ----------------------------------------------------------------
+
+/// DLPack's C structures (dlpack.h, the unversioned `dltensor` capsule).
+#[repr(C)]
+struct DlDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+struct DlDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DlTensor {
+    data: *mut std::ffi::c_void,
+    device: DlDevice,
+    ndim: i32,
+    dtype: DlDataType,
+    shape: *const i64,
+    strides: *const i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DlManagedTensor {
+    dl_tensor: DlTensor,
+    manager_ctx: *mut std::ffi::c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
+}
+
+const DL_CUDA: i32 = 2;
+const DL_FLOAT: u8 = 2;
+
+/// A dense float32 array in the memory of one CUDA device.
+struct DeviceArray {
+    ptr: u64,
+    shape: Vec<usize>,
+    device: usize,
+}
+
+impl DeviceArray {
+    fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// The array behind a DLPack capsule (`tensor.__dlpack__(stream=...)`), checked: on a CUDA
+/// device, float32, C order without gaps. The capsule is only read: its producer keeps the
+/// memory until the capsule is collected, which the caller's reference outlives this call.
+fn device_array(capsule: &Bound<'_, PyAny>, what: &str) -> PyResult<DeviceArray> {
+    let py = capsule.py();
+    // SAFETY: PyCapsule_GetPointer checks that the object is a capsule named "dltensor" and
+    // returns its pointer, or NULL with an exception set (taken below); the GIL is held.
+    let p = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dltensor".as_ptr()) };
+    if p.is_null() {
+        let _ = PyErr::take(py);
+        return Err(PyValueError::new_err(format!(
+            "{what}: not an unconsumed DLPack capsule (pass tensor.__dlpack__())"
+        )));
+    }
+    // SAFETY: a "dltensor" capsule holds a DLManagedTensor (DLPack's contract), alive while the
+    // capsule is; `shape` and `strides` (or NULL) hold `ndim` values each.
+    let t = unsafe { &(*(p as *const DlManagedTensor)).dl_tensor };
+    if t.device.device_type != DL_CUDA {
+        return Err(PyValueError::new_err(format!(
+            "{what}: DLPack device type {} is not CUDA",
+            t.device.device_type
+        )));
+    }
+    if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (DL_FLOAT, 32, 1) {
+        return Err(PyValueError::new_err(format!(
+            "{what}: must be float32 (DLPack code {}, {} bits)",
+            t.dtype.code, t.dtype.bits
+        )));
+    }
+    let ndim = usize::try_from(t.ndim).unwrap_or(0);
+    let raw_shape: &[i64] = if ndim == 0 {
+        &[]
+    } else {
+        // SAFETY: `shape` holds `ndim` values (DLPack's contract).
+        unsafe { std::slice::from_raw_parts(t.shape, ndim) }
+    };
+    let shape: Vec<usize> = raw_shape.iter().map(|&n| n.max(0) as usize).collect();
+    if !t.strides.is_null() && ndim > 0 {
+        // SAFETY: non-NULL `strides` holds `ndim` values.
+        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+        let mut want = 1i64;
+        for a in (0..ndim).rev() {
+            if shape[a] > 1 && strides[a] != want {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: must be contiguous in C order (strides {strides:?} for shape \
+                     {shape:?}); pass tensor.contiguous()"
+                )));
+            }
+            want *= raw_shape[a].max(1);
+        }
+    }
+    Ok(DeviceArray {
+        ptr: t.data as u64 + t.byte_offset,
+        shape,
+        device: usize::try_from(t.device.device_id).unwrap_or(0),
+    })
+}
+
+fn same_device(arrays: &[&DeviceArray], device: usize) -> PyResult<()> {
+    for a in arrays {
+        if a.device != device {
+            return Err(PyValueError::new_err(format!(
+                "arrays on cuda:{} and cuda:{device}: augscope works on one device per call",
+                a.device
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The CUDA engine of one device, after the fork check.
+fn cuda_backend(device: usize, precision: &str) -> PyResult<CudaBackend> {
+    backend_spec(&format!("cuda:{device}"))?;
+    let prec = self::precision(precision)?;
+    CudaBackend::new(&[device], prec).map_err(engine_err)
+}
+
+/// The compute stream of augscope's engine on `device` (a `CUstream` as an integer): pass it to
+/// `tensor.__dlpack__(stream=...)`, so the tensor's pending work is ordered before augscope's.
+#[pyfunction]
+fn cuda_stream(device: usize) -> PyResult<u64> {
+    Ok(cuda_backend(device, "f32")?.stream_handle())
+}
+
+/// Applies a plan to arrays on a CUDA device, given as DLPack capsules: `image` `(C, *grid)` with
+/// `channels` (else `grid`), `out` the same on the plan's output grid; `label` and `label_out`
+/// one label map (float32) on the two grids. Returns the info JSON. The same bits as `apply` on
+/// that device, with no copy through the host.
+#[pyfunction]
+#[pyo3(signature = (image, out, plan, label=None, label_out=None, channels=false, spacing=None, device=0, precision="f32"))]
+#[allow(clippy::too_many_arguments)]
+fn apply_cuda(
+    py: Python<'_>,
+    image: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    plan: &str,
+    label: Option<&Bound<'_, PyAny>>,
+    label_out: Option<&Bound<'_, PyAny>>,
+    channels: bool,
+    spacing: Option<Vec<f64>>,
+    device: usize,
+    precision: &str,
+) -> PyResult<String> {
+    let img = device_array(image, "image")?;
+    let out = device_array(out, "out")?;
+    let lab = label.map(|l| device_array(l, "label")).transpose()?;
+    let lab_out = label_out
+        .map(|l| device_array(l, "label_out"))
+        .transpose()?;
+    if lab.is_some() != lab_out.is_some() {
+        return Err(PyValueError::new_err("label and label_out come together"));
+    }
+    let mut all = vec![&img, &out];
+    all.extend(lab.iter());
+    all.extend(lab_out.iter());
+    same_device(&all, device)?;
+    let (c, grid) = if channels {
+        match img.shape.split_first() {
+            Some((&c, g)) => (c, g.to_vec()),
+            None => return Err(PyValueError::new_err("channels=True needs (C, ...) arrays")),
+        }
+    } else {
+        (1, img.shape.clone())
+    };
+    if !(2..=3).contains(&grid.len()) {
+        return Err(PyValueError::new_err(format!(
+            "augscope transforms 2D and 3D grids; got spatial shape {grid:?}"
+        )));
+    }
+    let mut grid_vol = augscope::Volume::grid(grid.clone(), c);
+    if let Some(s) = spacing {
+        if s.len() != grid.len() || s.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(PyValueError::new_err(format!(
+                "spacing {s:?} must hold one positive voxel size (mm) per spatial axis {grid:?}"
+            )));
+        }
+        grid_vol.spacing_mm = s;
+    }
+    let mut plan = plan_from(plan)?;
+    if plan.space == augscope::augment::Space::Mm && plan.spacing_mm.is_empty() {
+        plan.spacing_mm = grid_vol.spacing_mm.clone();
+    }
+    plan.validate(grid.len())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let out_grid = plan.out_shape.clone().unwrap_or_else(|| grid.clone());
+    let mut want_out = out_grid.clone();
+    if channels {
+        want_out.insert(0, c);
+    }
+    if out.shape != want_out {
+        return Err(PyValueError::new_err(format!(
+            "out has shape {:?}; this plan writes {want_out:?}",
+            out.shape
+        )));
+    }
+    if let (Some(l), Some(lo)) = (&lab, &lab_out)
+        && (l.shape != grid || lo.shape != out_grid)
+    {
+        return Err(PyValueError::new_err(format!(
+            "label {:?} and label_out {:?} must be the grids {grid:?} and {out_grid:?}",
+            l.shape, lo.shape
+        )));
+    }
+    let lab_vol = lab.as_ref().map(|_| {
+        let mut v = augscope::Volume::grid(grid.clone(), 1);
+        v.spacing_mm = grid_vol.spacing_mm.clone();
+        v
+    });
+    let backend = cuda_backend(device, precision)?;
+    let arrays = DeviceArrays {
+        image: img.ptr,
+        label: lab.as_ref().map(|l| l.ptr),
+        out: out.ptr,
+        label_out: lab_out.as_ref().map(|l| l.ptr),
+    };
+    let timings = py
+        .detach(|| {
+            let job = Job {
+                plan: &plan,
+                image: &grid_vol,
+                label: lab_vol.as_ref(),
+            };
+            // SAFETY: the four arrays were read from DLPack capsules the caller holds for this
+            // call, checked above to be dense float32 on this device with the lengths the job's
+            // grids need; the producer ordered its stream before augscope's (cuda_stream), and
+            // the call returns only when the engine's stream is done with them.
+            unsafe { backend.apply_device(job, arrays) }
+        })
+        .map_err(engine_err)?;
+    let info = serde_json::json!({
+        "backend": format!("cuda:{device}"), "note": null, "done": plan.done_list(),
+        "timings_ms": timings, "model": "augscope", "model_steps": [],
+        "host_bytes_copied": 0,
+    });
+    Ok(info.to_string())
+}
+
+/// An intensity filter (as `filter`) over arrays on a CUDA device, given as DLPack capsules of
+/// equal shape; returns the info JSON. FEBDS (`spec` "febds:dog|log|fft", 2D images) brings its
+/// denoised image to the host for the threshold, closing and hole filling, and its mask back.
+#[pyfunction]
+#[pyo3(signature = (image, out, spec, ndim, mode="reflect", cval=0.0, device=0, precision="f32"))]
+#[allow(clippy::too_many_arguments)]
+fn filter_cuda(
+    py: Python<'_>,
+    image: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    spec: &str,
+    ndim: usize,
+    mode: &str,
+    cval: f32,
+    device: usize,
+    precision: &str,
+) -> PyResult<String> {
+    let img = device_array(image, "image")?;
+    let out = device_array(out, "out")?;
+    same_device(&[&img, &out], device)?;
+    if out.shape != img.shape {
+        return Err(PyValueError::new_err(format!(
+            "out has shape {:?}, the image {:?}",
+            out.shape, img.shape
+        )));
+    }
+    let febds = spec.strip_prefix("febds:");
+    let f: Filter = match febds {
+        Some(m) => Filter::Febds(m.parse().map_err(PyValueError::new_err)?),
+        None => spec.parse().map_err(PyValueError::new_err)?,
+    };
+    let ndim = if febds.is_some() { 2 } else { ndim };
+    let mode: Mode = mode.parse().map_err(PyValueError::new_err)?;
+    let full = img.shape.clone();
+    if ndim == 0 || ndim > full.len() {
+        return Err(PyValueError::new_err(format!(
+            "ndim {ndim} spatial axes in an array of shape {full:?}"
+        )));
+    }
+    let shape = full[full.len() - ndim..].to_vec();
+    let n = img.len();
+    let per: usize = shape.iter().product();
+    if n == 0 || per == 0 {
+        return Err(PyValueError::new_err("empty array"));
+    }
+    let count = n / per;
+    if febds.is_some() && count != 1 {
+        return Err(PyValueError::new_err(
+            "FEBDS on the device takes one image per call",
+        ));
+    }
+    let f = f
+        .resolved(ndim, count)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    cuda_backend(device, precision)?;
+    let prec = self::precision(precision)?;
+    let b = Boundary { mode, cval };
+    let (src, dst) = (img.ptr, out.ptr);
+    let t = py
+        .detach(|| {
+            // SAFETY: both arrays come from DLPack capsules the caller holds for this call,
+            // checked to be dense float32 of `n` values on this device; the producer ordered its
+            // stream before augscope's, and the call returns when the work is done.
+            let arrays = filters::cuda::Arrays::Device {
+                image: src,
+                out: dst,
+                len: n,
+            };
+            unsafe { filters::cuda::apply_arrays(&f, b, arrays, &shape, device, prec) }
+        })
+        .map_err(engine_err)?
+        .1;
+    let info = serde_json::json!({
+        "backend": format!("cuda:{device}"), "note": null,
+        "timings_ms": {"upload": t.upload_ms, "compute": t.compute_ms, "download": t.download_ms},
+    });
+    Ok(info.to_string())
+}
+
+/// augscope's memory on every CUDA device it has opened, as JSON: the driver's free and total,
+/// what augscope reserves (caches included), uses now, its peak, and its pinned host memory.
+#[pyfunction]
+fn memory_stats() -> PyResult<String> {
+    serde_json::to_string(&engine::cuda::mem_stats())
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Frees augscope's GPU caches (the elastic field, work buffers, pinned staging) on every device.
+#[pyfunction]
+fn free_caches() {
+    engine::cuda::free_caches();
+}
+
 #[pymodule]
 fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(apply, m)?)?;
@@ -373,6 +735,12 @@ fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(febds, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(apply_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(filter_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(free_caches, m)?)?;
+    m.add("GpuOutOfMemory", m.py().get_type::<GpuOutOfMemory>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

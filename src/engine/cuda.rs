@@ -558,6 +558,60 @@ struct Region {
     /// The caller's key of the image and label content: when it matches the last upload's, the
     /// device copy is used again (not for order 3, whose prefilter works in place).
     resident: Option<u64>,
+    /// The caller's arrays in device memory, read and written in place of the host volumes and
+    /// output buffers (see [`CudaBackend::apply_device`]).
+    device: Option<DeviceArrays>,
+}
+
+/// Caller-owned f32 arrays in the memory of one device, C order and dense, for
+/// [`CudaBackend::apply_device`]: `image` holds `channels * prod(in_shape)` values, `out`
+/// `channels * prod(out_shape)`, `label` and `label_out` the label map's channels on the input and
+/// the output grid. Addresses are the driver's `CUdeviceptr`s (what DLPack's `data` holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceArrays {
+    pub image: u64,
+    pub label: Option<u64>,
+    pub out: u64,
+    pub label_out: Option<u64>,
+}
+
+/// A caller's device array seen as a [`CudaSlice`] for the length of one call, so the launches
+/// and copies take it like any buffer of the engine; never freed here (dropping leaks the slice
+/// back to its owner).
+pub(crate) struct Borrowed<T>(std::mem::ManuallyDrop<CudaSlice<T>>);
+
+impl<T> Borrowed<T> {
+    /// # Safety
+    /// `ptr` is a live allocation of at least `len` values of `T` on `stream`'s device, and stays
+    /// allocated (and is not used by other work) until the borrow is dropped.
+    pub(crate) unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
+        // SAFETY: the caller's contract above; the slice is leaked, never freed, on drop.
+        Borrowed(std::mem::ManuallyDrop::new(unsafe {
+            stream.upgrade_device_ptr::<T>(ptr, len)
+        }))
+    }
+}
+
+impl<T> Drop for Borrowed<T> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the slice is not used afterwards.
+        let s = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        // Hands the address back without freeing it (the caller owns the memory).
+        let _ = s.leak();
+    }
+}
+
+impl<T> std::ops::Deref for Borrowed<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Borrowed<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.0
+    }
 }
 
 /// One device: its context, compiled kernels and caches. Shared by every [`CudaBackend`] of the
@@ -1953,11 +2007,55 @@ impl DeviceEngine {
         region: Region,
     ) -> Result<Timings, EngineError> {
         let t0 = Instant::now();
-        let out_shape = check_job_region(job, &out, region.plane)?;
+        let dio = region.device;
+        let out_shape = match dio {
+            None => check_job_region(job, &out, region.plane)?,
+            Some(d) => check_device_job(job, &d, region)?,
+        };
         let img = job.image;
         let plan = job.plan;
         let map = plan.compose(&img.shape)?;
         let mut timings = Timings::default();
+        let n_in: usize = img.shape.iter().product();
+        let n_all: usize = out_shape.iter().product();
+        let channels = img.channels;
+        let lab_channels = job.label.map_or(0, |l| l.channels);
+        let stream = self.dev.stream.clone();
+        // The caller's device arrays, borrowed for this call (check_device_job matched them to
+        // the job's grids).
+        // SAFETY: apply_device's contract: each address holds the values named here on this
+        // device, alive and untouched by other work until the call returns.
+        let (d_img, d_lab, mut d_out, mut d_lab_out) = match dio {
+            Some(d) => unsafe {
+                (
+                    Some(Borrowed::<f32>::new(&stream, d.image, channels * n_in)),
+                    d.label
+                        .map(|a| Borrowed::<f32>::new(&stream, a, lab_channels * n_in)),
+                    Some(Borrowed::<f32>::new(&stream, d.out, channels * n_all)),
+                    d.label_out
+                        .map(|a| Borrowed::<f32>::new(&stream, a, lab_channels * n_all)),
+                )
+            },
+            None => (None, None, None, None),
+        };
+        if let (true, Some(src), Some(dst)) = (
+            plan.is_identity() && out_shape == img.shape,
+            d_img.as_ref(),
+            d_out.as_mut(),
+        ) {
+            // Nothing moves: the input is the answer, copied on the device.
+            stream
+                .memcpy_dtod(&**src, &mut **dst)
+                .map_err(|e| driver_error("copy", e))?;
+            if let (Some(src), Some(dst)) = (d_lab.as_ref(), d_lab_out.as_mut()) {
+                stream
+                    .memcpy_dtod(&**src, &mut **dst)
+                    .map_err(|e| driver_error("copy", e))?;
+            }
+            stream.synchronize().map_err(|e| driver_error("copy", e))?;
+            timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            return Ok(timings);
+        }
         if plan.is_identity() && out_shape == img.shape {
             // Nothing moves: the input is the exact answer, as on the CPU engine.
             match region.plane {
@@ -1982,9 +2080,6 @@ impl DeviceEngine {
             box_shape[axis] = 1;
         }
         let n_out: usize = box_shape.iter().product();
-        let n_in: usize = img.shape.iter().product();
-        let channels = img.channels;
-        let stream = self.dev.stream.clone();
         let cubic = plan.order == Order::Cubic;
         let half = precision != Precision::F32;
 
@@ -2006,11 +2101,31 @@ impl DeviceEngine {
         // caller's key says the same image (and label) is already on the device.
         let t_up = Instant::now();
         let key = region.resident.map(|k| (k, precision, job.label.is_some()));
-        let reuse = !cubic && key.is_some() && st.resident == key;
+        let reuse = !cubic && key.is_some() && st.resident == key && dio.is_none();
         st.resident = None;
         let ws = &mut st.ws;
         let img_len = channels * n_in;
-        if reuse {
+        if let Some(src) = d_img.as_ref() {
+            // The caller's array on the device: read in place, except where the storage type or
+            // the prefilter (which works in its buffer) needs a copy of its own.
+            if cubic {
+                let buf = ensure(&self.dev, &mut ws.img_f32, img_len, "the image")?;
+                stream
+                    .memcpy_dtod(&**src, &mut buf.s.slice_mut(0..img_len))
+                    .map_err(|e| driver_error("copy", e))?;
+            } else if half {
+                let buf = ensure(&self.dev, &mut ws.img_u16, img_len, "the image")?;
+                let pdefs = sampler_defines(plan.mode, Order::Cubic, ndim, precision);
+                let f = self.function(Family::Prefilter, &pdefs, "to_store_f32")?;
+                let total = img_len as i64;
+                let mut b = stream.launch_builder(&f);
+                b.arg(&**src).arg(&mut buf.s).arg(&total);
+                // SAFETY: to_store_f32(const float* src, u16* dst, i64 n): the caller's image
+                // holds img_len floats, buf >= img_len u16 (ensured); bounds-checked per thread.
+                unsafe { b.launch(grid_1d(img_len)?) }
+                    .map_err(|e| driver_error("to_store_f32", e))?;
+            }
+        } else if reuse {
             // The device copy of the last call with this key is still there.
         } else if half && !cubic {
             let buf = ensure(&self.dev, &mut ws.img_u16, img_len, "the image")?;
@@ -2043,7 +2158,7 @@ impl DeviceEngine {
                 Some(&before_field),
             )?;
         }
-        if let (Some(l), false) = (job.label, reuse) {
+        if let (Some(l), false, None) = (job.label, reuse, dio) {
             let buf = ensure(&self.dev, &mut ws.lab_in, l.data.len(), "the label map")?;
             let data = &l.data;
             self.upload_after(
@@ -2087,8 +2202,7 @@ impl DeviceEngine {
         let f = self.function(Family::Resample, &rdefs, name)?;
         ensure(&self.dev, &mut ws.dummy, 1, "a placeholder")?;
         ensure(&self.dev, &mut ws.dummy_out, 1, "a placeholder")?;
-        let lab_channels = job.label.map_or(0, |l| l.channels);
-        if job.label.is_some() {
+        if job.label.is_some() && dio.is_none() {
             ensure(
                 &self.dev,
                 &mut ws.lab_out,
@@ -2098,7 +2212,7 @@ impl DeviceEngine {
         }
         if half {
             ensure(&self.dev, &mut ws.out_u16, channels * n_out, "the output")?;
-        } else {
+        } else if dio.is_none() {
             ensure(&self.dev, &mut ws.out_f32, channels * n_out, "the output")?;
         }
         let _busy = self
@@ -2111,17 +2225,18 @@ impl DeviceEngine {
             Some(f) if has_field => &f.buf.s,
             _ => &dummy.s,
         };
-        let lab_in = if job.label.is_some() {
-            &ws.lab_in.as_ref().ok_or_else(missing)?.s
-        } else {
-            &dummy.s
+        let lab_in = match (&d_lab, job.label) {
+            (Some(l), _) => &**l,
+            (None, Some(_)) => &ws.lab_in.as_ref().ok_or_else(missing)?.s,
+            (None, None) => &dummy.s,
         };
         let e_rs0 = self.event(&stream)?;
         if half {
             let src = &ws.img_u16.as_ref().ok_or_else(missing)?.s;
             let out_buf = &mut ws.out_u16.as_mut().ok_or_else(missing)?.s;
-            let lab_out = match ws.lab_out.as_mut() {
-                Some(b) if job.label.is_some() => &mut b.s,
+            let lab_out = match (d_lab_out.as_mut(), ws.lab_out.as_mut()) {
+                (Some(d), _) => &mut **d,
+                (None, Some(b)) if job.label.is_some() => &mut b.s,
                 _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
             };
             let mut b = stream.launch_builder(&f);
@@ -2146,10 +2261,17 @@ impl DeviceEngine {
             } else {
                 &ws.img_f32
             };
-            let src = &src.as_ref().ok_or_else(missing)?.s;
-            let out_buf = &mut ws.out_f32.as_mut().ok_or_else(missing)?.s;
-            let lab_out = match ws.lab_out.as_mut() {
-                Some(b) if job.label.is_some() => &mut b.s,
+            let src = match (&d_img, cubic) {
+                (Some(d), false) => &**d,
+                _ => &src.as_ref().ok_or_else(missing)?.s,
+            };
+            let out_buf = match d_out.as_mut() {
+                Some(d) => &mut **d,
+                None => &mut ws.out_f32.as_mut().ok_or_else(missing)?.s,
+            };
+            let lab_out = match (d_lab_out.as_mut(), ws.lab_out.as_mut()) {
+                (Some(d), _) => &mut **d,
+                (None, Some(b)) if job.label.is_some() => &mut b.s,
                 _ => &mut ws.dummy_out.as_mut().ok_or_else(missing)?.s,
             };
             let mut b = stream.launch_builder(&f);
@@ -2168,8 +2290,29 @@ impl DeviceEngine {
         }
         let e_rs1 = self.event(&stream)?;
 
-        // 5. Download (and convert from the storage type).
+        // 5. Download (and convert from the storage type); device outputs stay on the device.
         let t_down = Instant::now();
+        if let Some(dst) = d_out.as_mut() {
+            if half {
+                let src = ws.out_u16.as_ref().ok_or_else(missing)?;
+                let mut defs = mode_defines(plan.mode);
+                defs.push(store_define(precision).into());
+                let f = self.function(Family::Filter, &defs, "from_store_f32")?;
+                let total = (channels * n_out) as i64;
+                let mut b = stream.launch_builder(&f);
+                b.arg(&src.s).arg(&mut **dst).arg(&total);
+                // SAFETY: from_store_f32(const store_t* src, float* dst, i64 n): out_u16 holds
+                // channels * n_out values of the build's store_t (ensured above), the caller's
+                // output channels * n_out floats; bounds-checked per thread.
+                unsafe { b.launch(grid_1d(channels * n_out)?) }
+                    .map_err(|e| driver_error("from_store_f32", e))?;
+            }
+            timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
+            self.finish(ws, [&e_pre0, &e_pre1, &e_rs0, &e_rs1], &mut timings)?;
+            timings.field_ms = field_time.ms()?;
+            timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            return Ok(timings);
+        }
         let out_ptr = SendPtr(out.image.as_mut_ptr());
         let out_len = out.image.len();
         if half {
@@ -2514,6 +2657,15 @@ pub fn release_all() {
     }
 }
 
+/// Frees what augscope holds on every open device (the cached elastic field, the work buffers,
+/// the pinned staging memory), keeping the devices and their compiled kernels.
+pub fn free_caches() {
+    let engines: Vec<Arc<DeviceEngine>> = lock(registry()).values().cloned().collect();
+    for e in &engines {
+        e.drop_caches();
+    }
+}
+
 /// The CUDA engine on one or more devices.
 pub struct CudaBackend {
     engines: Vec<Arc<DeviceEngine>>,
@@ -2726,6 +2878,7 @@ impl CudaBackend {
         let region = Region {
             plane: Some((axis, index)),
             resident: image_key,
+            device: None,
         };
         let out = Outputs {
             image: out_image,
@@ -2733,6 +2886,74 @@ impl CudaBackend {
         };
         self.engines[0].apply_region(job, out, self.precision, region)
     }
+}
+
+impl CudaBackend {
+    /// Applies a job to arrays in the memory of the first device (DLPack tensors of torch or
+    /// CuPy): the image is read and the outputs written where they are, with no copy through the
+    /// host. `job.image` and `job.label` give the grids, channels and spacing; their data are not
+    /// read (see [`Volume::grid`]). The work is queued on [`Self::stream_handle`] and done when
+    /// this returns; a caller's other streams must have finished writing the inputs (DLPack's
+    /// `stream` argument does that). The same values as [`Backend::apply`] bit for bit.
+    ///
+    /// # Safety
+    /// Every address in `arrays` is a live allocation on that device holding the values that
+    /// [`DeviceArrays`] names for this job's grids, not freed, and not written by other work
+    /// (nor, for the outputs, read) until this returns.
+    pub unsafe fn apply_device(
+        &self,
+        job: Job<'_>,
+        arrays: DeviceArrays,
+    ) -> Result<Timings, EngineError> {
+        let region = Region {
+            device: Some(arrays),
+            ..Region::default()
+        };
+        let out = Outputs {
+            image: &mut [],
+            label: None,
+        };
+        self.engines[0].apply_region(job, out, self.precision, region)
+    }
+
+    /// The first device's compute stream (`CUstream` as an integer): the stream a DLPack
+    /// producer is asked to order its work before ([`Self::apply_device`]).
+    pub fn stream_handle(&self) -> u64 {
+        self.engines[0].dev.stream.cu_stream() as u64
+    }
+}
+
+/// The output shape of a job over device arrays ([`CudaBackend::apply_device`]): whole grids
+/// only, a label map on the image's grid with both of its arrays, a valid plan.
+fn check_device_job(
+    job: &Job<'_>,
+    d: &DeviceArrays,
+    region: Region,
+) -> Result<Vec<usize>, EngineError> {
+    if region.plane.is_some() {
+        return Err(EngineError::Shape(
+            "device arrays are transformed as whole grids".into(),
+        ));
+    }
+    job.plan.validate(job.image.ndim())?;
+    if let Some(l) = job.label
+        && l.shape != job.image.shape
+    {
+        return Err(EngineError::Shape(format!(
+            "label grid {:?} differs from the image's {:?}",
+            l.shape, job.image.shape
+        )));
+    }
+    if job.label.is_some() != d.label.is_some() || d.label.is_some() != d.label_out.is_some() {
+        return Err(EngineError::Shape(
+            "a label map needs its input and output arrays on the device".into(),
+        ));
+    }
+    Ok(job
+        .plan
+        .out_shape
+        .clone()
+        .unwrap_or_else(|| job.image.shape.clone()))
 }
 
 impl Backend for CudaBackend {

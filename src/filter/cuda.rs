@@ -27,7 +27,7 @@ use super::febds::{self, Method};
 use super::separable::{TRUNCATE, gaussian_kernel1d};
 use super::{Boundary, Filter};
 use crate::engine::boundary::Mode;
-use crate::engine::cuda::{DeviceEngine, Family, compile, device_engine, mode_defines};
+use crate::engine::cuda::{Borrowed, DeviceEngine, Family, compile, device_engine, mode_defines};
 use crate::engine::device::{Reservation, driver_error};
 use crate::engine::{EngineError, Precision};
 
@@ -199,6 +199,92 @@ impl Gpu {
         // the build's store_t (u16 bits), `x` n floats; threads with i >= n return.
         unsafe { b.launch(grid_1d(data.len())?) }.map_err(|e| driver_error("from_store_f32", e))?;
         Ok(x)
+    }
+
+    /// [`Self::upload`] from the caller's input: host values, or `n` f32 values in this device's
+    /// memory (copied on the device, rounded to the storage precision there as the host path
+    /// rounds them before the upload).
+    fn upload_from(&mut self, src: Arrays<'_>, mode: Mode) -> Result<CudaSlice<f32>, EngineError> {
+        let (image, len) = match src {
+            Arrays::Host(data) => return self.upload(data, mode),
+            Arrays::Device { image, len, .. } => (image, len),
+        };
+        let stream = self.stream().clone();
+        // SAFETY: apply_device's contract: `image` holds `len` f32 values on this device, alive
+        // and unwritten by other work for the call.
+        let input = unsafe { Borrowed::<f32>::new(&stream, image, len) };
+        let mut x = self.alloc(len, "the filter input")?;
+        if self.precision == Precision::F32 {
+            stream
+                .memcpy_dtod(&*input, &mut x)
+                .map_err(|e| driver_error("the filter input", e))?;
+        } else {
+            let mut stored = self.alloc_u16(len, "the filter input")?;
+            self.convert(&*input, &mut stored, len, mode, "to_store_f32")?;
+            self.convert(&stored, &mut x, len, mode, "from_store_f32")?;
+        }
+        Ok(x)
+    }
+
+    /// A u16 buffer of `n` values (storage-type bits), counted by the device's tracker.
+    fn alloc_u16(&mut self, n: usize, what: &str) -> Result<CudaSlice<u16>, EngineError> {
+        self.held
+            .push(self.eng.dev.tracker.reserve(n.max(1) * 2, what)?);
+        self.stream()
+            .alloc_zeros::<u16>(n.max(1))
+            .map_err(|e| driver_error(what, e))
+    }
+
+    /// `to_store_f32` (f32 → storage bits) or `from_store_f32` (bits → f32) over `n` values.
+    fn convert<A: cudarc::driver::DeviceRepr, B: cudarc::driver::DeviceRepr>(
+        &self,
+        src: &CudaSlice<A>,
+        dst: &mut CudaSlice<B>,
+        n: usize,
+        mode: Mode,
+        name: &str,
+    ) -> Result<(), EngineError> {
+        let f = self.function(&filter_defines(mode, self.precision, None), name)?;
+        let nn = n as i64;
+        let mut b = self.stream().launch_builder(&f);
+        b.arg(src).arg(dst).arg(&nn);
+        // SAFETY: to_store_f32(const float*, store_t*, long long n) and from_store_f32(const
+        // store_t*, float*, long long n): the callers pass f32 and u16 buffers in that order,
+        // each of >= n values; threads with i >= n return.
+        unsafe { b.launch(grid_1d(n)?) }.map_err(|e| driver_error(name, e))?;
+        Ok(())
+    }
+
+    /// [`Self::download`] into the caller's output: a new host vector, or `out`, `n` f32 values
+    /// in this device's memory (an empty vector is returned then). Rounded to the storage
+    /// precision on the device, as on the host path.
+    fn download_to(
+        &mut self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        mode: Mode,
+        dst: Arrays<'_>,
+    ) -> Result<Vec<f32>, EngineError> {
+        let Arrays::Device { out, .. } = dst else {
+            return self.download(x, n, mode);
+        };
+        let stream = self.stream().clone();
+        // SAFETY: apply_device's contract: `out` holds `n` f32 values on this device, alive and
+        // unused by other work for the call.
+        let mut o = unsafe { Borrowed::<f32>::new(&stream, out, n) };
+        if self.precision == Precision::F32 {
+            stream
+                .memcpy_dtod(&x.slice(0..n), &mut *o)
+                .map_err(|e| driver_error("the filter output", e))?;
+        } else {
+            let mut stored = self.alloc_u16(n, "the filter output")?;
+            self.convert(x, &mut stored, n, mode, "to_store_f32")?;
+            self.convert(&stored, &mut *o, n, mode, "from_store_f32")?;
+        }
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("filter", e))?;
+        Ok(Vec::new())
     }
 
     /// Rounds `x` to the storage precision on the device and downloads it as f32.
@@ -603,6 +689,44 @@ pub struct FilterTimings {
     pub download_ms: f64,
 }
 
+/// Where one filter call's arrays are: host values, or `len` f32 values at the addresses `image`
+/// and `out` in the memory of the call's device (see [`apply_device`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Arrays<'a> {
+    Host(&'a [f32]),
+    Device { image: u64, out: u64, len: usize },
+}
+
+impl Arrays<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Arrays::Host(d) => d.len(),
+            Arrays::Device { len, .. } => *len,
+        }
+    }
+}
+
+/// [`apply_timed`] over arrays in the memory of device `ordinal` (DLPack tensors of torch or
+/// CuPy), given as [`Arrays::Device`]: `len / prod(shape)` arrays of `shape` read at `image` and
+/// written at `out`, no copy through the host except FEBDS's CPU stages (its denoised image down,
+/// the mask up) and the `fft` method's input. Work runs on the device engine's stream and is done
+/// when this returns. The same values as [`apply`] bit for bit. (Host arrays work too; the
+/// output then comes back as the vector.)
+///
+/// # Safety
+/// For [`Arrays::Device`]: `image` and `out` are live allocations on device `ordinal` of `len`
+/// f32 values each, not freed or used by other work (other streams included) until this returns.
+pub unsafe fn apply_arrays(
+    filter: &Filter,
+    b: Boundary,
+    arrays: Arrays<'_>,
+    shape: &[usize],
+    ordinal: usize,
+    precision: Precision,
+) -> Result<(Vec<f32>, FilterTimings), EngineError> {
+    run(filter, b, arrays, shape, ordinal, precision)
+}
+
 /// Applies a resolved filter (see [`Filter::resolved`]) on device `ordinal` to `data`:
 /// `data.len() / prod(shape)` arrays of `shape`, all in the same launches. Storage in
 /// `precision`; FEBDS keeps its 12-bit input in f32.
@@ -640,6 +764,18 @@ pub fn apply_timed(
     ordinal: usize,
     precision: Precision,
 ) -> Result<(Vec<f32>, FilterTimings), EngineError> {
+    run(filter, b, Arrays::Host(data), shape, ordinal, precision)
+}
+
+/// The filter on one device, from and to host or device arrays (an empty vector for the latter).
+fn run(
+    filter: &Filter,
+    b: Boundary,
+    data: Arrays<'_>,
+    shape: &[usize],
+    ordinal: usize,
+    precision: Precision,
+) -> Result<(Vec<f32>, FilterTimings), EngineError> {
     let eng = device_engine(ordinal)?;
     let n: usize = shape.iter().product();
     if n == 0 || !data.len().is_multiple_of(n) {
@@ -660,7 +796,7 @@ pub fn apply_timed(
         return febds_gpu(&mut g, data, [shape[0], shape[1]], *m);
     }
     let e0 = event(g.stream())?;
-    let mut x = g.upload(data, b.mode)?;
+    let mut x = g.upload_from(data, b.mode)?;
     let e1 = event(g.stream())?;
     let nd = shape.len();
     let y = match filter {
@@ -699,7 +835,7 @@ pub fn apply_timed(
         Filter::Febds(_) => unreachable!("handled above"),
     };
     let e2 = event(g.stream())?;
-    let out = g.download(&y, data.len(), b.mode)?;
+    let out = g.download_to(&y, data.len(), b.mode, data)?;
     let e3 = event(g.stream())?;
     e3.synchronize().map_err(|e| driver_error("filter", e))?;
     let t = FilterTimings {
@@ -713,34 +849,54 @@ pub fn apply_timed(
 /// FEBDS with steps 1–3 on the GPU (the `fft` enhancement on the CPU) and steps 4–5 on the CPU.
 fn febds_gpu(
     g: &mut Gpu,
-    img: &[f32],
+    io: Arrays<'_>,
     shape: [usize; 2],
     m: Method,
 ) -> Result<(Vec<f32>, FilterTimings), EngineError> {
     let near = febds::NEAREST;
     let e0 = event(g.stream())?;
+    let n = io.len();
+    // The fft method reads the image on the host where cuFFT is missing: a device input comes
+    // down once for it.
+    let host_img = |g: &Gpu| -> Result<Vec<f32>, EngineError> {
+        match io {
+            Arrays::Host(d) => Ok(d.to_vec()),
+            Arrays::Device { image, len, .. } => {
+                let stream = g.stream().clone();
+                // SAFETY: apply_device's contract (see upload_from).
+                let input = unsafe { Borrowed::<f32>::new(&stream, image, len) };
+                stream
+                    .clone_dtoh(&*input)
+                    .map_err(|e| driver_error("the FEBDS input", e))
+            }
+        }
+    };
     let mut e = match m {
         Method::Dog => {
-            let x = g.upload(img, near.mode)?;
+            let x = g.upload_from(io, near.mode)?;
             let mut a = g.gaussian(&x, &shape, 1, &[1.7, 1.7], &[0, 0], near)?;
             let c = g.gaussian(&x, &shape, 1, &[2.0, 2.0], &[0, 0], near)?;
             g.axpy(&mut a, &c, -1.0)?;
             a
         }
         Method::Log => {
-            let x = g.upload(img, near.mode)?;
+            let x = g.upload_from(io, near.mode)?;
             let s = g.gaussian(&x, &shape, 1, &[2.0, 2.0], &[0, 0], near)?;
             g.laplace3x3(&s, shape)?
         }
-        Method::Fft => match bandpass_cufft(g, img, shape) {
-            Ok(e) => e,
-            // No libcufft (or a cuFFT failure other than memory): the same band-pass on the host.
-            Err(EngineError::OutOfMemory(why)) => return Err(EngineError::OutOfMemory(why)),
-            Err(_) => {
-                let e = febds::butterworth_bandpass(img, shape);
-                g.upload(&e, near.mode)?
+        Method::Fft => {
+            let img = host_img(g)?;
+            match bandpass_cufft(g, &img, shape) {
+                Ok(e) => e,
+                // No libcufft (or a cuFFT failure other than memory): the same band-pass on the
+                // host.
+                Err(EngineError::OutOfMemory(why)) => return Err(EngineError::OutOfMemory(why)),
+                Err(_) => {
+                    let e = febds::butterworth_bandpass(&img, shape);
+                    g.upload(&e, near.mode)?
+                }
             }
-        },
+        }
     };
     g.pointwise(&mut e, "abs_f32", None)?;
     let mut md = g.median(&e, &shape, 1, &[5, 5], febds::MIRROR)?;
@@ -750,7 +906,7 @@ fn febds_gpu(
         Some((febds::GAMMA, febds::SCALE_12BIT)),
     )?;
     let e1 = event(g.stream())?;
-    let den = g.download(&md, img.len(), Mode::Mirror)?;
+    let den = g.download(&md, n, Mode::Mirror)?;
     let e2 = event(g.stream())?;
     e2.synchronize().map_err(|e| driver_error("filter", e))?;
     // The upload is inside the first phase here (the fft method computes on the host first).
@@ -759,5 +915,18 @@ fn febds_gpu(
         compute_ms: between(&e0, &e1)?,
         download_ms: between(&e1, &e2)?,
     };
-    Ok((febds::segment(&den, shape, m), t))
+    let mask = febds::segment(&den, shape, m);
+    if let Arrays::Device { out, len, .. } = io {
+        let stream = g.stream().clone();
+        // SAFETY: apply_device's contract (see download_to).
+        let mut o = unsafe { Borrowed::<f32>::new(&stream, out, len) };
+        stream
+            .memcpy_htod(&mask, &mut *o)
+            .map_err(|e| driver_error("the FEBDS mask", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("the FEBDS mask", e))?;
+        return Ok((Vec::new(), t));
+    }
+    Ok((mask, t))
 }

@@ -1,0 +1,199 @@
+"""The adapters run by the real MONAI, TorchIO and nnU-Net v2, against augscope's own transform.
+
+Each adapter must give exactly `augscope.apply` of the plan it drew (the CLI equality of
+`augscope.apply` is test_augscope.py's), in the library's own axis order, inside the library's own
+machinery (MONAI's Compose and seeding, TorchIO's subjects, nnU-Net's training pipeline).
+Skipped where the library is not installed.
+"""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import augscope
+from augscope.adapters import AugscopeTransform, RandAugscoped
+
+torch = pytest.importorskip("torch")
+
+PRESET = {
+    "version": 1,
+    "name": "adapter test",
+    "flip": {"p": [0.5, 0.5, 0.5]},
+    "rotate": {"p": 1.0, "range_deg": [[-20.0, 20.0], [-10.0, 15.0], [-25.0, 5.0]]},
+    "scale": {"p": 0.7, "range": [[0.85, 1.2]]},
+    "elastic": {"p": 0.6, "alpha": [60.0, 120.0], "sigma": [3.0, 4.0]},
+    "sampling": {"order": 3, "mode": "reflect", "cval": 0.0, "label_order": 0},
+}
+
+
+def scan(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    v = rng.random(shape, dtype=np.float32)
+    v[tuple(slice(n // 3, 2 * n // 3) for n in shape)] += 2.0
+    return v
+
+
+def seg(shape):
+    s = np.zeros(shape, np.int64)
+    s[tuple(slice(n // 4, n // 2) for n in shape)] = 1
+    s[tuple(slice(n // 2, 3 * n // 4) for n in shape)] = 2
+    return s
+
+
+def zyx(a):
+    """(C, x, y, z) -> (C, z, y, x)."""
+    return np.ascontiguousarray(np.asarray(a).transpose(0, 3, 2, 1))
+
+
+def expected(img_xyz, lab_xyz, plan):
+    """augscope.apply in augscope's own order, brought back to (C, x, y, z)."""
+    out = augscope.apply(zyx(img_xyz), plan, channels=True).image
+    lp = dict(plan, order=0, cval=0.0)
+    lab = augscope.apply(zyx(lab_xyz).astype(np.float32), lp, channels=True).image
+    return out.transpose(0, 3, 2, 1), lab.transpose(0, 3, 2, 1)
+
+
+def test_importing_augscope_imports_no_training_library():
+    code = ("import sys, augscope, augscope.adapters, augscope.nnunet; "
+            "bad = [m for m in ('monai', 'torchio', 'nnunetv2', 'batchgeneratorsv2', 'torch') "
+            "if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_monai_dictionary_transform_in_compose():
+    monai = pytest.importorskip("monai")
+    from monai.data import MetaTensor
+    from monai.transforms import Compose, Randomizable
+
+    img = scan((1, 20, 18, 16), 1)
+    lab = seg((1, 20, 18, 16))
+    t = RandAugscoped(keys=["image"], label_keys=["label"], preset=PRESET)
+    assert isinstance(t, Randomizable)
+    pipeline = Compose([t])
+    pipeline.set_random_state(seed=123)
+    data = {"image": MetaTensor(torch.from_numpy(img), affine=torch.eye(4)),
+            "label": MetaTensor(torch.from_numpy(lab), affine=torch.eye(4)), "id": 7}
+    outs = [pipeline(data) for _ in range(3)]
+    plans = [json.loads(o["augscope_plan"]) for o in outs]
+    assert plans[0] != plans[1]
+    for o, plan in zip(outs, plans):
+        assert isinstance(o["image"], MetaTensor) and o["id"] == 7
+        want_img, want_lab = expected(img, lab, plan)
+        assert np.array_equal(o["image"].numpy(), want_img)
+        assert o["label"].dtype == torch.int64
+        assert np.array_equal(o["label"].numpy(), want_lab.astype(np.int64))
+    # MONAI's seeding replays the same draws; the index key makes them independent of order
+    pipeline.set_random_state(seed=123)
+    assert json.loads(pipeline(data)["augscope_plan"]) == plans[0]
+    keyed = RandAugscoped(keys="image", preset=PRESET, index_key="id", seed=5)
+    a = keyed({"image": img, "id": 7})
+    b = keyed({"image": img, "id": 7})
+    assert a["augscope_plan"] == b["augscope_plan"]
+    assert a["augscope_plan"] == json.dumps(augscope.Augment(PRESET, seed=5).draw(
+        [16, 18, 20], 7)[0])
+
+
+def test_monai_transform_survives_pickling_for_spawned_workers():
+    pytest.importorskip("monai")
+    import pickle
+    t = RandAugscoped(keys="image", preset=PRESET, seed=9)
+    t({"image": scan((1, 8, 9, 10))})
+    u = pickle.loads(pickle.dumps(t))
+    img = scan((1, 8, 9, 10), 3)
+    assert u({"image": img})["augscope_plan"] == t({"image": img})["augscope_plan"]
+
+
+def test_monai_missing_keys_are_an_error_unless_allowed():
+    t = RandAugscoped(keys=["image", "other"], preset=PRESET)
+    with pytest.raises(KeyError, match="other"):
+        t({"image": scan((1, 6, 6, 6))})
+    t2 = RandAugscoped(keys=["image", "other"], preset=PRESET, allow_missing_keys=True)
+    assert "other" not in t2({"image": scan((1, 6, 6, 6))})
+
+
+def test_torchio_subject_images_and_label_maps():
+    tio = pytest.importorskip("torchio")
+    img = scan((1, 18, 16, 14), 4)
+    lab = seg((1, 18, 16, 14))
+    affine = np.diag([2.0, 1.0, 1.5, 1.0])
+    subject = tio.Subject(t1=tio.ScalarImage(tensor=torch.from_numpy(img), affine=affine),
+                          seg=tio.LabelMap(tensor=torch.from_numpy(lab), affine=affine))
+    t = AugscopeTransform(PRESET, seed=3)
+    out = tio.Compose([t])(subject)
+    plan, done = t.aug.draw([14, 16, 18], 0)
+    assert out["augscope_done"] == done
+    want_img, want_lab = expected(img, lab, plan)
+    assert np.array_equal(out["t1"].data.numpy(), want_img)
+    assert np.array_equal(out["seg"].data.numpy(), want_lab.astype(np.int64))
+    assert np.array_equal(out["t1"].affine, affine)
+    # the input subject is untouched
+    assert np.array_equal(subject["t1"].data.numpy(), img)
+    # an explicit index replays; exclude leaves an image alone
+    again = AugscopeTransform(PRESET, seed=3, exclude=["seg"])(subject, index=0)
+    assert np.array_equal(again["t1"].data.numpy(), want_img)
+    assert np.array_equal(again["seg"].data.numpy(), lab)
+
+
+def test_patch_size_in_the_arrays_order():
+    img = scan((1, 20, 16, 12), 6)
+    t = RandAugscoped(keys="image", preset=PRESET, patch_size=(10, 8, 6), seed=2)
+    out = t({"image": img})
+    assert out["image"].shape == (1, 10, 8, 6)
+    plan = json.loads(out["augscope_plan"])
+    assert plan["out_shape"] == [6, 8, 10]
+
+
+def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
+    pytest.importorskip("nnunetv2")
+    from types import SimpleNamespace
+
+    from batchgeneratorsv2.transforms.spatial.mirroring import MirrorTransform
+    from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
+    from batchgeneratorsv2.transforms.utils.deep_supervision_downsampling import \
+        DownsampleSegForDSTransform
+    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
+    import augscope.nnunet as an
+    cls = an.nnUNetTrainerAugscopeGPU
+    assert issubclass(cls, nnUNetTrainer)
+    patch = [16, 16, 16]
+    scales = [[1, 1, 1], [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]]
+    compose = cls.get_training_transforms(patch, ((-0.5, 0.5),) * 3, scales, (0, 1, 2), False,
+                                          use_mask_for_norm=None, is_cascaded=False,
+                                          foreground_labels=[1, 2], regions=None,
+                                          ignore_label=None)
+    kinds = [type(t) for t in compose.transforms]
+    assert SpatialTransform not in kinds and MirrorTransform not in kinds
+    assert DownsampleSegForDSTransform not in kinds
+
+    trainer = cls.__new__(cls)
+    trainer.configuration_manager = SimpleNamespace(patch_size=patch)
+    trainer.device = torch.device("cpu")
+    trainer.current_epoch = 2
+    trainer.enable_deep_supervision = True
+    trainer._get_deep_supervision_scales = lambda: scales
+    trainer.augscope_preset = json.dumps(PRESET)
+    trainer.augscope_seed = 11
+    data = torch.from_numpy(np.stack([scan((1, 22, 24, 20), s) for s in range(2)]))
+    target = torch.from_numpy(np.stack([seg((1, 22, 24, 20))] * 2).astype(np.int16))
+    out = trainer.augscope_batch({"data": data, "target": target, "keys": ["a", "b"]})
+    assert out["data"].shape == (2, 1, 16, 16, 16) and out["keys"] == ["a", "b"]
+    assert [tuple(t.shape) for t in out["target"]] == [(2, 1, 16, 16, 16), (2, 1, 8, 8, 8),
+                                                      (2, 1, 4, 4, 4)]
+    aug = augscope.Augment(json.dumps(PRESET), seed=11, patch_size=patch)
+    ds = DownsampleSegForDSTransform(ds_scales=scales)
+    for b in range(2):
+        plan, _ = aug.draw([22, 24, 20], b, 2)
+        want = augscope.apply(data[b], plan, channels=True).image
+        assert torch.equal(out["data"][b], want)
+        lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0),
+                             channels=True).image.round().to(torch.int16)
+        for k, w in enumerate(ds._apply_to_segmentation(lab)):
+            assert torch.equal(out["target"][k][b], w)
+    # the next batch of the epoch continues the sample count
+    out2 = trainer.augscope_batch({"data": data, "target": target})
+    plan2, _ = aug.draw([22, 24, 20], 2, 2)
+    assert torch.equal(out2["data"][0], augscope.apply(data[0], plan2, channels=True).image)
