@@ -98,7 +98,7 @@ def test_batches_and_patches_equal_the_host_path():
     assert np.max(np.abs(gpu.image.cpu().numpy() - host.image)) < 1e-4 * np.abs(v).max()
 
 
-def test_no_host_round_trip_and_its_time():
+def test_no_host_round_trip_and_its_time(work):
     """CUPTI (torch's profiler) sees every copy in the process, augscope's included."""
     from torch.profiler import ProfilerActivity, profile
     v = on_gpu(volume((128, 128, 128), 1))
@@ -109,11 +109,19 @@ def test_no_host_round_trip_and_its_time():
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         out = augscope.apply(v, plan)
         torch.cuda.synchronize()
-    copies = {}
-    for e in prof.events():
-        if e.name.startswith("Memcpy") or e.name.startswith("Memset"):
-            copies[e.name] = copies.get(e.name, 0) + 1
-    host_copies = {k: n for k, n in copies.items() if "HtoD" in k or "DtoH" in k}
+    trace = os.path.join(str(work), "trace.json")
+    prof.export_chrome_trace(trace)
+    with open(trace) as fh:
+        events = json.load(fh)["traceEvents"]
+    copies, kernels = {}, set()
+    for e in events:
+        if e.get("cat") in ("gpu_memcpy", "gpu_memset"):
+            n, b = copies.get(e["name"], (0, 0))
+            copies[e["name"]] = (n + 1, b + int(e.get("args", {}).get("bytes", 0)))
+        elif e.get("cat") == "kernel":
+            kernels.add(e["name"])
+    assert any("resample" in k for k in kernels), kernels  # CUPTI sees augscope's work
+    host_copies = {k: v for k, v in copies.items() if "HtoD" in k or "DtoH" in k}
     assert not host_copies, host_copies
     t0 = torch.cuda.Event(enable_timing=True)
     t1 = torch.cuda.Event(enable_timing=True)
@@ -126,7 +134,8 @@ def test_no_host_round_trip_and_its_time():
     host = v.cpu().numpy()
     hv = augscope.apply(host, plan, device=DEV)
     assert np.array_equal(out.image.cpu().numpy(), hv.image)
-    print(f"\n128^3 order {plan['order']}: device tensors {ms:.3f} ms per call, copies {copies}; "
+    print(f"\n128^3 order {plan['order']}: device tensors {ms:.3f} ms per call, copies (count, "
+          f"bytes) {copies}, kernels {sorted(kernels)}; "
           f"engine timings {json.dumps(out.info['timings_ms'])}; host path "
           f"{hv.info['timings_ms']['total_ms']:.3f} ms")
 
@@ -215,3 +224,26 @@ def test_a_forked_child_is_refused_cuda_clearly():
     msg = q.get(timeout=60)
     p.join()
     assert "spawn" in msg
+
+
+class SpawnData:
+    """Samples transformed on the GPU inside spawned DataLoader workers."""
+
+    def __init__(self, n):
+        self.v = [volume((16, 18, 17), i) for i in range(n)]
+        self.aug = augscope.Augment(PRESET, seed=99, device=DEV)
+
+    def __len__(self):
+        return len(self.v)
+
+    def __getitem__(self, j):
+        return self.aug(self.v[j], index=j).image
+
+
+def test_spawned_workers_run_on_cuda_with_the_same_draws():
+    from torch.utils.data import DataLoader
+    data = SpawnData(6)
+    main = [data[j] for j in range(6)]
+    dl = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    got = list(dl)
+    assert all(np.array_equal(a, b.numpy()) for a, b in zip(main, got))
