@@ -21,6 +21,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 # The Rust test binaries look for their fixtures under the path they were built in.
 if [[ ! -e /work/main && -w / ]]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+# ... and run the CLI where they were built to find it.
+mkdir -p target/release && cp .gpu/augscope target/release/augscope
 
 log "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee -a "$OUT/summary.txt"
@@ -37,7 +39,7 @@ fi
 if [[ $STEPS == *rust* ]]; then
   log "the engine's CUDA tests"
   for t in .gpu/tests/*; do
-    timeout 150 "$t" --test-threads=8 > "$OUT/rust_$(basename "$t").log" 2>&1
+    timeout 150 "$t" --test-threads=8 ${RUST_FILTER:-} > "$OUT/rust_$(basename "$t").log" 2>&1
     echo "$(basename "$t"): exit $?" | tee -a "$OUT/summary.txt"
     grep -E "test result" "$OUT/rust_$(basename "$t").log" | tee -a "$OUT/summary.txt"
   done
@@ -48,7 +50,7 @@ if [[ $STEPS == *loop* ]]; then
   W=$(mktemp -d)
   .gpu/augscope apply assets/mni152_t1.nii.gz "$W/mni.npy" > /dev/null
   .gpu/augscope apply assets/mni152_tissue_labels.nii.gz "$W/lab.npy" --order 0 --dtype keep > /dev/null
-  timeout 300 python3 python/bench_train_loop.py --image "$W/mni.npy" --label "$W/lab.npy" \
+  timeout 300 python3 -P python/bench_train_loop.py --image "$W/mni.npy" --label "$W/lab.npy" \
     --workers 16 --json "$OUT/train_loop.json" > "$OUT/train_loop.log" 2>&1
   echo "exit $?" >> "$OUT/train_loop.log"
   grep -E "^augscope|^batchgen|exit" "$OUT/train_loop.log" | tee -a "$OUT/summary.txt"
@@ -56,6 +58,6 @@ fi
 
 if [[ $STEPS == *febds* ]]; then
   log "FEBDS from Python against medical-image-std 0.8.2"
-  timeout 240 python3 python/bench_febds.py --json "$OUT/febds.json" 2>&1 | tee -a "$OUT/summary.txt"
+  timeout 240 python3 -P python/bench_febds.py --json "$OUT/febds.json" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 log "done"

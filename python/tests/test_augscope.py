@@ -56,11 +56,12 @@ def labels(shape):
     return lab
 
 
-def cli_apply(work, arr, args, lab=None, channels=False, tag="a"):
-    """`augscope apply` of `arr` with `args`: (image, label or None, the report's plan)."""
+def cli_apply(work, arr, args, lab=None, channels=False, tag="a", backend="cpu"):
+    """`augscope apply` of `arr` with `args` on `backend`: (image, label or None, the report's
+    plan)."""
     src, out, rep = work / f"{tag}_in.npy", work / f"{tag}_out.npy", work / f"{tag}.json"
     np.save(src, arr)
-    argv = ["apply", src, out, *args, "--report", rep, "--backend", "cpu"]
+    argv = ["apply", src, out, *args, "--report", rep, "--backend", backend]
     if channels:
         argv.append("--channels")
     lab_out = None

@@ -30,7 +30,7 @@ def on_gpu(a):
 
 
 def cli_cuda(work, arr, args, **kw):
-    return cli_apply(work, arr, args + ["--backend", DEV], **kw)
+    return cli_apply(work, arr, args, backend=DEV, **kw)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -103,7 +103,7 @@ def test_no_host_round_trip_and_its_time(work):
     from torch.profiler import ProfilerActivity, profile
     v = on_gpu(volume((128, 128, 128), 1))
     plan = augscope.sample(PRESET, 3)[0]
-    plan["elastic"] = {"alpha": 300.0, "sigma": [6.0, 6.0, 6.0], "seed": 3}
+    plan["elastic"] = {"alpha": 300.0, "sigma": 6.0, "seed": 3}
     augscope.apply(v, plan)  # compile and cache the field
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -195,7 +195,7 @@ print(json.dumps({"warned": [str(x.category.__name__) for x in w], "note": out.i
 def test_memory_stats_and_the_scope_that_frees_the_caches():
     v = on_gpu(volume((64, 64, 64), 2))
     plan = augscope.sample(PRESET, 3)[0]
-    plan["elastic"] = {"alpha": 100.0, "sigma": [4.0, 4.0, 4.0], "seed": 1}
+    plan["elastic"] = {"alpha": 100.0, "sigma": 4.0, "seed": 1}
     with augscope.gpu_memory_scope():
         augscope.apply(v, plan)
         held = augscope.memory_stats()
