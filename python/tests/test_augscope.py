@@ -228,14 +228,18 @@ def test_the_same_draws_on_one_and_four_workers():
         assert all(np.array_equal(a, b) for a, b in zip(runs[0], other))
 
 
-@pytest.mark.parametrize("name,args,cli_args", [
+# (augscope.filters name, its arguments, the same filter's `augscope filter` flags)
+FILTER_CASES = [
     ("gaussian", (1.5,), ["--gaussian", "1.5"]),
     ("log", (1.2,), ["--log", "1.2"]),
     ("dog", (1.0, 2.0), ["--dog", "1,2"]),
     ("median", (3,), ["--median", "3"]),
     ("gamma", (0.7, 2.0), ["--gamma", "0.7,2"]),
     ("contrast", (1.3, 0.1), ["--contrast", "1.3,0.1"]),
-])
+]
+
+
+@pytest.mark.parametrize("name,args,cli_args", FILTER_CASES)
 def test_filters_equal_the_cli(work, name, args, cli_args):
     v = volume((11, 13, 12), 21)
     np.save(work / f"f_{name}.npy", v)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import augscope
-from test_augscope import MODES, PLAN_ARGS, PRESET, cli, cli_apply, labels, volume
+from test_augscope import (FILTER_CASES, MODES, PLAN_ARGS, PRESET, cli, cli_apply, labels,
+                           volume)
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -140,14 +141,7 @@ def test_no_host_round_trip_and_its_time(work):
           f"{hv.info['timings_ms']['total_ms']:.3f} ms")
 
 
-@pytest.mark.parametrize("name,args,cli_args", [
-    ("gaussian", (1.5,), ["--gaussian", "1.5"]),
-    ("log", (1.2,), ["--log", "1.2"]),
-    ("dog", (1.0, 2.0), ["--dog", "1,2"]),
-    ("median", (3,), ["--median", "3"]),
-    ("gamma", (0.7, 2.0), ["--gamma", "0.7,2"]),
-    ("contrast", (1.3, 0.1), ["--contrast", "1.3,0.1"]),
-])
+@pytest.mark.parametrize("name,args,cli_args", FILTER_CASES)
 @pytest.mark.parametrize("precision", ["f32", "f16"])
 def test_filters_on_cuda_tensors_equal_the_cli(work, name, args, cli_args, precision):
     v = volume((21, 23, 22), 21)
