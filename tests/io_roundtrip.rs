@@ -652,6 +652,38 @@ fn tiff_written_by_the_image_crate_reads_back() {
     assert_eq!(v.data, px.iter().map(|&x| x as f32).collect::<Vec<_>>());
 }
 
+#[test]
+fn gray_32_and_64_bit_tiffs_read_in_their_own_type() {
+    use tiff::encoder::{TiffEncoder, colortype};
+    let dir = tempfile::tempdir().unwrap();
+    let f32_px: Vec<f32> = vec![-3.5, 0.0, 1e-7, 2.25, 4095.0, -0.125];
+    let p = dir.path().join("g32f.tif");
+    let mut enc = TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap();
+    enc.write_image::<colortype::Gray32Float>(3, 2, &f32_px)
+        .unwrap();
+    let v = load(&p);
+    assert_eq!(
+        (v.shape.clone(), v.channels, v.dtype),
+        (vec![2, 3], 1, DType::F32)
+    );
+    assert_eq!(v.data, f32_px);
+    let f64_px: Vec<f64> = vec![0.5, -1.25, 3.0, 1e3];
+    let p = dir.path().join("g64f.tif");
+    let mut enc = TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap();
+    enc.write_image::<colortype::Gray64Float>(2, 2, &f64_px)
+        .unwrap();
+    let v = load(&p);
+    assert_eq!((v.shape.clone(), v.dtype), (vec![2, 2], DType::F64));
+    assert_eq!(v.data, vec![0.5, -1.25, 3.0, 1e3]);
+    let u32_px: Vec<u32> = vec![0, 7, 70000, 16_777_216];
+    let p = dir.path().join("g32u.tif");
+    let mut enc = TiffEncoder::new(std::fs::File::create(&p).unwrap()).unwrap();
+    enc.write_image::<colortype::Gray32>(4, 1, &u32_px).unwrap();
+    let v = load(&p);
+    assert_eq!((v.shape.clone(), v.dtype), (vec![1, 4], DType::U32));
+    assert_eq!(v.data, vec![0.0, 7.0, 70000.0, 16_777_216.0]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hostile input: an error naming the path, never a panic or a huge allocation
 // ---------------------------------------------------------------------------------------------

@@ -19,14 +19,21 @@ const MAX_DECODE_BYTES: u64 = 4 << 30;
 
 /// Reads a PNG, JPEG or TIFF (the format is recognised from the content, else the extension).
 /// Gray 8/16-bit → one channel, RGB(A) 8/16-bit → three channels (alpha dropped), with dtype
-/// `uint8` or `uint16`; 32-bit float TIFFs come back as `float32`. Values are those of
-/// `numpy.asarray(PIL.Image.open(p))` (for JPEG up to the ±1 differences between decoders' IDCTs).
+/// `uint8` or `uint16`; 32-bit float RGB(A) TIFFs come back as `float32`, and gray 32/64-bit
+/// TIFFs (float, signed or unsigned: what microscopy and dose maps use) as one channel of their
+/// own dtype. Values are those of `numpy.asarray(PIL.Image.open(p))` (for JPEG up to the ±1
+/// differences between decoders' IDCTs; 64-bit values are held as f32).
 pub fn read(path: &Path) -> Result<Volume, IoError> {
     let err = |why: String| IoError::read(FORMAT, one_line(&why), path);
     let mut reader = ImageReader::open(path)
         .map_err(|e| err(e.to_string()))?
         .with_guessed_format()
         .map_err(|e| err(e.to_string()))?;
+    if reader.format() == Some(image::ImageFormat::Tiff)
+        && let Some(v) = read_wide_gray_tiff(path).map_err(err)?
+    {
+        return Ok(v);
+    }
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(MAX_DECODE_BYTES);
     reader.limits(limits);
@@ -43,6 +50,47 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     let mut v = Volume::new(data, vec![h, w], channels);
     v.dtype = dtype;
     Ok(v)
+}
+
+/// A gray TIFF of 32- or 64-bit samples (which the image crate refuses), through the tiff
+/// crate; `None` for every other TIFF (the image crate reads those).
+fn read_wide_gray_tiff(path: &Path) -> Result<Option<Volume>, String> {
+    use tiff::decoder::{Decoder, DecodingResult, Limits};
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut dec = Decoder::new(std::io::BufReader::new(file))
+        .map_err(|e| e.to_string())?
+        .with_limits({
+            let mut l = Limits::default();
+            l.decoding_buffer_size = MAX_DECODE_BYTES as usize;
+            l
+        });
+    match dec.colortype().map_err(|e| e.to_string())? {
+        tiff::ColorType::Gray(32 | 64) => {}
+        _ => return Ok(None),
+    }
+    let (w, h) = dec.dimensions().map_err(|e| e.to_string())?;
+    let (w, h) = (w as usize, h as usize);
+    if w == 0 || h == 0 {
+        return Err(format!("the image is empty ({w} x {h})"));
+    }
+    let (data, dtype): (Vec<f32>, DType) = match dec.read_image().map_err(|e| e.to_string())? {
+        DecodingResult::F32(v) => (v, DType::F32),
+        DecodingResult::F64(v) => (v.into_iter().map(|x| x as f32).collect(), DType::F64),
+        DecodingResult::U32(v) => (v.into_iter().map(|x| x as f32).collect(), DType::U32),
+        DecodingResult::I32(v) => (v.into_iter().map(|x| x as f32).collect(), DType::I32),
+        DecodingResult::U64(v) => (v.into_iter().map(|x| x as f32).collect(), DType::U64),
+        DecodingResult::I64(v) => (v.into_iter().map(|x| x as f32).collect(), DType::I64),
+        _ => return Ok(None),
+    };
+    if data.len() != w * h {
+        return Err(format!(
+            "{} samples for a {w} x {h} gray image (the file is damaged)",
+            data.len()
+        ));
+    }
+    let mut v = Volume::new(data, vec![h, w], 1);
+    v.dtype = dtype;
+    Ok(Some(v))
 }
 
 /// Decoder messages may span lines; an `IoError` is one.
