@@ -966,6 +966,23 @@ fn hostile_images_are_errors() {
     let p = dir.path().join("cut.jpg");
     std::fs::write(&p, &jpg[..600]).unwrap();
     assert_err(io::image2d::read(&p), &p, "");
+    // Cut inside the scan: the decoder would fill the rest with grey; refused.
+    for frac in [0.5, 0.9, 0.999] {
+        let p = dir.path().join(format!("cut{frac}.jpg"));
+        std::fs::write(&p, &jpg[..(jpg.len() as f64 * frac) as usize]).unwrap();
+        assert_err(io::image2d::read(&p), &p, "cut short");
+    }
+    // Bytes after the end-of-image marker (some cameras pad) are fine.
+    let p = dir.path().join("padded.jpg");
+    std::fs::write(&p, [jpg.as_slice(), &[0u8; 64]].concat()).unwrap();
+    assert_eq!(load(&p).data, load(&data("retina.jpg")).data);
+    // A damaged PNG chunk is named in words, not as a Rust structure.
+    let mut bad = png.clone();
+    bad[20] ^= 0xff; // inside IHDR: its CRC no longer matches
+    let p = dir.path().join("crc.png");
+    std::fs::write(&p, &bad).unwrap();
+    let msg = io::image2d::read(&p).unwrap_err().to_string();
+    assert!(msg.contains("IHDR") && !msg.contains("ChunkType"), "{msg}");
     let p = dir.path().join("empty.tif");
     std::fs::write(&p, b"").unwrap();
     assert_err(io::image2d::read(&p), &p, "");

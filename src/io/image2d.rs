@@ -34,6 +34,11 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     {
         return Ok(v);
     }
+    if reader.format() == Some(image::ImageFormat::Jpeg) {
+        // The JPEG decoder fills a scan cut short with grey: a partial image would pass as whole.
+        let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+        jpeg_is_whole(&bytes).map_err(err)?;
+    }
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(MAX_DECODE_BYTES);
     reader.limits(limits);
@@ -93,9 +98,35 @@ fn read_wide_gray_tiff(path: &Path) -> Result<Option<Volume>, String> {
     Ok(Some(v))
 }
 
-/// Decoder messages may span lines; an `IoError` is one.
+/// Whether a JPEG's last scan is followed by its end-of-image marker (FF D9). Entropy-coded data
+/// never holds FF D9 (a data byte FF is stuffed as FF 00), so a file cut inside or right after its
+/// last scan has none after the last start-of-scan (FF DA); an embedded thumbnail's EOI comes
+/// before it.
+pub fn jpeg_is_whole(bytes: &[u8]) -> Result<(), String> {
+    let last = |marker: u8| bytes.windows(2).rposition(|w| w == [0xFF, marker]);
+    match (last(0xDA), last(0xD9)) {
+        (Some(sos), Some(eoi)) if eoi > sos => Ok(()),
+        (None, _) => Err("the JPEG has no image data (no start-of-scan marker)".into()),
+        _ => Err("the JPEG is cut short (its image data has no end-of-image marker)".into()),
+    }
+}
+
+/// Decoder messages in one line and in words: the png crate prints a chunk's type as a Rust
+/// structure (`ChunkType { type: IHDR, critical: true, … }`), shown here as `IHDR`.
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    while let Some(i) = s.find("ChunkType { type: ") {
+        let rest = &s[i + "ChunkType { type: ".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let end = rest
+            .find('}')
+            .map_or(s.len(), |j| i + "ChunkType { type: ".len() + j + 1);
+        s.replace_range(i..end, &name);
+    }
+    s
 }
 
 /// Splits interleaved pixels into channel planes.
