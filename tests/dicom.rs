@@ -248,3 +248,70 @@ fn hostile_dicom_exits_2_with_one_line() {
         assert!(err.contains("DICOM"), "{err}");
     }
 }
+
+/// A series of `n` axial 3×4 slices at `z[k]` mm in `dir`.
+fn axial_series(dir: &Path, z: &[f64]) {
+    let (rows, cols) = (3, 4);
+    for (k, &zk) in z.iter().enumerate() {
+        let slice: Vec<i16> = (0..rows * cols).map(|i| (i + 10 * k) as i16).collect();
+        write_slice(
+            &dir.join(format!("s{k:02}.dcm")),
+            k,
+            rows,
+            cols,
+            &slice,
+            [0.0, 0.0, zk],
+            [1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            "2.25.77",
+        );
+    }
+}
+
+fn load_err(p: &Path) -> String {
+    io::load(p, &LoadOptions::default())
+        .expect_err("should not load")
+        .to_string()
+}
+
+#[test]
+fn series_with_a_missing_or_damaged_slice_is_an_error_not_a_stretched_volume() {
+    // Evenly spaced: loads, 2 mm apart.
+    let ok = tempfile::tempdir().unwrap();
+    axial_series(ok.path(), &[0.0, 2.0, 4.0, 6.0, 8.0]);
+    std::fs::write(ok.path().join("notes.txt"), "not DICOM").unwrap();
+    let v = load(ok.path());
+    assert_eq!((v.shape[0], v.spacing_mm[0]), (5, 2.0));
+
+    // One slice cut short: an error naming that slice (it was skipped, and five slices at 2 mm
+    // loaded as four at 2.667 mm).
+    let cut = tempfile::tempdir().unwrap();
+    axial_series(cut.path(), &[0.0, 2.0, 4.0, 6.0, 8.0]);
+    let victim = cut.path().join("s02.dcm");
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() - 10]).unwrap();
+    let e = load_err(cut.path());
+    assert!(
+        e.contains("slice of the series cannot be read") && e.contains("s02.dcm"),
+        "{e}"
+    );
+
+    // Uneven gaps (a missing slice, or variable spacing): an error with the gaps.
+    let gaps = tempfile::tempdir().unwrap();
+    axial_series(gaps.path(), &[0.0, 1.0, 2.0, 10.0]);
+    let e = load_err(gaps.path());
+    assert!(e.contains("unevenly spaced") && e.contains("8.0000"), "{e}");
+
+    // A slice step of 1e308 mm would be an infinite voxel in the NIfTI written from it.
+    let huge = tempfile::tempdir().unwrap();
+    axial_series(huge.path(), &[0.0, 1e308]);
+    let e = load_err(huge.path());
+    assert!(e.contains("implausible slice spacing"), "{e}");
+    let out = Command::new(env!("CARGO_BIN_EXE_augscope"))
+        .arg("apply")
+        .arg(huge.path())
+        .arg(huge.path().join("out.nii"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!huge.path().join("out.nii").exists());
+}

@@ -35,9 +35,11 @@ pub fn is_dicom(path: &Path) -> bool {
         return true;
     }
     let lower = path.to_string_lossy().to_ascii_lowercase();
-    if lower.ends_with(".dcm") || lower.ends_with(".dicom") {
-        return true;
-    }
+    lower.ends_with(".dcm") || lower.ends_with(".dicom") || has_preamble(path)
+}
+
+/// Whether a file starts with DICOM's 128-byte preamble and `DICM`.
+fn has_preamble(path: &Path) -> bool {
     let mut head = [0u8; 132];
     std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
@@ -86,8 +88,40 @@ fn opt_int(obj: &DefaultDicomObject, tag: Tag) -> Option<i64> {
         .and_then(|e| e.to_int::<i64>().ok())
 }
 
-fn read_slice(path: &Path) -> Result<Slice, IoError> {
-    let obj = dicom_object::open_file(path).map_err(|e| err(one_line(&e.to_string()), path))?;
+/// Why a file gave no slice: it is no DICOM image at all (a DICOMDIR, a structured report, notes
+/// beside the series: skipped in a folder), or an image that cannot be read (an error, since the
+/// series would load with a slice missing).
+enum SliceError {
+    NotAnImage(IoError),
+    Unreadable(IoError),
+}
+
+impl SliceError {
+    fn into_inner(self) -> IoError {
+        match self {
+            SliceError::NotAnImage(e) | SliceError::Unreadable(e) => e,
+        }
+    }
+}
+
+fn read_slice(path: &Path) -> Result<Slice, SliceError> {
+    let obj = dicom_object::open_file(path).map_err(|e| {
+        let e = err(one_line(&e.to_string()), path);
+        // A file without the DICM preamble is no DICOM file at all (notes, a README).
+        if has_preamble(path) {
+            SliceError::Unreadable(e)
+        } else {
+            SliceError::NotAnImage(e)
+        }
+    })?;
+    if obj.element_opt(tags::PIXEL_DATA).ok().flatten().is_none() {
+        return Err(SliceError::NotAnImage(err("no pixel data", path)));
+    }
+    decode_slice(path, obj).map_err(SliceError::Unreadable)
+}
+
+/// The slice of an opened DICOM image.
+fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> {
     let ts = obj
         .meta()
         .transfer_syntax()
@@ -247,6 +281,41 @@ fn read_slice(path: &Path) -> Result<Slice, IoError> {
     })
 }
 
+/// The largest voxel size read as such (1 m); a larger one is a damaged header.
+const MAX_SPACING_MM: f64 = 1000.0;
+
+/// Slices sorted along the normal must be evenly spaced: a missing slice or a stack of uneven
+/// gaps has no regular grid, and one spacing would put every slice after the gap in the wrong
+/// place. Tolerance: 1 % of the mean gap (positions are written with a few decimals).
+fn check_even_gaps(slices: &[Slice], normal: [f64; 3], path: &Path) -> Result<(), IoError> {
+    let at: Vec<f64> = slices
+        .iter()
+        .filter_map(|s| s.position.map(|p| dot(p, normal)))
+        .collect();
+    if at.len() < 3 {
+        return Ok(());
+    }
+    let gaps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    let mean = (at[at.len() - 1] - at[0]) / gaps.len() as f64;
+    let (lo, hi) = gaps
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &g| {
+            (l.min(g), h.max(g))
+        });
+    if hi - lo > 0.01 * mean.abs() {
+        return Err(err(
+            format!(
+                "the slices are unevenly spaced (gaps from {lo:.4} to {hi:.4} mm along the \
+                 slice normal: a missing slice, or a variable-spacing acquisition); augscope \
+                 needs a regular grid: resample the series first (e.g. dcm2niix, then a \
+                 resampler)"
+            ),
+            path,
+        ));
+    }
+    Ok(())
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -281,12 +350,24 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         let mut slices = vec![];
         let mut first_err = None;
         for f in &files {
-            // DICOMDIR, notes and other files without pixel data are skipped.
+            // DICOMDIR, notes and other files without pixel data are skipped; an image that
+            // cannot be read is an error (the series would load a slice short, with its
+            // spacing stretched over the gap).
             match read_slice(f) {
                 Ok(s) => slices.push(s),
-                Err(e) => {
+                Err(SliceError::NotAnImage(e)) => {
                     first_err.get_or_insert(e);
                 }
+                Err(SliceError::Unreadable(IoError::Read { why, .. })) => {
+                    return Err(err(
+                        format!(
+                            "a slice of the series cannot be read ({why}); remove it or repair \
+                             it, or the volume would load with a slice missing"
+                        ),
+                        f,
+                    ));
+                }
+                Err(SliceError::Unreadable(e)) => return Err(e),
             }
         }
         if slices.is_empty() {
@@ -300,7 +381,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         }
         slices
     } else {
-        vec![read_slice(path)?]
+        vec![read_slice(path).map_err(SliceError::into_inner)?]
     };
 
     let series = &slices[0].series;
@@ -361,6 +442,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
                 ));
             }
         }
+        check_even_gaps(&slices, normal, path)?;
     } else {
         slices.sort_by_key(|s| s.instance);
     }
@@ -383,6 +465,21 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         }
     };
     let sp_slice = dot(step, step).sqrt();
+    for (what, v) in [
+        ("pixel spacing (rows)", sp_row),
+        ("pixel spacing (columns)", sp_col),
+        ("slice spacing", if depth > 1 { sp_slice } else { 1.0 }),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= MAX_SPACING_MM) {
+            return Err(err(
+                format!(
+                    "implausible {what} {v} mm (a voxel of up to {MAX_SPACING_MM} mm is read); \
+                     the header is damaged"
+                ),
+                path,
+            ));
+        }
+    }
     let origin = slices[0].position.unwrap_or([0.0; 3]);
     // LPS -> RAS: negate x and y.
     let sign = [-1.0, -1.0, 1.0];
