@@ -106,6 +106,65 @@ fn sigterm_stops_a_batch_like_ctrl_c() {
 }
 
 #[test]
+fn a_second_run_into_the_same_folder_is_refused_while_the_first_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path(), [8, 9, 10]);
+    let p = preset(dir.path());
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let batch = |extra: &[&str]| {
+        Command::new(bin())
+            .args(["batch", "--preset"])
+            .arg(&p)
+            .args(["--count", "2", "--quiet", "--out"])
+            .arg(&out)
+            .args(extra)
+            .arg(&img)
+            .output()
+            .unwrap()
+    };
+    // A run in progress holds the folder's lock (taken here as that run would hold it).
+    let held = std::fs::File::create(out.join(".augscope-batch.lock")).unwrap();
+    held.try_lock().unwrap();
+    for extra in [&[][..], &["--resume"][..]] {
+        let o = batch(extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("another augscope batch") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+    // Another shard locks its own file and may write beside it.
+    let o = batch(&["--shard", "1/2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(held);
+    let o = batch(&["--shard", "0/2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_batch_that_failed_before_its_first_sample_does_not_block_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path(), [8, 9, 10]);
+    let p = preset(dir.path());
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // What a failed run leaves: an empty manifest.
+    std::fs::write(out.join("manifest.jsonl"), "").unwrap();
+    let o = Command::new(bin())
+        .args(["batch", "--preset"])
+        .arg(&p)
+        .args(["--count", "2", "--quiet", "--out"])
+        .arg(&out)
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(manifest_lines(&out.join("manifest.jsonl")).len(), 2);
+}
+
+#[test]
 fn resume_finds_the_samples_from_another_folder() {
     let dir = tempfile::tempdir().unwrap();
     let img = volume(dir.path(), [10, 12, 11]);

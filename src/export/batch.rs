@@ -233,6 +233,71 @@ fn verified_versions() -> serde_json::Value {
     })
 }
 
+/// An exclusive lock on a shard's lock file in the output folder, held for the whole run, so a
+/// second run of the same shard (or a `--resume` while the first still writes) is refused instead
+/// of interleaving manifests and deleting the other run's temporary files. Other shards lock
+/// their own files and write beside it. The file is removed when the run ends; filesystems
+/// without locks run unlocked.
+struct ShardLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl Drop for ShardLock {
+    fn drop(&mut self) {
+        // Removed while still locked: a run that opened it meanwhile finds it gone (below).
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether two metadata describe the same file.
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.ino() == b.ino() && a.dev() == b.dev()
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
+    true
+}
+
+fn lock_shard(out_dir: &Path, shard: (usize, usize)) -> Result<Option<ShardLock>, BatchError> {
+    let path = out_dir.join(if shard.1 == 1 {
+        ".augscope-batch.lock".to_string()
+    } else {
+        format!(".augscope-batch-shard{}of{}.lock", shard.0, shard.1)
+    });
+    loop {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| IoError::write("lock file", e.to_string(), &path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(usage(format!(
+                    "another augscope batch is writing this output folder ({}); wait for it to \
+                     finish or choose another --out",
+                    out_dir.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(_)) => return Ok(None),
+        }
+        // The lock counts only if the file is still the one at `path` (the run that held it may
+        // have removed it between our open and our lock).
+        let same = match (file.metadata(), std::fs::metadata(&path)) {
+            (Ok(a), Ok(b)) => same_file(&a, &b),
+            _ => false,
+        };
+        if same {
+            return Ok(Some(ShardLock { path, _file: file }));
+        }
+    }
+}
+
 /// The manifest of a shard: `manifest.jsonl`, or `manifest-shard{k}of{n}.jsonl`.
 pub fn manifest_path(out_dir: &Path, shard: (usize, usize)) -> PathBuf {
     if shard.1 == 1 {
@@ -316,6 +381,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     }
     std::fs::create_dir_all(&opts.out_dir)
         .map_err(|e| IoError::write("output folder", e.to_string(), &opts.out_dir))?;
+    let _lock = lock_shard(&opts.out_dir, opts.shard)?;
 
     // Predictable names: <stem>_s<seed>.<ext> and <stem>_s<seed>_label.<ext>.
     let stems: Vec<String> = opts.inputs.iter().map(|p| stem(p)).collect();
@@ -374,7 +440,10 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     // files exist, and forget the rest.
     let manifest = manifest_path(&opts.out_dir, opts.shard);
     let mut finished: HashSet<PathBuf> = HashSet::new();
-    if manifest.exists() {
+    // A manifest without a line (a run that failed before its first sample) holds nothing to
+    // resume or to protect.
+    let empty = std::fs::metadata(&manifest).is_ok_and(|m| m.len() == 0);
+    if manifest.exists() && !empty {
         if !opts.resume {
             return Err(usage(format!(
                 "the output folder already holds a batch manifest; pass --resume to continue \
