@@ -315,3 +315,77 @@ fn series_with_a_missing_or_damaged_slice_is_an_error_not_a_stretched_volume() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!huge.path().join("out.nii").exists());
 }
+
+/// CT_small.dcm with `insert` placed before its pixel data, and `patch` applied after.
+fn ct_with(insert: &[u8], patch: impl Fn(&mut Vec<u8>, usize)) -> Vec<u8> {
+    let ct = std::fs::read(data("CT_small.dcm")).unwrap();
+    let at = ct
+        .windows(4)
+        .position(|w| w == [0xE0, 0x7F, 0x10, 0x00])
+        .unwrap();
+    let mut b = [&ct[..at], insert, &ct[at..]].concat();
+    patch(&mut b, at + insert.len());
+    b
+}
+
+#[test]
+fn structurally_hostile_dicom_is_one_line_without_overflow_or_huge_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    // Thousands of nested undefined-length sequences (dicom-rs would recurse until the stack
+    // overflows).
+    let mut nest = vec![];
+    for _ in 0..5000 {
+        nest.extend([
+            0x08, 0x00, 0x15, 0x11, b'S', b'Q', 0, 0, 0xFF, 0xFF, 0xFF, 0xFF,
+        ]);
+        nest.extend([0xFE, 0xFF, 0x00, 0xE0, 0xFF, 0xFF, 0xFF, 0xFF]);
+    }
+    for _ in 0..5000 {
+        nest.extend([0xFE, 0xFF, 0x0D, 0xE0, 0, 0, 0, 0]);
+        nest.extend([0xFE, 0xFF, 0xDD, 0xE0, 0, 0, 0, 0]);
+    }
+    let nested = dir.path().join("nested.dcm");
+    std::fs::write(&nested, ct_with(&nest, |_, _| {})).unwrap();
+    // Pixel data that declares 4 GB in a 40 KB file (dicom-rs would allocate it first).
+    let huge = dir.path().join("huge.dcm");
+    std::fs::write(
+        &huge,
+        ct_with(&[], |b, px| {
+            b[px + 8..px + 12].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes())
+        }),
+    )
+    .unwrap();
+    // Three levels of real nesting still load.
+    let mut ok = vec![];
+    for _ in 0..3 {
+        ok.extend([
+            0x08, 0x00, 0x15, 0x11, b'S', b'Q', 0, 0, 0xFF, 0xFF, 0xFF, 0xFF,
+        ]);
+        ok.extend([0xFE, 0xFF, 0x00, 0xE0, 0xFF, 0xFF, 0xFF, 0xFF]);
+    }
+    for _ in 0..3 {
+        ok.extend([0xFE, 0xFF, 0x0D, 0xE0, 0, 0, 0, 0]);
+        ok.extend([0xFE, 0xFF, 0xDD, 0xE0, 0, 0, 0, 0]);
+    }
+    let fine = dir.path().join("fine.dcm");
+    std::fs::write(&fine, ct_with(&ok, |_, _| {})).unwrap();
+    assert_eq!(load(&fine).data, load(&data("CT_small.dcm")).data);
+    for (p, needle) in [
+        (&nested, "nested more than"),
+        (&huge, "declares 4294967280 bytes"),
+    ] {
+        for cmd in ["info", "apply"] {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_augscope"));
+            c.arg(cmd).arg(p);
+            if cmd == "apply" {
+                c.arg(dir.path().join("out.nii"));
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {}: {err}", p.display());
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+    assert!(!dir.path().join("out.nii").exists());
+}

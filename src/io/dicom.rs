@@ -105,8 +105,9 @@ impl SliceError {
 }
 
 fn read_slice(path: &Path) -> Result<Slice, SliceError> {
+    super::dicom_guard::check(path).map_err(|why| SliceError::Unreadable(err(why, path)))?;
     let obj = dicom_object::open_file(path).map_err(|e| {
-        let e = err(one_line(&e.to_string()), path);
+        let e = err(one_line(&with_causes(&e)), path);
         // A file without the DICM preamble is no DICOM file at all (notes, a README).
         if has_preamble(path) {
             SliceError::Unreadable(e)
@@ -314,6 +315,22 @@ fn check_even_gaps(slices: &[Slice], normal: [f64; 3], path: &Path) -> Result<()
         ));
     }
     Ok(())
+}
+
+/// An error and its causes, outermost first: dicom-rs's own line ("Could not read data set
+/// token") says what failed, its causes say why.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cause = c.source();
+    }
+    s
 }
 
 fn one_line(s: &str) -> String {

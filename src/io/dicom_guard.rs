@@ -1,0 +1,274 @@
+//! A structural check of a DICOM file before dicom-rs parses it, so that a hostile or damaged
+//! file gives one clear error instead of a stack overflow or a huge allocation: dicom-rs parses
+//! nested sequences recursively (thousands of nested undefined-length sequences overflow the
+//! stack) and allocates what an element's length declares before reading it (a 10 KB file can
+//! ask for 4 GB).
+//!
+//! The walk reads element headers only (tags, VRs and lengths, PS3.5 §7), seeking over values:
+//! every defined length must fit in the bytes left, sequences may nest at most [`MAX_DEPTH`]
+//! deep, and every undefined-length sequence or item must end. Deflated data sets are left to
+//! dicom-rs (their lengths refer to the inflated stream).
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use dicom_core::dictionary::DataDictionary;
+use dicom_core::{Tag, VR};
+use dicom_dictionary_std::StandardDataDictionary;
+
+/// How deep sequences may nest (real data sets nest a few levels).
+pub const MAX_DEPTH: usize = 32;
+
+const UNDEFINED: u32 = 0xFFFF_FFFF;
+const ITEM: (u16, u16) = (0xFFFE, 0xE000);
+const ITEM_END: (u16, u16) = (0xFFFE, 0xE00D);
+const SEQ_END: (u16, u16) = (0xFFFE, 0xE0DD);
+const PIXEL_DATA: (u16, u16) = (0x7FE0, 0x0010);
+
+/// Checks the structure of the DICOM file at `path`; a file without the `DICM` preamble is left
+/// to dicom-rs (which refuses it with its own message).
+pub fn check(path: &Path) -> Result<(), String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    let mut w = Walker {
+        r: BufReader::new(file),
+        pos: 0,
+        size,
+        explicit: true,
+        big: false,
+    };
+    let mut head = [0u8; 132];
+    if size < 132 || w.r.read_exact(&mut head).is_err() || &head[128..132] != b"DICM" {
+        return Ok(());
+    }
+    w.pos = 132;
+    // The file meta group (0002) is explicit VR little endian; it names the transfer syntax.
+    let mut ts = String::new();
+    while w.pos + 4 <= size {
+        let (group, elem) = w.peek_tag()?;
+        if group != 0x0002 {
+            break;
+        }
+        let (tag, _, len) = w.header()?;
+        if len == UNDEFINED {
+            return Err(w.at("an undefined length in the file meta group"));
+        }
+        w.fits(len, tag)?;
+        if (group, elem) == (0x0002, 0x0010) && len <= 64 {
+            let mut v = vec![0u8; len as usize];
+            w.read(&mut v)?;
+            ts = String::from_utf8_lossy(&v)
+                .trim_end_matches(['\0', ' '])
+                .to_string();
+        } else {
+            w.skip(len)?;
+        }
+    }
+    match ts.as_str() {
+        "1.2.840.10008.1.2" => w.explicit = false,
+        "1.2.840.10008.1.2.2" => w.big = true,
+        "1.2.840.10008.1.2.1.99" => return Ok(()),
+        _ => {}
+    }
+    w.elements(None, 0)
+}
+
+struct Walker {
+    r: BufReader<File>,
+    pos: u64,
+    size: u64,
+    explicit: bool,
+    big: bool,
+}
+
+impl Walker {
+    fn at(&self, what: &str) -> String {
+        format!("damaged DICOM structure at byte {}: {what}", self.pos)
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> Result<(), String> {
+        self.r
+            .read_exact(buf)
+            .map_err(|_| self.at("the file is cut short"))?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+
+    fn skip(&mut self, n: u32) -> Result<(), String> {
+        self.r
+            .seek(SeekFrom::Current(i64::from(n)))
+            .map_err(|e| e.to_string())?;
+        self.pos += u64::from(n);
+        Ok(())
+    }
+
+    fn u16(&mut self) -> Result<u16, String> {
+        let mut b = [0u8; 2];
+        self.read(&mut b)?;
+        Ok(if self.big {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        })
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let mut b = [0u8; 4];
+        self.read(&mut b)?;
+        Ok(if self.big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
+    }
+
+    fn peek_tag(&mut self) -> Result<(u16, u16), String> {
+        let t = (self.u16()?, self.u16()?);
+        self.r.seek_relative(-4).map_err(|e| e.to_string())?;
+        self.pos -= 4;
+        Ok(t)
+    }
+
+    /// One element header: (tag, VR when explicit, length).
+    fn header(&mut self) -> Result<((u16, u16), Option<[u8; 2]>, u32), String> {
+        let tag = (self.u16()?, self.u16()?);
+        if tag.0 == 0xFFFE || !self.explicit {
+            return Ok((tag, None, self.u32()?));
+        }
+        let mut vr = [0u8; 2];
+        self.read(&mut vr)?;
+        let long = matches!(
+            &vr,
+            b"OB"
+                | b"OD"
+                | b"OF"
+                | b"OL"
+                | b"OV"
+                | b"OW"
+                | b"SQ"
+                | b"SV"
+                | b"UC"
+                | b"UN"
+                | b"UR"
+                | b"UT"
+                | b"UV"
+        );
+        let len = if long {
+            self.skip(2)?;
+            self.u32()?
+        } else {
+            u32::from(self.u16()?)
+        };
+        Ok((tag, Some(vr), len))
+    }
+
+    fn fits(&self, len: u32, tag: (u16, u16)) -> Result<(), String> {
+        let left = self.size.saturating_sub(self.pos);
+        if u64::from(len) > left {
+            return Err(self.at(&format!(
+                "element ({:04X},{:04X}) declares {len} bytes but only {left} remain (the file is \
+                 cut short or damaged)",
+                tag.0, tag.1
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether an element with this tag and VR holds a sequence.
+    fn is_sequence(&self, tag: (u16, u16), vr: Option<[u8; 2]>) -> bool {
+        match vr {
+            Some(v) => &v == b"SQ",
+            None => StandardDataDictionary
+                .by_tag(Tag(tag.0, tag.1))
+                .is_some_and(|e| e.vr.relaxed() == VR::SQ),
+        }
+    }
+
+    /// Elements up to `end` (a defined-length item; the file's end at depth 0), or up to an item
+    /// delimiter (an undefined-length item).
+    fn elements(&mut self, end: Option<u64>, depth: usize) -> Result<(), String> {
+        loop {
+            match end {
+                Some(e) if self.pos >= e => return Ok(()),
+                None if depth == 0 && self.pos + 4 > self.size => return Ok(()),
+                _ => {}
+            }
+            let (tag, vr, len) = self.header()?;
+            if tag == ITEM_END && end.is_none() && depth > 0 {
+                return Ok(());
+            }
+            if tag.0 == 0xFFFE {
+                return Err(self.at("a sequence delimiter outside its sequence"));
+            }
+            if len == UNDEFINED {
+                if tag == PIXEL_DATA {
+                    self.fragments()?;
+                } else if self.is_sequence(tag, vr) || vr.is_none() || vr == Some(*b"UN") {
+                    self.sequence(None, depth + 1)?;
+                } else {
+                    return Err(self.at(&format!(
+                        "element ({:04X},{:04X}) has an undefined length but is no sequence",
+                        tag.0, tag.1
+                    )));
+                }
+            } else {
+                self.fits(len, tag)?;
+                if self.is_sequence(tag, vr) {
+                    let e = self.pos + u64::from(len);
+                    self.sequence(Some(e), depth + 1)?;
+                    if self.pos != e {
+                        return Err(self.at("a sequence overruns its length"));
+                    }
+                } else {
+                    self.skip(len)?;
+                }
+            }
+        }
+    }
+
+    /// The items of a sequence, up to `end` or its delimiter.
+    fn sequence(&mut self, end: Option<u64>, depth: usize) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(self.at(&format!("sequences nested more than {MAX_DEPTH} deep")));
+        }
+        loop {
+            if let Some(e) = end
+                && self.pos >= e
+            {
+                return Ok(());
+            }
+            let tag = (self.u16()?, self.u16()?);
+            let len = self.u32()?;
+            match tag {
+                SEQ_END if end.is_none() => return Ok(()),
+                ITEM if len == UNDEFINED => self.elements(None, depth)?,
+                ITEM => {
+                    self.fits(len, tag)?;
+                    let e = self.pos + u64::from(len);
+                    self.elements(Some(e), depth)?;
+                    if self.pos != e {
+                        return Err(self.at("an item overruns its length"));
+                    }
+                }
+                _ => return Err(self.at("an element inside a sequence that is no item")),
+            }
+        }
+    }
+
+    /// Encapsulated pixel data: fragments of defined length up to the sequence delimiter.
+    fn fragments(&mut self) -> Result<(), String> {
+        loop {
+            let tag = (self.u16()?, self.u16()?);
+            let len = self.u32()?;
+            match tag {
+                SEQ_END => return Ok(()),
+                ITEM if len != UNDEFINED => {
+                    self.fits(len, tag)?;
+                    self.skip(len)?;
+                }
+                _ => return Err(self.at("a pixel data fragment that is no item")),
+            }
+        }
+    }
+}
