@@ -74,6 +74,9 @@ pub fn check(path: &Path) -> Result<(), String> {
     w.elements(None, 0)
 }
 
+/// An element's tag, VR (explicit transfer syntaxes) and length.
+type Header = ((u16, u16), Option<[u8; 2]>, u32);
+
 struct Walker {
     r: BufReader<File>,
     pos: u64,
@@ -131,7 +134,7 @@ impl Walker {
     }
 
     /// One element header: (tag, VR when explicit, length).
-    fn header(&mut self) -> Result<((u16, u16), Option<[u8; 2]>, u32), String> {
+    fn header(&mut self) -> Result<Header, String> {
         let tag = (self.u16()?, self.u16()?);
         if tag.0 == 0xFFFE || !self.explicit {
             return Ok((tag, None, self.u32()?));
