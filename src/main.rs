@@ -376,10 +376,7 @@ fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
             row[3]
         );
     }
-    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
+    write_text(None, &text, "scan summary")
 }
 
 /// The path as it will be on disk (the parent canonicalised), for comparing inputs and outputs.
@@ -754,15 +751,12 @@ fn apply_as(
 
 fn devices(json: bool) -> anyhow::Result<()> {
     let report = engine::device::discover();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot encode the report")?
-        );
+    let text = if json {
+        serde_json::to_string_pretty(&report).context("cannot encode the report")?
     } else {
-        println!("{report}");
-    }
-    Ok(())
+        report.to_string()
+    };
+    write_text(None, &format!("{text}\n"), "device report")
 }
 
 fn bench(a: BenchArgs) -> anyhow::Result<()> {
@@ -790,13 +784,17 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     }
     let report =
         augscope::bench::run(&opts, |line| eprintln!("{line}")).context("the benchmark failed")?;
-    println!("{}", augscope::bench::table(&report));
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&report).context("cannot encode the table")?;
         io::atomic_write(p, "JSON table", |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?;
     }
+    write_text(
+        None,
+        &format!("{}\n", augscope::bench::table(&report)),
+        "benchmark table",
+    )?;
     Ok(())
 }
 
@@ -829,14 +827,17 @@ fn bench_latency(a: &BenchArgs, shape: Option<Vec<usize>>) -> anyhow::Result<()>
     }
     .map_err(|e| anyhow::anyhow!(e))
     .context("the latency measurement failed")?;
-    println!("{}", latency::table(&rows));
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&rows).context("cannot encode the table")?;
         io::atomic_write(p, "JSON table", |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?;
     }
-    Ok(())
+    write_text(
+        None,
+        &format!("{}\n", latency::table(&rows)),
+        "latency table",
+    )
 }
 
 #[cfg(not(feature = "gui"))]
@@ -965,12 +966,18 @@ fn write_text(output: Option<&Path>, text: &str, what: &'static str) -> anyhow::
         Some(p) => Ok(io::atomic_write(p, what, |w| {
             std::io::Write::write_all(w, text.as_bytes())
         })?),
-        // Not print!: a closed pipe or a full disk is an error line, not a panic.
+        // Not print!: a full disk is an error line, not a panic; a reader that stopped reading
+        // (`augscope devices | head -1`) ends the output quietly, as a shell tool does.
         None => {
             let mut out = std::io::stdout().lock();
-            std::io::Write::write_all(&mut out, text.as_bytes())
+            match std::io::Write::write_all(&mut out, text.as_bytes())
                 .and_then(|()| std::io::Write::flush(&mut out))
-                .map_err(|e| usage(format!("cannot write the {what} to standard output: {e}")))
+            {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(usage(format!(
+                    "cannot write the {what} to standard output: {e}"
+                ))),
+                _ => Ok(()),
+            }
         }
     }
 }

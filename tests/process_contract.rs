@@ -296,3 +296,46 @@ fn apply_writes_all_its_outputs_or_none() {
         [8, 9, 10]
     );
 }
+
+#[test]
+fn a_full_disk_on_stdout_is_one_line_and_a_closed_pipe_ends_quietly() {
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        return;
+    }
+    let cmds: [&[&str]; 5] = [
+        &["devices"],
+        &["devices", "--json"],
+        &["info", "assets/mni152_t1.nii.gz"],
+        &["preset", "export", "--to", "monai", "nnunet-v2"],
+        &["preset", "sample", "nnunet-v2", "--count", "3"],
+    ];
+    let root = env!("CARGO_MANIFEST_DIR");
+    for args in cmds {
+        let o = Command::new(bin())
+            .current_dir(root)
+            .args(args)
+            .stdout(std::fs::File::create(full).unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("standard output"), "{args:?}: {err}");
+        // A reader that closes its end at once: no panic, no error line.
+        let mut child = Command::new(bin())
+            .current_dir(root)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
