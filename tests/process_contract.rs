@@ -339,3 +339,49 @@ fn a_full_disk_on_stdout_is_one_line_and_a_closed_pipe_ends_quietly() {
         );
     }
 }
+
+#[test]
+fn a_huge_count_starts_at_once_and_resumes_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = volume(dir.path(), [6, 7, 8]);
+    let p = preset(dir.path());
+    let out = dir.path().join("out");
+    let start_run = |resume: bool| {
+        let mut c = Command::new(bin());
+        c.args(["batch", "--preset"])
+            .arg(&p)
+            .args(["--count", "100000000", "--backend", "cpu", "--out"])
+            .arg(&out)
+            .arg(&img)
+            .stderr(Stdio::piped());
+        if resume {
+            c.arg("--resume");
+        }
+        c.spawn().unwrap()
+    };
+    let stop_after = |mut child: std::process::Child, lines: usize| {
+        let manifest = out.join("manifest.jsonl");
+        let start = Instant::now();
+        while manifest_lines(&manifest).len() < lines {
+            assert!(child.try_wait().unwrap().is_none(), "the batch ended");
+            // A work list of 10^8 samples built up front took minutes and gigabytes.
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no sample written yet"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    stop_after(start_run(false), 3);
+    let done = manifest_lines(&out.join("manifest.jsonl")).len();
+    let err = stop_after(start_run(true), done + 2);
+    assert!(
+        err.contains(&format!("{done} already done")) && err.contains("of 100000000 in this shard"),
+        "{err}"
+    );
+}

@@ -309,6 +309,78 @@ pub fn manifest_path(out_dir: &Path, shard: (usize, usize)) -> PathBuf {
 
 /// One sample to make.
 #[derive(Clone, Debug)]
+/// The samples of this run's shard, made one at a time: a `--count` of 10^8 never builds a list
+/// (sample j of input i belongs to shard k of n when (i · count + j) mod n = k).
+struct WorkList<'a> {
+    opts: &'a BatchOptions,
+    stems: Vec<String>,
+    exts: Vec<String>,
+}
+
+impl<'a> WorkList<'a> {
+    fn new(opts: &'a BatchOptions, stems: Vec<String>) -> Self {
+        let exts = opts
+            .inputs
+            .iter()
+            .map(|p| opts.ext.clone().unwrap_or_else(|| default_ext(p).into()))
+            .collect();
+        WorkList { opts, stems, exts }
+    }
+
+    fn in_shard(&self, input: usize, j: usize) -> bool {
+        let (k, n) = self.opts.shard;
+        (input as u128 * self.opts.count as u128 + j as u128) % n as u128 == k as u128
+    }
+
+    /// The sample indices of `input` in this shard, in order.
+    fn indices(&self, input: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+        let (k, n) = self.opts.shard;
+        let offset = ((input as u128 * self.opts.count as u128) % n as u128) as usize;
+        let first = (k + n - offset) % n;
+        (first..self.opts.count).step_by(n)
+    }
+
+    fn total(&self) -> usize {
+        (0..self.opts.inputs.len())
+            .map(|i| self.indices(i).len())
+            .sum()
+    }
+
+    fn item(&self, input: usize, j: usize) -> Item {
+        let seed = self.opts.seed + j as u64;
+        let (stem, ext) = (&self.stems[input], &self.exts[input]);
+        let dir = &self.opts.out_dir;
+        Item {
+            input,
+            index: j,
+            seed,
+            output: dir.join(format!("{stem}_s{seed}.{ext}")),
+            label_output: (!self.opts.labels.is_empty())
+                .then(|| dir.join(format!("{stem}_s{seed}_label.{ext}"))),
+        }
+    }
+
+    /// The (input, index, is a label map) of an output file name of this shard, if it is one.
+    fn parse(&self, name: &str) -> Option<(usize, usize, bool)> {
+        self.stems.iter().enumerate().find_map(|(i, stem)| {
+            let rest = name.strip_prefix(stem.as_str())?.strip_prefix("_s")?;
+            let rest = rest
+                .strip_suffix(self.exts[i].as_str())?
+                .strip_suffix('.')?;
+            let (digits, label) = match rest.strip_suffix("_label") {
+                Some(d) => (d, true),
+                None => (rest, false),
+            };
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let seed: u64 = digits.parse().ok()?;
+            let j = usize::try_from(seed.checked_sub(self.opts.seed)?).ok()?;
+            (j < self.opts.count && self.in_shard(i, j)).then_some((i, j, label))
+        })
+    }
+}
+
 struct Item {
     input: usize,
     index: usize,
@@ -394,47 +466,25 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
             )));
         }
     }
+    let work = WorkList::new(opts, stems);
+    // An output may not replace an input: an input in the output folder whose name is one of
+    // this run's sample names.
     let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let input_set: HashSet<PathBuf> = opts
-        .inputs
-        .iter()
-        .chain(&opts.labels)
-        .map(|p| canon(p))
-        .collect();
-    let mut items = vec![];
-    for (i, input) in opts.inputs.iter().enumerate() {
-        let ext = opts
-            .ext
-            .clone()
-            .unwrap_or_else(|| default_ext(input).into());
-        for j in 0..opts.count {
-            if (i * opts.count + j) % n != k {
-                continue;
-            }
-            let seed = opts.seed + j as u64;
-            let output = opts.out_dir.join(format!("{}_s{seed}.{ext}", stems[i]));
-            let label_output = (!opts.labels.is_empty()).then(|| {
-                opts.out_dir
-                    .join(format!("{}_s{seed}_label.{ext}", stems[i]))
-            });
-            for o in std::iter::once(&output).chain(label_output.as_ref()) {
-                if input_set.contains(&canon(o)) {
-                    return Err(usage(format!(
-                        "output would overwrite an input: {}",
-                        o.display()
-                    )));
-                }
-            }
-            items.push(Item {
-                input: i,
-                index: j,
-                seed,
-                output,
-                label_output,
-            });
+    let out_canon = canon(&opts.out_dir);
+    for p in opts.inputs.iter().chain(&opts.labels) {
+        let p = canon(p);
+        if p.parent() == Some(out_canon.as_path())
+            && let Some((_, _, label)) =
+                p.file_name().and_then(|n| work.parse(&n.to_string_lossy()))
+            && (!label || !opts.labels.is_empty())
+        {
+            return Err(usage(format!(
+                "output would overwrite an input: {}",
+                p.display()
+            )));
         }
     }
-    let total = items.len();
+    let total = work.total();
 
     // The manifest: refuse to mix runs unless resuming; when resuming keep the whole lines whose
     // files exist, and forget the rest.
@@ -475,41 +525,47 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
         }
         io::atomic_write(&manifest, "manifest", |w| w.write_all(kept.as_bytes()))?;
     } else if !opts.resume
-        && let Some(it) = items
-            .iter()
-            .find(|it| it.output.exists() || it.label_output.as_ref().is_some_and(|l| l.exists()))
+        && let Some(name) = std::fs::read_dir(&opts.out_dir).ok().and_then(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| {
+                    work.parse(n)
+                        .is_some_and(|(_, _, label)| !label || !opts.labels.is_empty())
+                })
+        })
     {
         return Err(usage(format!(
             "output exists and no manifest lists it; pass --resume to redo unlisted samples or \
              choose another --out: {}",
-            it.output.display()
+            opts.out_dir.join(name).display()
         )));
     }
     // Temporary files of a killed run, for this shard's outputs only (other shards may be
     // writing theirs into the same folder right now).
-    let ours: HashSet<String> = items
-        .iter()
-        .flat_map(|it| std::iter::once(&it.output).chain(it.label_output.as_ref()))
-        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .collect();
     if let Ok(rd) = std::fs::read_dir(&opts.out_dir) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if let Some(rest) = name.strip_prefix('.')
                 && let Some((target, _)) = rest.rsplit_once(".tmp-")
-                && ours.contains(target)
+                && work.parse(target).is_some()
             {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    let todo: Vec<Item> = items
-        .into_iter()
-        .filter(|it| !finished.contains(&it.output))
-        .collect();
-    let skipped = total - todo.len();
+    // Samples of this run that an earlier one finished (the manifest may list others, from a
+    // run with another --count).
+    let skipped = finished
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| work.parse(&n.to_string_lossy()))
+                .is_some_and(|(_, _, label)| !label)
+        })
+        .count();
+    let todo_count = total - skipped.min(total);
     counter.skipped.store(skipped, Ordering::SeqCst);
-    counter.todo.store(todo.len(), Ordering::SeqCst);
+    counter.todo.store(todo_count, Ordering::SeqCst);
 
     // A library's model runs on the CPU engine.
     let spec = if opts.model.is_own() {
@@ -539,7 +595,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     };
 
     let bar = if opts.progress {
-        indicatif::ProgressBar::new(todo.len() as u64)
+        indicatif::ProgressBar::new(todo_count as u64)
     } else {
         indicatif::ProgressBar::hidden()
     };
@@ -583,15 +639,22 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
         let job_rx = Arc::new(Mutex::new(job_rx));
         let out_rx = Arc::new(Mutex::new(out_rx));
 
-        // Reader: each input once, then its samples.
-        let todo_ref = &todo;
+        // Reader: each input once, then its samples, made one at a time.
+        let work = &work;
+        let finished = &finished;
         s.spawn(move || {
-            let mut i = 0;
-            while i < todo_ref.len() {
+            for input in 0..opts.inputs.len() {
                 if stopped() {
                     return;
                 }
-                let input = todo_ref[i].input;
+                let mut todo = work
+                    .indices(input)
+                    .map(|j| work.item(input, j))
+                    .filter(|it| !finished.contains(&it.output))
+                    .peekable();
+                if todo.peek().is_none() {
+                    continue;
+                }
                 let t = Instant::now();
                 let loaded = (|| -> Result<(Volume, Option<Volume>), BatchError> {
                     let img = io::load(&opts.inputs[input], &LoadOptions::default())?;
@@ -635,15 +698,14 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                 };
                 let img = Arc::new(img);
                 let lab = lab.map(Arc::new);
-                while i < todo_ref.len() && todo_ref[i].input == input {
+                for it in todo {
                     if stopped()
                         || job_tx
-                            .send((todo_ref[i].clone(), img.clone(), lab.clone(), read_ms))
+                            .send((it, img.clone(), lab.clone(), read_ms))
                             .is_err()
                     {
                         return;
                     }
-                    i += 1;
                 }
             }
         });
