@@ -328,24 +328,30 @@ fn ct_with(insert: &[u8], patch: impl Fn(&mut Vec<u8>, usize)) -> Vec<u8> {
     b
 }
 
+/// `depth` nested undefined-length sequences (ReferencedSeriesSequence, explicit VR little
+/// endian), each holding one undefined-length item, all closed.
+fn nested_sequences(depth: usize) -> Vec<u8> {
+    let mut b = vec![];
+    for _ in 0..depth {
+        b.extend([0x08, 0x00, 0x15, 0x11, b'S', b'Q', 0, 0]);
+        b.extend([
+            0xFF, 0xFF, 0xFF, 0xFF, 0xFE, 0xFF, 0x00, 0xE0, 0xFF, 0xFF, 0xFF, 0xFF,
+        ]);
+    }
+    for _ in 0..depth {
+        b.extend([0xFE, 0xFF, 0x0D, 0xE0, 0, 0, 0, 0]);
+        b.extend([0xFE, 0xFF, 0xDD, 0xE0, 0, 0, 0, 0]);
+    }
+    b
+}
+
 #[test]
 fn structurally_hostile_dicom_is_one_line_without_overflow_or_huge_allocation() {
     let dir = tempfile::tempdir().unwrap();
     // Thousands of nested undefined-length sequences (dicom-rs would recurse until the stack
     // overflows).
-    let mut nest = vec![];
-    for _ in 0..5000 {
-        nest.extend([
-            0x08, 0x00, 0x15, 0x11, b'S', b'Q', 0, 0, 0xFF, 0xFF, 0xFF, 0xFF,
-        ]);
-        nest.extend([0xFE, 0xFF, 0x00, 0xE0, 0xFF, 0xFF, 0xFF, 0xFF]);
-    }
-    for _ in 0..5000 {
-        nest.extend([0xFE, 0xFF, 0x0D, 0xE0, 0, 0, 0, 0]);
-        nest.extend([0xFE, 0xFF, 0xDD, 0xE0, 0, 0, 0, 0]);
-    }
     let nested = dir.path().join("nested.dcm");
-    std::fs::write(&nested, ct_with(&nest, |_, _| {})).unwrap();
+    std::fs::write(&nested, ct_with(&nested_sequences(5000), |_, _| {})).unwrap();
     // Pixel data that declares 4 GB in a 40 KB file (dicom-rs would allocate it first).
     let huge = dir.path().join("huge.dcm");
     std::fs::write(
@@ -356,19 +362,8 @@ fn structurally_hostile_dicom_is_one_line_without_overflow_or_huge_allocation() 
     )
     .unwrap();
     // Three levels of real nesting still load.
-    let mut ok = vec![];
-    for _ in 0..3 {
-        ok.extend([
-            0x08, 0x00, 0x15, 0x11, b'S', b'Q', 0, 0, 0xFF, 0xFF, 0xFF, 0xFF,
-        ]);
-        ok.extend([0xFE, 0xFF, 0x00, 0xE0, 0xFF, 0xFF, 0xFF, 0xFF]);
-    }
-    for _ in 0..3 {
-        ok.extend([0xFE, 0xFF, 0x0D, 0xE0, 0, 0, 0, 0]);
-        ok.extend([0xFE, 0xFF, 0xDD, 0xE0, 0, 0, 0, 0]);
-    }
     let fine = dir.path().join("fine.dcm");
-    std::fs::write(&fine, ct_with(&ok, |_, _| {})).unwrap();
+    std::fs::write(&fine, ct_with(&nested_sequences(3), |_, _| {})).unwrap();
     assert_eq!(load(&fine).data, load(&data("CT_small.dcm")).data);
     for (p, needle) in [
         (&nested, "nested more than"),
