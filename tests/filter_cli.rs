@@ -188,6 +188,10 @@ fn bad_input_is_one_line_exit_2_and_no_file() {
         &["filter", "--out-dir", s(&nodir), i, "--gaussian", "1"],
         "not a folder",
     );
+    // A median window that would gather 255^3 values for each of 8000 voxels (minutes on any
+    // engine): refused at once.
+    let (big, _) = volume(tmp.path(), "big.npy", &[20, 20, 20], 1);
+    assert_user_error(&["filter", s(&big), o, "--median", "255"], "limit");
     // Nothing was written, not even a temporary file.
-    assert_eq!(listing(tmp.path()), ["in.npy", "junk.npy"]);
+    assert_eq!(listing(tmp.path()), ["big.npy", "in.npy", "junk.npy"]);
 }

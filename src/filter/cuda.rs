@@ -785,6 +785,9 @@ fn run(
         )));
     }
     let count = data.len() / n;
+    filter
+        .check_work(data.len())
+        .map_err(|e| EngineError::Shape(e.to_string()))?;
     let mut g = Gpu {
         eng,
         ordinal,

@@ -149,6 +149,28 @@ fn check_sigma(s: &[f64], ndim: usize) -> Result<Vec<f64>, FilterError> {
 }
 
 impl Filter {
+    /// The most values a median may gather: (voxels) × (window size). A 255-wide window over even
+    /// a small volume would run for minutes on any engine; this bound is about a minute of CPU
+    /// (a 256×512×512 volume takes a 9×9×9 window).
+    pub const MAX_MEDIAN_READS: f64 = 5e10;
+
+    /// Refuses work no filter run should take: a median whose window times the `values` it
+    /// filters exceeds [`Self::MAX_MEDIAN_READS`].
+    pub fn check_work(&self, values: usize) -> Result<(), FilterError> {
+        if let Filter::Median { size } = self {
+            let window: f64 = size.iter().map(|&k| k as f64).product();
+            let reads = window * values as f64;
+            if reads > Self::MAX_MEDIAN_READS {
+                return Err(invalid(format!(
+                    "median window {size:?} ({window} values) over {values} voxels is {reads:.2e} \
+                     reads, above augscope's limit of {:.0e}; use a smaller window",
+                    Self::MAX_MEDIAN_READS
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A short name for reports and file names.
     pub fn name(&self) -> &'static str {
         match self {
@@ -236,6 +258,7 @@ pub fn apply_cpu(
     }
     let channels = data.len() / n;
     let f = filter.resolved(shape.len(), channels)?;
+    f.check_work(data.len())?;
     Ok(match &f {
         Filter::Gaussian { sigma } => separable::gaussian(data, shape, sigma, b),
         Filter::Log { sigma } => separable::gaussian_laplace(data, shape, sigma, b),
@@ -306,6 +329,7 @@ pub fn run(
     }
     let count = data.len() / n;
     let f = filter.resolved(shape.len(), count)?;
+    f.check_work(data.len())?;
     // Several devices split the arrays (batch items or channels) between them, contiguous
     // shares, one thread each; one device takes them all in one launch.
     let ids: Vec<usize> = if ids.is_empty() { vec![0] } else { ids.clone() };
