@@ -918,6 +918,16 @@ fn hostile_nifti_files_are_errors() {
     b.extend(vec![0u8; 1 << 20]);
     std::fs::write(&p, gz(&b)).unwrap();
     assert_err(nifti::read(&p), &p, "truncated data");
+
+    // An honest 4-terabyte file (sparse: the data are holes): a clear error, not an abort on
+    // the allocation. Skipped where the filesystem cannot hold such a file.
+    let p = dir.path().join("honest_huge.nii");
+    let b = raw_header([3, 10000, 10000, 10000, 1, 1, 1, 1], 16, 32);
+    std::fs::write(&p, &b).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    if f.set_len(352 + 4_000_000_000_000).is_ok() {
+        assert_err(nifti::read(&p), &p, "more than this machine can allocate");
+    }
 }
 
 #[test]

@@ -575,6 +575,11 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
             lay.nbytes,
             lay.offset
         )),
+        DataError::TooLarge(bytes) => err(format!(
+            "dim {:?} needs {:.1} GB of memory as float32, more than this machine can allocate",
+            &dim[1..=dim[0] as usize],
+            bytes as f64 / 1e9
+        )),
     })?;
     if gz {
         // Read the stream to its end so that gzip checks its CRC: a corrupt stream can inflate
@@ -602,6 +607,8 @@ enum DataError {
     Io(std::io::Error),
     /// The stream ended after this many data bytes.
     Short(u64),
+    /// This many bytes of f32 voxels could not be allocated.
+    TooLarge(u64),
 }
 
 /// Streams the voxels into f32, channel-major, applying the scaling. Memory grows with the bytes
@@ -618,7 +625,10 @@ fn read_data(r: &mut impl Read, lay: &Layout, gz_len: Option<u64>) -> Result<Vec
     let plausible = usize::try_from(plausible_bytes / size as u64)
         .unwrap_or(usize::MAX)
         .saturating_mul(per_voxel);
-    let mut out: Vec<f32> = Vec::with_capacity(total.min(plausible));
+    // An honest header of 10^12 voxels must be an error line, not an allocation abort.
+    let mut out: Vec<f32> = Vec::new();
+    out.try_reserve_exact(total.min(plausible))
+        .map_err(|_| DataError::TooLarge(total as u64 * 4))?;
     let mut rgb: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
     let mut buf = vec![0u8; (CHUNK_BYTES / size) * size];
     let mut left = lay.nbytes;
