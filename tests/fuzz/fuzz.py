@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""fuzz.py - a seeded mutation fuzzer of augscope's input contract, on stable Rust's binary.
+
+Every loader (NIfTI, NIfTI .gz, DICOM file, DICOM folder, .npy, PNG, TIFF, JPEG), the preset
+parser, `preset import` and the export of arbitrary presets get mutants of a seed corpus (the
+small files committed under tests/data/io, tests/data/dicom, tests/data/retina.jpg and
+assets/presets): bit flips, interesting integers written over header fields, deletions,
+duplications, truncations and, for text, extreme numbers, stray quotes and newlines. Each mutant
+runs the CLI in a process of its own, and the contract is checked:
+
+- the exit code is 0 or 2 (2: exactly one line on stderr, starting with "augscope: "), never a
+  panic, an abort or a signal;
+- it ends within --timeout seconds and within --mem-mb of address space;
+- a failed `apply` leaves no output file; the input is never changed;
+- an exported snippet that succeeded is valid Python.
+
+The mutants are a pure function of --seed, so a run is reproducible: CI runs a short, fixed
+budget (`--execs`), a longer local run takes more (`--execs 100000`, a release binary). A
+contract break is saved under --crashes with the command that shows it, and the exit code is 1.
+
+    python3 tests/fuzz/fuzz.py --bin target/debug/augscope --execs 1500
+"""
+import argparse
+import ast
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INTERESTING = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000,
+               0xFFFFFFFF]
+NUMBERS = ["0", "-1", "1e308", "-1e308", "1e19", "nan", "inf", "-0.0", "18446744073709551615",
+           "255", "1e-300", "3"]
+
+
+class Rng:
+    """xorshift64*: the mutants depend on the seed alone."""
+
+    def __init__(self, seed):
+        self.s = (seed * 0x9E3779B97F4A7C15 + 1) & (2**64 - 1) or 1
+
+    def next(self):
+        x = self.s
+        x ^= (x >> 12)
+        x ^= (x << 25) & (2**64 - 1)
+        x ^= (x >> 27)
+        self.s = x
+        return (x * 0x2545F4914F6CDD1D) & (2**64 - 1)
+
+    def below(self, n):
+        return self.next() % max(1, n)
+
+    def pick(self, seq):
+        return seq[self.below(len(seq))]
+
+
+def mutate_bytes(rng, data):
+    b = bytearray(data)
+    for _ in range(1 + rng.below(4)):
+        if not b:
+            b = bytearray(b"\x00")
+        op = rng.below(7)
+        i = rng.below(len(b))
+        if op == 0:
+            b[i] ^= 1 << rng.below(8)
+        elif op == 1:
+            v = rng.pick(INTERESTING)
+            width = rng.pick([1, 2, 4])
+            order = rng.pick(["little", "big"])
+            chunk = (v & ((1 << (8 * width)) - 1)).to_bytes(width, order)
+            b[i:i + width] = chunk
+        elif op == 2:
+            del b[i:i + 1 + rng.below(64)]
+        elif op == 3:
+            j = rng.below(len(b))
+            b[i:i] = b[j:j + 1 + rng.below(64)]
+        elif op == 4:
+            del b[i:]
+        elif op == 5:
+            b[i] = rng.below(256)
+        else:
+            b[i:i] = bytes(rng.below(256) for _ in range(1 + rng.below(16)))
+    return bytes(b)
+
+
+def mutate_text(rng, text):
+    lines = text.split("\n")
+    for _ in range(1 + rng.below(3)):
+        op = rng.below(6)
+        i = rng.below(len(lines))
+        line = lines[i]
+        if op == 0:
+            # replace a number
+            digits = [k for k, c in enumerate(line) if c.isdigit()]
+            if digits:
+                k = rng.pick(digits)
+                j = k
+                while j < len(line) and (line[j].isdigit() or line[j] in ".e-+"):
+                    j += 1
+                lines[i] = line[:k] + rng.pick(NUMBERS) + line[j:]
+        elif op == 1:
+            del lines[i]
+            if not lines:
+                lines = [""]
+        elif op == 2:
+            lines.insert(i, lines[rng.below(len(lines))])
+        elif op == 3:
+            k = rng.below(len(line) + 1)
+            lines[i] = line[:k] + rng.pick(['"', "'", "\\n", "\n", '"""', "\\", "[", "]", "{",
+                                            "=", "\x00", "é", "\ud7ff"]) + line[k:]
+        elif op == 4:
+            lines[i] = line[:rng.below(len(line) + 1)]
+        else:
+            b = mutate_bytes(rng, line.encode("utf-8", "surrogatepass"))
+            lines[i] = b.decode("utf-8", "replace")
+    return "\n".join(lines)
+
+
+def seeds():
+    """(target, file name, bytes or text) of the seed corpus."""
+    out = []
+    io_dir = os.path.join(ROOT, "tests", "data", "io")
+    for name in sorted(os.listdir(io_dir)):
+        path = os.path.join(io_dir, name)
+        kind = {".nii": "nifti", ".gz": "nifti_gz", ".npy": "npy", ".png": "png",
+                ".tif": "tiff"}.get(os.path.splitext(name)[1])
+        if kind:
+            with open(path, "rb") as fh:
+                out.append((kind, name, fh.read()))
+    for name in ("MR_small.dcm", "CT_small.dcm"):
+        with open(os.path.join(ROOT, "tests", "data", "dicom", name), "rb") as fh:
+            out.append(("dicom", name, fh.read()))
+    with open(os.path.join(ROOT, "tests", "data", "retina.jpg"), "rb") as fh:
+        out.append(("jpeg", "retina.jpg", fh.read()))
+    pdir = os.path.join(ROOT, "assets", "presets")
+    for name in sorted(os.listdir(pdir)):
+        with open(os.path.join(pdir, name)) as fh:
+            text = fh.read()
+        out.append(("preset", name, text))
+        out.append(("export", name, text))
+    return out
+
+
+def import_seeds(bin_path, work):
+    """A report and a manifest line of this build, for `preset import`."""
+    src = os.path.join(ROOT, "tests", "data", "io", "i32.nii")
+    rep = os.path.join(work, "seed_report.json")
+    subprocess.run([bin_path, "apply", src, os.path.join(work, "seed_out.npy"), "--rotate",
+                    "0.1,0.2,0.3", "--elastic", "50,3", "--report", rep, "--backend", "cpu"],
+                   capture_output=True, check=True)
+    with open(rep) as fh:
+        return [("import", "report.json", fh.read())]
+
+
+def limits(mem_mb):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def sha(path):
+    if os.path.isdir(path):
+        h = hashlib.sha256()
+        for n in sorted(os.listdir(path)):
+            h.update(n.encode())
+            h.update(sha(os.path.join(path, n)).encode())
+        return h.hexdigest()
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def check(bin_path, argv, inputs, out, args, text_out=False):
+    """Runs one command; returns None, or what broke the contract."""
+    before = {p: sha(p) for p in inputs}
+    t = time.perf_counter()
+    try:
+        p = subprocess.run([bin_path, *argv], capture_output=True, timeout=args.timeout,
+                           preexec_fn=limits(args.mem_mb), env=dict(os.environ,
+                                                                      RUST_BACKTRACE="0"))
+    except subprocess.TimeoutExpired:
+        return f"no answer within {args.timeout} s"
+    dt = time.perf_counter() - t
+    EXITS[p.returncode] = EXITS.get(p.returncode, 0) + 1
+    err = p.stderr.decode("utf-8", "replace")
+    if p.returncode not in (0, 2):
+        return f"exit {p.returncode} ({err.strip()[-300:]})"
+    if "panicked" in err:
+        return f"panic: {err.strip()[-300:]}"
+    if p.returncode == 2:
+        lines = err.strip().splitlines()
+        if len(lines) != 1 or not lines[0].startswith("augscope: "):
+            return f"exit 2 with {len(lines)} lines: {err.strip()[-300:]}"
+        if out and os.path.exists(out):
+            return "a failed command left its output"
+    for path, h in before.items():
+        if sha(path) != h:
+            return f"input changed: {path}"
+    if text_out and p.returncode == 0:
+        try:
+            ast.parse(p.stdout.decode("utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+            return f"the exported snippet is not valid Python: {e}"
+    return None if dt < args.timeout else f"took {dt:.1f} s"
+
+
+EXITS = {}
+
+EXT = {"nifti": ".nii", "nifti_gz": ".nii.gz", "npy": ".npy", "png": ".png", "tiff": ".tif",
+       "jpeg": ".jpg", "dicom": ".dcm", "preset": ".toml", "export": ".toml", "import": ".json"}
+TARGETS = ["nifti", "nifti_gz", "npy", "png", "tiff", "jpeg", "dicom", "dicom_folder", "preset",
+           "import", "export"]
+
+
+def run_one(rng, corpus, target, work, bin_path, args):
+    """Makes one mutant for `target` and checks the contract. Returns (cmd, problem)."""
+    kind = "dicom" if target == "dicom_folder" else target
+    pool = [s for s in corpus if s[0] == kind]
+    _, name, seed = rng.pick(pool)
+    case = os.path.join(work, "case")
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    out = os.path.join(case, "out.npy")
+    if target == "nifti_gz":
+        import gzip
+        raw = gzip.decompress(seed) if seed[:2] == b"\x1f\x8b" else seed
+        mutant = gzip.compress(mutate_bytes(rng, raw), mtime=0) if rng.below(4) else \
+            mutate_bytes(rng, seed)
+    elif isinstance(seed, bytes):
+        mutant = mutate_bytes(rng, seed)
+    else:
+        mutant = mutate_text(rng, seed)
+    if target == "dicom_folder":
+        src = os.path.join(case, "series")
+        os.makedirs(src)
+        for k in range(3):
+            data = mutant if k == 1 else seed
+            with open(os.path.join(src, f"s{k}.dcm"), "wb") as fh:
+                fh.write(data)
+    else:
+        src = os.path.join(case, "in" + EXT[target])
+        mode = "wb" if isinstance(mutant, bytes) else "w"
+        with open(src, mode, **({} if mode == "wb" else {"encoding": "utf-8",
+                                                           "errors": "surrogatepass"})) as fh:
+            fh.write(mutant)
+    if target == "preset":
+        argv = ["preset", "sample", src, "--count", "2"] if rng.below(2) else \
+            ["batch", "--preset", src, "--count", "1", "--out", os.path.join(case, "b"),
+             os.path.join(ROOT, "tests", "data", "io", "i32.nii"), "--quiet"]
+        return argv, check(bin_path, argv, [src], None, args)
+    if target == "import":
+        argv = ["preset", "import", src]
+        return argv, check(bin_path, argv, [src], None, args)
+    if target == "export":
+        to = rng.pick(["monai", "torchio", "batchgenerators", "nnunet", "python"])
+        argv = ["preset", "export", "--to", to, src]
+        return argv, check(bin_path, argv, [src], None, args, text_out=True)
+    if rng.below(4) == 0:
+        angle = "0.2" if target in ("png", "jpeg", "tiff") else "0.2,0.1,0.3"
+        argv = ["apply", src, out, "--rotate", angle, "--backend", "cpu"]
+        return argv, check(bin_path, argv, [src], out, args)
+    argv = ["info", src]
+    return argv, check(bin_path, argv, [src], None, args)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bin", required=True, help="the augscope binary")
+    p.add_argument("--execs", type=int, default=1500, help="mutants in all, spread over targets")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--targets", default=",".join(TARGETS))
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--mem-mb", type=int, default=4096)
+    p.add_argument("--crashes", default=os.path.join(tempfile.gettempdir(), "augscope-fuzz"))
+    args = p.parse_args()
+    targets = args.targets.split(",")
+    bin_path = os.path.abspath(args.bin)
+    work = tempfile.mkdtemp(prefix="augscope-fuzz-")
+    corpus = seeds() + import_seeds(bin_path, work)
+    problems = 0
+    counts = {t: 0 for t in targets}
+    t0 = time.perf_counter()
+    for n in range(args.execs):
+        target = targets[n % len(targets)]
+        rng = Rng(args.seed * 1_000_003 + n)
+        argv, problem = run_one(rng, corpus, target, work, bin_path, args)
+        counts[target] += 1
+        if problem:
+            problems += 1
+            keep = os.path.join(args.crashes, f"{target}-{args.seed}-{n}")
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(os.path.join(work, "case"), keep)
+            print(f"CONTRACT BROKEN [{target} #{n}]: {problem}\n    augscope {' '.join(argv)}"
+                  f"\n    kept in {keep}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    dt = time.perf_counter() - t0
+    per = ", ".join(f"{t} {c}" for t, c in counts.items())
+    codes = ", ".join(f"exit {k}: {v}" for k, v in sorted(EXITS.items()))
+    print(f"fuzz: {args.execs} executions in {dt:.0f} s ({per}; {codes}), seed {args.seed}: "
+          f"{problems} contract breaks")
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
