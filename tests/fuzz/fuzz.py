@@ -276,6 +276,7 @@ def main():
     p.add_argument("--targets", default=",".join(TARGETS))
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--mem-mb", type=int, default=4096)
+    p.add_argument("--report-every", type=int, default=10000, help="a progress line every N")
     p.add_argument("--crashes", default=os.path.join(tempfile.gettempdir(), "augscope-fuzz"))
     args = p.parse_args()
     targets = args.targets.split(",")
@@ -290,6 +291,9 @@ def main():
         rng = Rng(args.seed * 1_000_003 + n)
         argv, problem = run_one(rng, corpus, target, work, bin_path, args)
         counts[target] += 1
+        if (n + 1) % args.report_every == 0:
+            print(f"fuzz: {n + 1} executions, {problems} contract breaks, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
         if problem:
             problems += 1
             keep = os.path.join(args.crashes, f"{target}-{args.seed}-{n}")
