@@ -6,6 +6,7 @@
 #
 # Build here first (the GPU machine has no Rust toolchain and no network):
 #   cargo build --release --no-default-features && mkdir -p .gpu/tests && cp target/release/augscope .gpu/
+#   pwd > .gpu/build_root
 #   cargo test --release --no-run --no-default-features --test cuda --test filters_cuda  (copy the
 #     two executables into .gpu/tests/)
 #   pip wheel --no-deps -w .whl ./python, and the wheels of batchgeneratorsv2, batchgenerators,
@@ -19,9 +20,12 @@ log() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.txt"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-# The Rust test binaries look for their fixtures under the path they were built in.
-if [[ ! -e /work/main && -w / ]]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
-# ... and run the CLI where they were built to find it.
+# The Rust test binaries look for their fixtures under the folder they were built in (written
+# to .gpu/build_root by the build), and for the CLI in its target folder.
+BUILD_ROOT=$(cat .gpu/build_root 2>/dev/null || true)
+if [[ -n $BUILD_ROOT && ! -e $BUILD_ROOT ]]; then
+  mkdir -p "$(dirname "$BUILD_ROOT")" && ln -s "$PWD" "$BUILD_ROOT"
+fi
 mkdir -p target/release && cp .gpu/augscope target/release/augscope
 
 log "machine"
