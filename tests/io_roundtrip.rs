@@ -1030,3 +1030,24 @@ fn unwritable_volumes_are_errors() {
     // A failed write leaves no temporary file behind.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn error_lines_escape_control_characters_from_a_damaged_header() {
+    // A .npy header whose shape holds a record separator (found by tests/fuzz/fuzz.py): the
+    // error quotes the shape, and must stay one line for any reader (Python splits on \x1e).
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ctrl.npy");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3\x1e 2), }";
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    let text = format!("{header}{}\n", " ".repeat(pad));
+    b.extend((text.len() as u16).to_le_bytes());
+    b.extend(text.as_bytes());
+    b.extend([0u8; 72]);
+    std::fs::write(&p, &b).unwrap();
+    let msg = io::load(&p, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(!msg.chars().any(char::is_control), "{msg:?}");
+    assert!(msg.contains("\\u{1e}"), "{msg}");
+}

@@ -39,18 +39,35 @@ pub enum IoError {
     UnknownFormat { path: PathBuf },
 }
 
+/// An error's text on one line: a header field quoted in it may hold newlines or other control
+/// characters (a damaged file's), which are shown escaped.
+fn one_line(why: String) -> String {
+    if !why.chars().any(char::is_control) {
+        return why;
+    }
+    why.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 impl IoError {
     pub fn read(format: &'static str, why: impl Into<String>, path: &Path) -> Self {
         IoError::Read {
             format,
-            why: why.into(),
+            why: one_line(why.into()),
             path: path.to_path_buf(),
         }
     }
     pub fn write(format: &'static str, why: impl Into<String>, path: &Path) -> Self {
         IoError::Write {
             format,
-            why: why.into(),
+            why: one_line(why.into()),
             path: path.to_path_buf(),
         }
     }
