@@ -530,7 +530,7 @@ class _Filters:
     to the CLI bit for bit. Inputs: numpy arrays, CPU tensors and GPU tensors (filtered where they
     live, no copy through the host). `device`: "cpu", "cuda" or "cuda:N"; by default where the
     input lives. `precision`: GPU storage ("f32", "f16", "bf16"; default `get_precision()`).
-    mode/cval: the filter boundary (scipy.ndimage names)."""
+    mode/cval: the filter boundary (scipy.ndimage names). `backend` is another name for `device`."""
 
     @staticmethod
     def _run(image, spec, ndim, mode, cval, device, precision):
@@ -547,32 +547,35 @@ class _Filters:
         return _like(out, src)
 
     def gaussian(self, image, sigma, *, ndim=None, mode="reflect", cval=0.0, device=None,
-                 precision=None):
-        return self._run(image, "gaussian:" + _nums(sigma), ndim, mode, cval, device, precision)
+                 precision=None, backend=None):
+        return self._run(image, "gaussian:" + _nums(sigma), ndim, mode, cval, device or backend,
+                         precision)
 
     def log(self, image, sigma, *, ndim=None, mode="reflect", cval=0.0, device=None,
-            precision=None):
-        return self._run(image, "log:" + _nums(sigma), ndim, mode, cval, device, precision)
+            precision=None, backend=None):
+        return self._run(image, "log:" + _nums(sigma), ndim, mode, cval, device or backend,
+                         precision)
 
     def dog(self, image, sigma1, sigma2, *, ndim=None, mode="reflect", cval=0.0, device=None,
-            precision=None):
+            precision=None, backend=None):
         return self._run(image, f"dog:{float(sigma1)!r},{float(sigma2)!r}", ndim, mode, cval,
-                         device, precision)
+                         device or backend, precision)
 
     def median(self, image, size, *, ndim=None, mode="reflect", cval=0.0, device=None,
-               precision=None):
+               precision=None, backend=None):
         sizes = size if isinstance(size, (list, tuple)) else [size]
         return self._run(image, "median:" + ",".join(str(int(s)) for s in sizes), ndim, mode,
-                         cval, device, precision)
+                         cval, device or backend, precision)
 
-    def gamma(self, image, gamma, scale=1.0, *, ndim=None, device=None, precision=None):
+    def gamma(self, image, gamma, scale=1.0, *, ndim=None, device=None, precision=None,
+              backend=None):
         return self._run(image, f"gamma:{float(gamma)!r},{float(scale)!r}", ndim, "reflect",
-                         0.0, device, precision)
+                         0.0, device or backend, precision)
 
     def contrast(self, image, contrast, brightness=0.0, *, ndim=None, device=None,
-                 precision=None):
+                 precision=None, backend=None):
         return self._run(image, f"contrast:{float(contrast)!r},{float(brightness)!r}", ndim,
-                         "reflect", 0.0, device, precision)
+                         "reflect", 0.0, device or backend, precision)
 
 
 def _filter_gpu(image, spec, ndim, mode, cval, gpu, precision, items=False):

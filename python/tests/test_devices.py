@@ -49,6 +49,11 @@ def test_a_gpu_request_without_a_gpu_warns_and_runs_on_the_cpu():
     assert np.array_equal(f, augscope.filters.gaussian(v, 1.5))
     with pytest.warns(augscope.CpuFallbackWarning):
         augscope.Augment(PRESET, device="cuda")(v, index=0)
+    # `backend=` is another name for `device=` everywhere
+    with pytest.warns(augscope.CpuFallbackWarning):
+        augscope.filters.contrast(v, 1.2, 0.1, backend="cuda")
+    with pytest.warns(augscope.CpuFallbackWarning):
+        augscope.Augment(PRESET, backend="cuda")(v, index=0)
 
 
 def test_precision_default():
