@@ -4,12 +4,15 @@
 //! selection falls back to the CPU with a note, never a panic. Tests whose name says `gpu` need a
 //! CUDA device and skip with a printed reason where there is none. Arrays are `[z, y, x]`.
 
+mod gpu_common;
+
 use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::{self, CudaBackend};
 use augscope::engine::device;
 use augscope::engine::{Backend, BackendSpec, EngineError, Precision, apply_new, select_backend};
 use augscope::volume::Volume;
+use gpu_common::{agreement, check_plan, random_labels, random_volume};
 
 /// A CUDA backend on device 0, or the reason there is none (printed by the caller).
 fn gpu(precision: Precision) -> Option<CudaBackend> {
@@ -22,29 +25,6 @@ fn gpu(precision: Precision) -> Option<CudaBackend> {
     }
 }
 
-/// A deterministic pseudo-random volume in [0, 1) (xorshift), `channels` leading.
-fn random_volume(shape: &[usize], channels: usize, seed: u64) -> Volume {
-    let n: usize = shape.iter().product::<usize>() * channels;
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let data: Vec<f32> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect();
-    Volume::new(data, shape.to_vec(), channels)
-}
-
-fn random_labels(shape: &[usize], seed: u64) -> Volume {
-    let mut v = random_volume(shape, 1, seed);
-    for x in v.data.iter_mut() {
-        *x = (*x * 5.0).floor();
-    }
-    v
-}
-
 /// Whether `second` reuses the device field that `first` made (`field_ms == 0`). The tests of
 /// this file run in parallel on one device engine, whose single cached field another test may
 /// replace between the two calls: the pair is tried up to 20 times; a broken cache fails all.
@@ -54,26 +34,6 @@ fn cached_on_second_run(g: &CudaBackend, first: &Plan, second: &Plan, image: &Vo
         let (_, _, t) = apply_new(g, second, image, None).unwrap_or_else(|e| panic!("{e}"));
         t.field_ms == 0.0
     })
-}
-
-/// Fraction of values within `tol`, the largest difference, and NaN count.
-fn agreement(a: &[f32], b: &[f32], tol: f32) -> (f64, f32, usize) {
-    assert_eq!(a.len(), b.len());
-    let mut ok = 0usize;
-    let mut worst = 0f32;
-    let mut nan = 0usize;
-    for (&x, &y) in a.iter().zip(b) {
-        if x.is_nan() || y.is_nan() {
-            nan += 1;
-            continue;
-        }
-        let d = (x - y).abs();
-        worst = worst.max(d);
-        if d <= tol {
-            ok += 1;
-        }
-    }
-    (ok as f64 / a.len().max(1) as f64, worst, nan)
 }
 
 #[test]
@@ -180,44 +140,6 @@ fn devices_report_never_panics_and_says_why() {
 /// order-0 ties: voxels whose input coordinate lies within 1e-4 (f32 coordinates) of a half-integer on some axis,
 /// where the two engines' fields (equal to f32 rounding, summed in a different order) may round
 /// differently (DESIGN §3: "order-0 ties at exactly .5 excepted").
-fn check_plan(gpu: &CudaBackend, plan: &Plan, image: &Volume, label: Option<&Volume>, what: &str) {
-    let cpu = CpuBackend::new();
-    let (want, want_lab, _) =
-        apply_new(&cpu, plan, image, label).expect("the CPU engine runs the plan");
-    let (got, got_lab, _) =
-        apply_new(gpu, plan, image, label).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (frac, worst, nan) = agreement(&want.data, &got.data, 1e-4);
-    assert_eq!(nan, 0, "{what}: NaN");
-    assert!(
-        frac >= 0.9999,
-        "{what}: only {:.5} % within 1e-4 (worst {worst})",
-        frac * 100.0
-    );
-    if let (Some(a), Some(b)) = (want_lab, got_lab) {
-        let map = plan.compose(&image.shape).expect("the plan fits the image");
-        let field = cpu.field(plan, &map.out_shape).map(|(f, _)| f);
-        let coords = coordinates(&map, field.as_deref());
-        let n: usize = map.out_shape.iter().product();
-        let tie = |i: usize| {
-            (0..map.ndim).any(|ax| {
-                let x = coords[ax * n + i % n] as f64;
-                ((x - x.floor()) - 0.5).abs() < 1e-4
-            })
-        };
-        let diff: Vec<usize> = (0..a.data.len())
-            .filter(|&i| a.data[i] != b.data[i])
-            .collect();
-        let real = diff.iter().filter(|&&i| !tie(i)).count();
-        if !diff.is_empty() {
-            eprintln!(
-                "{what}: {} label voxels differ, all but {real} at order-0 ties",
-                diff.len()
-            );
-        }
-        assert_eq!(real, 0, "{what}: {real} label voxels differ away from ties");
-    }
-}
-
 fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
     let f = |i: u64| ((k * 7919 + i * 104_729) % 1000) as f64 / 1000.0;
     Plan {

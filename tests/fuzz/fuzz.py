@@ -19,6 +19,15 @@ budget (`--execs`), a longer local run takes more (`--execs 100000`, a release b
 contract break is saved under --crashes with the command that shows it, and the exit code is 1.
 
     python3 tests/fuzz/fuzz.py --bin target/debug/augscope --execs 1500
+
+With --in-process WORKER (the `fuzz` example, examples/fuzz.rs), the same targets run through the
+library in one process, thousands of mutants per second: --execs is then per target, each
+target's worker runs under the memory limit, a panic or a contract break is reported by the
+worker, and an abort, a signal or a hang ends it; the supervisor keeps that mutant and starts a
+new worker after it. Exported snippets are parsed as Python at the end.
+
+    cargo build --release --no-default-features --example fuzz
+    python3 tests/fuzz/fuzz.py --in-process target/release/examples/fuzz --execs 100000
 """
 import argparse
 import ast
@@ -268,9 +277,94 @@ def run_one(rng, corpus, target, work, bin_path, args):
     return argv, check(bin_path, argv, [src], None, args)
 
 
+def in_process(args):
+    """Runs the in-process worker per target, restarting it after each mutant that ends it."""
+    worker = os.path.abspath(args.in_process)
+    work = tempfile.mkdtemp(prefix="augscope-fuzz-")
+    snippets = os.path.join(work, "snippets")
+    os.makedirs(snippets)
+    problems = 0
+    t0 = time.perf_counter()
+    report = []
+    for target in args.targets.split(","):
+        start, done, slowest, t_target = 0, 0, 0.0, time.perf_counter()
+        while start < args.execs:
+            end = min(args.execs, start + args.report_every)
+            log = os.path.join(work, "progress")
+            with open(log, "w") as fh:
+                try:
+                    p = subprocess.run([worker, target, str(args.seed), str(start), str(end), work,
+                                        snippets], stdout=fh, stderr=subprocess.PIPE,
+                                       timeout=args.timeout + (end - start) * 0.05,
+                                       preexec_fn=limits(args.mem_mb),
+                                       env=dict(os.environ, RUST_BACKTRACE="0"))
+                    code, err = p.returncode, p.stderr.decode("utf-8", "replace")
+                except subprocess.TimeoutExpired:
+                    code, err = "timeout", ""
+            with open(log) as fh:
+                lines = fh.read().splitlines()
+            last = start
+            for line in lines:
+                if line.startswith("BREAK "):
+                    _, idx, what = line.split(" ", 2)
+                    problems += 1
+                    keep = os.path.join(args.crashes, f"{target}-{args.seed}-{idx}")
+                    shutil.rmtree(keep, ignore_errors=True)
+                    src = os.path.join(work, f"break-{idx}")
+                    if os.path.isdir(src):
+                        shutil.move(src, keep)
+                    print(f"CONTRACT BROKEN [{target} #{idx}]: {what}\n    kept in {keep}",
+                          flush=True)
+                elif line.startswith("DONE "):
+                    slowest = max(slowest, float(line.split()[2]))
+                elif line.isdigit():
+                    last = int(line)
+            if code == 0 and lines and lines[-1].startswith("DONE "):
+                done += end - start
+                start = end
+                print(f"fuzz: {target} {done} executions, {problems} contract breaks, "
+                      f"{time.perf_counter() - t0:.0f} s", flush=True)
+                continue
+            problems += 1
+            keep = os.path.join(args.crashes, f"{target}-{args.seed}-{last}")
+            shutil.rmtree(keep, ignore_errors=True)
+            if os.path.isdir(os.path.join(work, "case")):
+                shutil.copytree(os.path.join(work, "case"), keep)
+            why = f"no answer within {args.timeout} s" if code == "timeout" else \
+                f"the worker ended with {code} ({err.strip()[-300:]})"
+            print(f"CONTRACT BROKEN [{target} #{last}]: {why}\n    kept in {keep}", flush=True)
+            done += last + 1 - start
+            start = last + 1
+        report.append(f"{target} {done} in {time.perf_counter() - t_target:.0f} s "
+                      f"(slowest {slowest:.0f} ms)")
+    parsed = 0
+    for name in sorted(os.listdir(snippets)):
+        path = os.path.join(snippets, name)
+        with open(path, encoding="utf-8", errors="surrogatepass") as fh:
+            text = fh.read()
+        try:
+            if name.endswith(".json"):
+                raise ValueError("an exported JSON snippet is not valid JSON")
+            ast.parse(text)
+            parsed += 1
+        except (SyntaxError, ValueError) as e:
+            problems += 1
+            keep = os.path.join(args.crashes, f"snippet-{name}")
+            os.makedirs(args.crashes, exist_ok=True)
+            shutil.copy(path, keep)
+            print(f"CONTRACT BROKEN [export]: {e}\n    kept in {keep}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"fuzz: in process, seed {args.seed}, {time.perf_counter() - t0:.0f} s: "
+          f"{'; '.join(report)}; {parsed} distinct exported snippets parsed as Python: "
+          f"{problems} contract breaks")
+    sys.exit(1 if problems else 0)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--bin", required=True, help="the augscope binary")
+    p.add_argument("--bin", help="the augscope binary")
+    p.add_argument("--in-process", metavar="WORKER",
+                   help="the in-process worker (examples/fuzz.rs); --execs is then per target")
     p.add_argument("--execs", type=int, default=1500, help="mutants in all, spread over targets")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--targets", default=",".join(TARGETS))
@@ -279,6 +373,10 @@ def main():
     p.add_argument("--report-every", type=int, default=10000, help="a progress line every N")
     p.add_argument("--crashes", default=os.path.join(tempfile.gettempdir(), "augscope-fuzz"))
     args = p.parse_args()
+    if args.in_process:
+        in_process(args)
+    if not args.bin:
+        p.error("--bin or --in-process is needed")
     targets = args.targets.split(",")
     bin_path = os.path.abspath(args.bin)
     work = tempfile.mkdtemp(prefix="augscope-fuzz-")

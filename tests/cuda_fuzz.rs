@@ -1,0 +1,310 @@
+//! The CUDA engine and filters on odd shapes against the CPU engine: axes of length 1 to 3, prime
+//! extents, one huge axis, odd output grids, every mode and order, with and without the elastic
+//! field and labels, single and batched launches. The cases are a pure function of the seed, so
+//! a failure names a case that reruns. Needs a CUDA device; skips with the reason where there is
+//! none. Arrays are `[z, y, x]`.
+
+mod gpu_common;
+
+use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::engine::cuda::CudaBackend;
+use augscope::engine::{Backend, BackendSpec, Job, Outputs, Precision};
+use augscope::filter::{Boundary, Filter, apply_cpu, run};
+use gpu_common::{check_plan, random_labels, random_volume};
+
+/// Extents the shapes are drawn from: the smallest (where a tile, a pair or a stencil has nothing
+/// beside it) and primes (no tile divides them).
+const EXTENTS: [usize; 18] = [
+    1, 2, 3, 1, 2, 3, 5, 7, 11, 13, 17, 19, 23, 31, 37, 41, 61, 97,
+];
+
+/// SplitMix64: the cases depend on the seed alone.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn gpu(precision: Precision) -> Option<CudaBackend> {
+    match CudaBackend::new(&[0], precision) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: no usable CUDA device ({e})");
+            None
+        }
+    }
+}
+
+fn random_plan(rng: &mut Rng, ndim: usize, shape: &[usize]) -> Plan {
+    let order = [Order::Nearest, Order::Linear, Order::Cubic][rng.below(3)];
+    let mode = Mode::ALL[rng.below(Mode::ALL.len())];
+    let mut plan = Plan {
+        order,
+        mode,
+        cval: if rng.below(2) == 0 { 0.0 } else { 0.4 },
+        ..Plan::default()
+    };
+    if rng.below(3) == 0 {
+        plan.flip = vec![rng.below(ndim)];
+    }
+    if rng.below(4) != 0 {
+        plan.rotate_rad = (0..if ndim == 3 { 3 } else { 1 })
+            .map(|_| (rng.unit() - 0.5) * 1.2)
+            .collect();
+    }
+    if rng.below(2) == 0 {
+        plan.scale = (0..ndim).map(|_| 0.7 + 0.6 * rng.unit()).collect();
+    }
+    if rng.below(2) == 0 {
+        plan.translate = (0..ndim).map(|_| (rng.unit() - 0.5) * 6.0).collect();
+    }
+    if rng.below(2) == 0 {
+        plan.elastic = Some(Elastic {
+            alpha: 5.0 + 60.0 * rng.unit(),
+            sigma: 0.5 + 5.0 * rng.unit(),
+            seed: rng.next() % 1000,
+        });
+    }
+    if rng.below(5) == 0 {
+        plan.out_shape = Some(shape.iter().map(|&n| (n + rng.below(4)).max(1)).collect());
+    }
+    plan
+}
+
+fn random_shape(rng: &mut Rng, ndim: usize) -> Vec<usize> {
+    (0..ndim)
+        .map(|_| EXTENTS[rng.below(EXTENTS.len())])
+        .collect()
+}
+
+#[test]
+fn gpu_matches_cpu_on_odd_shapes_every_mode_and_order() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    let mut rng = Rng(0x5eed_0dd5);
+    for case in 0..240 {
+        let (ndim, channels) = [(2, 1), (3, 1), (3, 1), (2, 3)][case % 4];
+        let shape = random_shape(&mut rng, ndim);
+        let plan = random_plan(&mut rng, ndim, &shape);
+        let image = random_volume(&shape, channels, case as u64);
+        let label =
+            (channels == 1 && rng.below(2) == 0).then(|| random_labels(&shape, case as u64));
+        check_plan(
+            &g,
+            &plan,
+            &image,
+            label.as_ref(),
+            &format!("odd case {case}: {channels} x {shape:?}, {plan:?}"),
+        );
+    }
+}
+
+#[test]
+fn gpu_matches_cpu_with_one_huge_axis() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    let mut rng = Rng(0x0b16_a815);
+    let shapes: [Vec<usize>; 5] = [
+        vec![1, 1, 70_001],
+        vec![2, 3, 40_009],
+        vec![100_003, 2],
+        vec![65_537, 1, 2],
+        vec![3, 131_071],
+    ];
+    for (case, shape) in shapes.iter().enumerate() {
+        for k in 0..3 {
+            let plan = random_plan(&mut rng, shape.len(), shape);
+            let image = random_volume(shape, 1, 40 + case as u64);
+            let label = random_labels(shape, 50 + case as u64);
+            check_plan(
+                &g,
+                &plan,
+                &image,
+                Some(&label),
+                &format!("huge axis {shape:?} plan {k}: {plan:?}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_half_storage_on_odd_shapes_stays_close() {
+    for precision in [Precision::F16, Precision::Bf16] {
+        let Some(g) = gpu(precision) else { return };
+        let cpu = augscope::engine::cpu::CpuBackend::new();
+        let mut rng = Rng(0x000f_1600 + precision as u64);
+        for case in 0..40 {
+            let ndim = 2 + case % 2;
+            let shape = random_shape(&mut rng, ndim);
+            let plan = random_plan(&mut rng, ndim, &shape);
+            let image = random_volume(&shape, 1, case as u64);
+            let (want, _, _) = augscope::engine::apply_new(&cpu, &plan, &image, None)
+                .expect("the CPU engine runs the plan");
+            let (got, _, _) = augscope::engine::apply_new(&g, &plan, &image, None)
+                .unwrap_or_else(|e| panic!("{precision:?} case {case}: {e}"));
+            // The image lies in [0, 1): half storage rounds it by 2^-11 (f16) or 2^-8 (bf16),
+            // and a cubic tap sum stays within a few of those.
+            let tol = if precision == Precision::F16 {
+                2e-3
+            } else {
+                1.6e-2
+            };
+            let worst = want
+                .data
+                .iter()
+                .zip(&got.data)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                worst <= tol && got.data.iter().all(|v| v.is_finite()),
+                "{precision:?} case {case} {shape:?}: max |gpu - cpu| {worst} ({plan:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_batched_launch_on_odd_shapes_equals_single_launches() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    let mut rng = Rng(0xba7c_4ed0);
+    for round in 0..12 {
+        // One shape per batch (a batch shares its grid), several plans over it.
+        let ndim = 2 + round % 2;
+        let shape = random_shape(&mut rng, ndim);
+        let image = random_volume(&shape, 1, round as u64);
+        let label = random_labels(&shape, round as u64 + 7);
+        let plans: Vec<Plan> = (0..3 + rng.below(4))
+            .map(|_| {
+                let mut p = random_plan(&mut rng, ndim, &shape);
+                p.out_shape = None;
+                p
+            })
+            .collect();
+        let n: usize = shape.iter().product();
+        let mut outs: Vec<(Vec<f32>, Vec<f32>)> = plans
+            .iter()
+            .map(|_| (vec![0f32; n], vec![0f32; n]))
+            .collect();
+        let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(plan, (img, lab))| {
+                (
+                    Job {
+                        plan,
+                        image: &image,
+                        label: Some(&label),
+                    },
+                    Outputs {
+                        image: img,
+                        label: Some(lab),
+                    },
+                )
+            })
+            .collect();
+        for (k, r) in g.apply_many(jobs).into_iter().enumerate() {
+            r.unwrap_or_else(|e| panic!("round {round} job {k}: {e}"));
+        }
+        for (k, plan) in plans.iter().enumerate() {
+            let (one, one_lab, _) = augscope::engine::apply_new(&g, plan, &image, Some(&label))
+                .unwrap_or_else(|e| panic!("round {round} job {k}: {e}"));
+            assert!(
+                one.data
+                    .iter()
+                    .zip(&outs[k].0)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "round {round} job {k} {shape:?}: batched image differs ({plan:?})"
+            );
+            let one_lab = one_lab.expect("a label map");
+            assert_eq!(
+                one_lab.data, outs[k].1,
+                "round {round} job {k} {shape:?}: batched labels differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_filters_match_cpu_on_odd_shapes() {
+    if gpu(Precision::F32).is_none() {
+        return;
+    }
+    let mut rng = Rng(0xf117_e450);
+    for case in 0..90 {
+        let ndim = 2 + case % 2;
+        let shape = random_shape(&mut rng, ndim);
+        let n: usize = shape.iter().product();
+        let data = random_volume(&[n], 1, case as u64).data;
+        let s = 0.4 + 4.0 * rng.unit();
+        let f = match case % 5 {
+            0 => Filter::Gaussian { sigma: vec![s] },
+            1 => Filter::Log { sigma: vec![s] },
+            2 => Filter::Dog {
+                sigma1: vec![s],
+                sigma2: vec![s * 1.6],
+            },
+            3 => Filter::Median {
+                size: (0..ndim).map(|_| 1 + 2 * rng.below(4)).collect(),
+            },
+            _ => Filter::Gaussian {
+                sigma: (0..ndim).map(|_| 0.3 + 3.0 * rng.unit()).collect(),
+            },
+        };
+        let mode = Mode::ALL[rng.below(Mode::ALL.len())];
+        let b = Boundary { mode, cval: 0.3 };
+        let what = format!("filter case {case}: {f:?} {mode} on {shape:?}");
+        let want = match apply_cpu(&f, b, &data, &shape) {
+            Ok(w) => w,
+            // A filter the CPU refuses for this shape must be refused on the GPU too.
+            Err(e) => {
+                let r = run(
+                    &f,
+                    b,
+                    &data,
+                    &shape,
+                    &BackendSpec::Cuda(vec![0]),
+                    Precision::F32,
+                );
+                assert!(r.is_err(), "{what}: the CPU refuses ({e}) but the GPU runs");
+                continue;
+            }
+        };
+        let got = run(
+            &f,
+            b,
+            &data,
+            &shape,
+            &BackendSpec::Cuda(vec![0]),
+            Precision::F32,
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(got.backend, "cuda:0", "{what}: fell back ({:?})", got.note);
+        let tol = if matches!(f, Filter::Median { .. }) {
+            0.0
+        } else {
+            1e-5
+        };
+        let worst = want
+            .iter()
+            .zip(&got.out)
+            .map(|(a, b)| {
+                if a.is_nan() != b.is_nan() {
+                    f32::INFINITY
+                } else {
+                    (a - b).abs()
+                }
+            })
+            .fold(0f32, f32::max);
+        assert!(worst <= tol, "{what}: max |gpu - cpu| {worst}");
+    }
+}
