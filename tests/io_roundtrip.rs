@@ -1003,6 +1003,36 @@ fn hostile_images_are_errors() {
     let p = dir.path().join("bomb.png");
     std::fs::write(&p, &bomb).unwrap();
     assert_err(io::image2d::read(&p), &p, "");
+    // A 158-byte TIFF (found by the in-process fuzzer) whose header claims 352,321,542 x 3
+    // pixels of 16 bits: refused from its size, before a 2.1 GB buffer is allocated.
+    let mut tif = b"II*\x00\x08\x00\x00\x00".to_vec();
+    let tags: [(u16, u16, u32); 9] = [
+        (256, 4, 352_321_542),
+        (257, 4, 3),
+        (258, 3, 16),
+        (259, 3, 1),
+        (262, 3, 1),
+        (273, 4, 122),
+        (278, 4, 3),
+        (279, 4, 16_776_960),
+        (284, 3, 1),
+    ];
+    tif.extend_from_slice(&(tags.len() as u16).to_le_bytes());
+    for (tag, typ, v) in tags {
+        tif.extend_from_slice(&tag.to_le_bytes());
+        tif.extend_from_slice(&typ.to_le_bytes());
+        tif.extend_from_slice(&1u32.to_le_bytes());
+        tif.extend_from_slice(&v.to_le_bytes());
+    }
+    tif.extend_from_slice(&[0u8; 4]);
+    tif.resize(158, 7);
+    let p = dir.path().join("claims.tif");
+    std::fs::write(&p, &tif).unwrap();
+    assert_err(
+        io::image2d::read(&p),
+        &p,
+        "more than a file of 158 bytes can hold",
+    );
 }
 
 #[test]

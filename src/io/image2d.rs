@@ -16,6 +16,19 @@ const PNG: &str = "PNG";
 /// Most a decoder may allocate. The `image` crate's default (512 MiB) would refuse a 16-bit RGB
 /// image of 10 000 × 10 000 pixels, which is a plausible slide or fundus mosaic.
 const MAX_DECODE_BYTES: u64 = 4 << 30;
+/// Most decoded bytes per byte of file. No codec of these formats gets near it on real images
+/// (deflate tops out at 1032:1, LZW at about 2700:1), so a header that claims more pixels than
+/// its file could encode is refused before anything is allocated.
+const MAX_EXPANSION: u64 = 4096;
+/// Below this a file's size does not limit its image.
+const MIN_DECODE_BYTES: u64 = 256 << 20;
+
+/// What a decoder may allocate for a file of `file_len` bytes.
+fn decode_budget(file_len: u64) -> u64 {
+    file_len
+        .saturating_mul(MAX_EXPANSION)
+        .clamp(MIN_DECODE_BYTES, MAX_DECODE_BYTES)
+}
 
 /// Reads a PNG, JPEG or TIFF (the format is recognised from the content, else the extension).
 /// Gray 8/16-bit → one channel, RGB(A) 8/16-bit → three channels (alpha dropped), with dtype
@@ -25,12 +38,17 @@ const MAX_DECODE_BYTES: u64 = 4 << 30;
 /// differences between decoders' IDCTs; 64-bit values are held as f32).
 pub fn read(path: &Path) -> Result<Volume, IoError> {
     let err = |why: String| IoError::read(FORMAT, one_line(&why), path);
+    let budget = decode_budget(
+        std::fs::metadata(path)
+            .map_err(|e| err(e.to_string()))?
+            .len(),
+    );
     let mut reader = ImageReader::open(path)
         .map_err(|e| err(e.to_string()))?
         .with_guessed_format()
         .map_err(|e| err(e.to_string()))?;
     if reader.format() == Some(image::ImageFormat::Tiff)
-        && let Some(v) = read_wide_gray_tiff(path).map_err(err)?
+        && let Some(v) = read_wide_gray_tiff(path, budget).map_err(err)?
     {
         return Ok(v);
     }
@@ -39,8 +57,21 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
         jpeg_is_whole(&bytes).map_err(err)?;
     }
+    // The header's pixel count against what the file could encode, before any decoder
+    // allocates (at least one byte per pixel).
+    if let Ok((w, h)) = ImageReader::open(path)
+        .and_then(|r| r.with_guessed_format())
+        .map_err(image::ImageError::IoError)
+        .and_then(|r| r.into_dimensions())
+        && (w as u64).saturating_mul(h as u64) > budget
+    {
+        return Err(err(format!(
+            "the header claims {w} x {h} pixels, more than a file of {} bytes can hold",
+            std::fs::metadata(path).map_or(0, |m| m.len())
+        )));
+    }
     let mut limits = image::Limits::default();
-    limits.max_alloc = Some(MAX_DECODE_BYTES);
+    limits.max_alloc = Some(budget);
     reader.limits(limits);
     // The decoders are meant to return errors on bad input; a panic in one of them must still
     // not take the application down with it.
@@ -59,14 +90,14 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
 
 /// A gray TIFF of 32- or 64-bit samples (which the image crate refuses), through the tiff
 /// crate; `None` for every other TIFF (the image crate reads those).
-fn read_wide_gray_tiff(path: &Path) -> Result<Option<Volume>, String> {
+fn read_wide_gray_tiff(path: &Path, budget: u64) -> Result<Option<Volume>, String> {
     use tiff::decoder::{Decoder, DecodingResult, Limits};
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut dec = Decoder::new(std::io::BufReader::new(file))
         .map_err(|e| e.to_string())?
         .with_limits({
             let mut l = Limits::default();
-            l.decoding_buffer_size = MAX_DECODE_BYTES as usize;
+            l.decoding_buffer_size = usize::try_from(budget).unwrap_or(usize::MAX);
             l
         });
     match dec.colortype().map_err(|e| e.to_string())? {
