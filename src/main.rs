@@ -38,11 +38,14 @@ enum Cmd {
     },
     /// Apply one spatial transform (flip, elastic, rotate, scale, translate) to a scan.
     Apply(ApplyArgs),
-    /// CUDA devices, memory and driver; or why there are none.
+    /// CUDA devices, memory and driver, and the compiled-kernel cache; or why there are none.
     Devices {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Remove the compiled kernels kept on disk (they are compiled again on next use).
+        #[arg(long)]
+        clear_cache: bool,
     },
     /// Time CPU and CUDA on the rotate-only, elastic-only and full pipelines.
     Bench(BenchArgs),
@@ -303,7 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Cmd::View(a)) => view(a),
         Some(Cmd::Info { file, channels }) => info(&file, channels),
         Some(Cmd::Apply(a)) => apply(a),
-        Some(Cmd::Devices { json }) => devices(json),
+        Some(Cmd::Devices { json, clear_cache }) => devices(json, clear_cache),
         Some(Cmd::Bench(a)) => bench(a),
         Some(Cmd::Batch(a)) => batch(a),
         Some(Cmd::Preset(c)) => preset_cmd(c),
@@ -749,7 +752,22 @@ fn apply_as(
     Ok(())
 }
 
-fn devices(json: bool) -> anyhow::Result<()> {
+fn devices(json: bool, clear_cache: bool) -> anyhow::Result<()> {
+    if clear_cache {
+        let Some(dir) = engine::kernel_cache::dir() else {
+            return write_text(None, "kernels: no disk cache to clear\n", "device report");
+        };
+        let n = engine::kernel_cache::clear(&dir)
+            .map_err(|e| usage(format!("cannot clear {}: {e}", dir.display())))?;
+        return write_text(
+            None,
+            &format!(
+                "kernels: removed {n} compiled kernels from {}\n",
+                dir.display()
+            ),
+            "device report",
+        );
+    }
     let report = engine::device::discover();
     let text = if json {
         serde_json::to_string_pretty(&report).context("cannot encode the report")?

@@ -73,6 +73,66 @@ fn mm_space_field_kernels_compile_with_nvrtc() {
     }
 }
 
+/// With a known architecture a module is a CUBIN (an ELF image the driver loads without JIT),
+/// kept on disk after the first compile and read back, identical, by the next.
+#[test]
+fn modules_compile_to_cubin_and_are_cached_on_disk() {
+    if cuda::nvrtc_version().is_err() {
+        eprintln!("skipped: NVRTC not loadable");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let defines = cuda::resample_defines(Mode::Reflect, Order::Cubic, 3, Precision::F32, false);
+    let before = augscope::engine::kernel_cache::stats();
+    let first = cuda::compile_module_in(
+        cuda::Family::Resample,
+        &defines,
+        Some("sm_90"),
+        Some(dir.path().to_path_buf()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.is_cubin);
+    assert!(
+        first.entries.iter().any(|e| e == "resample_f32"),
+        "{:?}",
+        first.entries
+    );
+    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 1);
+    let second = cuda::compile_module_in(
+        cuda::Family::Resample,
+        &defines,
+        Some("sm_90"),
+        Some(dir.path().to_path_buf()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let after = augscope::engine::kernel_cache::stats();
+    assert!(
+        after.hits > before.hits,
+        "the second compile was not read from disk"
+    );
+    assert_eq!(first.entries, second.entries);
+    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 1);
+    // Another define set is another entry; no architecture means PTX, not cached.
+    let other = cuda::resample_defines(Mode::Wrap, Order::Linear, 2, Precision::F32, false);
+    cuda::compile_module_in(
+        cuda::Family::Resample,
+        &other,
+        Some("sm_90"),
+        Some(dir.path().to_path_buf()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 2);
+    let ptx = cuda::compile_module_in(
+        cuda::Family::Resample,
+        &other,
+        None,
+        Some(dir.path().to_path_buf()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!ptx.is_cubin);
+    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 2);
+}
+
 #[test]
 fn a_broken_kernel_returns_the_compiler_log() {
     if cuda::nvrtc_version().is_err() {

@@ -385,3 +385,57 @@ fn a_huge_count_starts_at_once_and_resumes_by_name() {
         "{err}"
     );
 }
+
+/// `devices` names the compiled-kernel cache (AUGSCOPE_CACHE_DIR) and `devices --clear-cache`
+/// removes augscope's entries only, leaving other files.
+#[test]
+fn devices_reports_and_clears_the_kernel_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernels = dir.path().join("kernels");
+    std::fs::create_dir_all(&kernels).unwrap();
+    let entry = augscope::engine::kernel_cache::Compiled {
+        image: vec![1, 2, 3, 4],
+        entries: vec!["k".into()],
+    };
+    for i in 0..2 {
+        let key = augscope::engine::kernel_cache::key(
+            "f.cu",
+            &format!("{i}"),
+            &[],
+            "sm_90",
+            (13, 0),
+            13000,
+        );
+        augscope::engine::kernel_cache::write(&kernels, &key, &entry);
+    }
+    std::fs::write(kernels.join("README"), "not a kernel").unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(bin())
+            .args(args)
+            .env("AUGSCOPE_CACHE_DIR", dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let report = run(&["devices"]);
+    assert!(
+        report.contains("kernels: 2 compiled") && report.contains(&kernels.display().to_string()),
+        "{report}"
+    );
+    let cleared = run(&["devices", "--clear-cache"]);
+    assert!(cleared.contains("removed 2 compiled kernels"), "{cleared}");
+    assert!(kernels.join("README").exists());
+    assert!(run(&["devices"]).contains("kernels: 0 compiled"));
+    let off = Command::new(bin())
+        .args(["devices", "--json"])
+        .env("AUGSCOPE_KERNEL_CACHE", "0")
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&off.stdout).unwrap();
+    assert!(json["kernel_cache"].is_null(), "{json}");
+}

@@ -22,7 +22,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
-use cudarc::nvrtc::{CompileOptions, Ptx};
+use cudarc::nvrtc::Ptx;
 use rayon::prelude::*;
 
 use super::boundary::{Mode, SPLINE_PREPAD};
@@ -210,14 +210,21 @@ pub fn field_weights(sigma: f64) -> FieldWeights {
     out
 }
 
-/// Compiles one family with NVRTC (no fast-math; fmad off except in the field family).
-pub fn compile(
-    family: Family,
-    defines: &[String],
-    arch: Option<&'static str>,
-) -> Result<Ptx, EngineError> {
-    nvrtc_version().map_err(EngineError::CudaUnavailable)?;
-    let mut options = defines.to_vec();
+/// NVRTC's options for one family: no fast-math, IEEE division and square root, no flush to
+/// zero; fmad off except in the field family, the defines, and `--gpu-architecture` where known.
+fn nvrtc_options(family: Family, defines: &[String], arch: Option<&str>) -> Vec<String> {
+    // fmad off keeps the sampler's f32 tap sums and the prefilter the CPU's operation for
+    // operation; the field's 97-tap passes are compute-bound and use FFMA (f32 rounding).
+    let mut options = vec![
+        "--ftz=false".to_string(),
+        "--prec-sqrt=true".into(),
+        "--prec-div=true".into(),
+        format!("--fmad={}", family == Family::Field),
+    ];
+    if let Some(a) = arch {
+        options.push(format!("--gpu-architecture={a}"));
+    }
+    options.extend(defines.iter().cloned());
     options.push("--std=c++17".into());
     // Extra -D defines for measurements of kernel variants (e.g. AUGSCOPE_NVRTC_DEFINES=-DX).
     if let Ok(extra) = std::env::var("AUGSCOPE_NVRTC_DEFINES") {
@@ -228,39 +235,203 @@ pub fn compile(
                 .map(String::from),
         );
     }
-    let opts = CompileOptions {
-        arch,
-        // fmad off keeps the sampler's f32 tap sums and the prefilter the CPU's operation for
-        // operation; the field's 97-tap passes are compute-bound and use FFMA (f32 rounding).
-        fmad: Some(family == Family::Field),
-        use_fast_math: Some(false),
-        prec_div: Some(true),
-        prec_sqrt: Some(true),
-        ftz: Some(false),
-        options,
-        name: Some(
-            family
-                .file()
-                .rsplit('/')
-                .next()
-                .unwrap_or("kernel.cu")
-                .to_string(),
-        ),
-        ..Default::default()
-    };
-    cudarc::nvrtc::compile_ptx_with_opts(family.program(), opts).map_err(|e| {
-        let detail = match &e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                log.to_string_lossy().into_owned()
-            }
-            other => format!("{other:?}"),
-        };
+    options
+}
+
+/// What NVRTC made of one program: its PTX, and its CUBIN when compiled for a real `sm_XY`.
+struct NvrtcOutput {
+    ptx: String,
+    cubin: Option<Vec<u8>>,
+}
+
+/// Runs NVRTC on `family` with `options`; the compiler's log on failure.
+fn nvrtc_compile(family: Family, options: &[String]) -> Result<NvrtcOutput, EngineError> {
+    use cudarc::nvrtc::{result, sys};
+    nvrtc_version().map_err(EngineError::CudaUnavailable)?;
+    let fail = |what: String| {
         EngineError::Cuda(format!(
             "NVRTC could not compile {}: {}",
             family.file(),
-            detail.trim()
+            what.trim()
         ))
-    })
+    };
+    let src = std::ffi::CString::new(family.program())
+        .map_err(|_| fail("the kernel source holds a NUL byte".into()))?;
+    let file = family.file().rsplit('/').next().unwrap_or("kernel.cu");
+    let name = std::ffi::CString::new(file).map_err(|_| fail("bad file name".into()))?;
+    if options.iter().any(|o| o.contains('\0')) {
+        return Err(fail("a compile option holds a NUL byte".into()));
+    }
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    // Destroys the program on every path out of this function.
+    struct Program(sys::nvrtcProgram);
+    impl Drop for Program {
+        fn drop(&mut self) {
+            // SAFETY: the program was created by create_program and is destroyed once, here.
+            let _ = unsafe { result::destroy_program(self.0) };
+        }
+    }
+    let prog = Program(prog);
+    // SAFETY: `prog.0` is a live program (above); the options have no NUL byte (checked above).
+    if let Err(e) = unsafe { result::compile_program(prog.0, options) } {
+        // SAFETY: the program is live; the log is NUL-terminated by NVRTC.
+        let log = unsafe { result::get_program_log(prog.0) }
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+            .unwrap_or_else(|_| format!("{e:?}"));
+        return Err(fail(log));
+    }
+    // SAFETY: the program is live and compiled.
+    let ptx = unsafe { result::get_ptx(prog.0) }.map_err(|e| fail(format!("no PTX: {e:?}")))?;
+    let ptx_bytes: Vec<u8> = ptx
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    let ptx = String::from_utf8_lossy(&ptx_bytes).into_owned();
+    let real_arch = options
+        .iter()
+        .any(|o| o.starts_with("--gpu-architecture=sm_"));
+    let cubin = if real_arch {
+        let mut size = 0usize;
+        // SAFETY: the program is live and compiled; NVRTC writes one usize.
+        let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
+        if r == sys::nvrtcResult::NVRTC_SUCCESS && size > 0 {
+            let mut buf = vec![0u8; size];
+            // SAFETY: `buf` holds exactly the `size` bytes NVRTC reported for this program.
+            let r = unsafe { sys::nvrtcGetCUBIN(prog.0, buf.as_mut_ptr().cast()) };
+            (r == sys::nvrtcResult::NVRTC_SUCCESS).then_some(buf)
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    Ok(NvrtcOutput { ptx, cubin })
+}
+
+/// Compiles one family with NVRTC to PTX (the compile checks; devices load CUBIN through
+/// [`compile_module`]).
+pub fn compile(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<Ptx, EngineError> {
+    let out = nvrtc_compile(family, &nvrtc_options(family, defines, arch))?;
+    Ok(Ptx::from_src(out.ptx))
+}
+
+/// A module ready to load: CUBIN for the device's architecture (from the disk cache, or compiled
+/// and then cached), else PTX for the driver to JIT where the architecture is unknown; the
+/// module's entry names; and the cache key it is stored under.
+pub struct ModuleImage {
+    pub image: Ptx,
+    pub entries: Vec<String>,
+    /// Whether the image is a CUBIN (loaded as it is) rather than PTX (JIT-compiled on load).
+    pub is_cubin: bool,
+    /// The disk cache's folder and key of a CUBIN, so that one the driver refuses is forgotten.
+    cached: Option<(std::path::PathBuf, String)>,
+    /// The PTX of a module compiled in this process, the fallback when a CUBIN does not load.
+    ptx: Option<String>,
+}
+
+/// The module of `family` with `defines` for `arch`, from the disk cache where it holds one.
+pub fn compile_module(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<ModuleImage, EngineError> {
+    compile_module_in(family, defines, arch, super::kernel_cache::dir())
+}
+
+/// [`compile_module`] with the cache folder given (`None`: no disk cache).
+pub fn compile_module_in(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+    cache_dir: Option<std::path::PathBuf>,
+) -> Result<ModuleImage, EngineError> {
+    use super::kernel_cache;
+    let options = nvrtc_options(family, defines, arch);
+    let nvrtc = nvrtc_version().map_err(EngineError::CudaUnavailable)?;
+    let slot = match (arch, cache_dir) {
+        (Some(a), Some(dir)) => {
+            let driver = driver_version().unwrap_or(0);
+            let program = family.program();
+            let key = kernel_cache::key(family.file(), &program, &options, a, nvrtc, driver);
+            Some((dir, key))
+        }
+        _ => None,
+    };
+    if let Some((dir, key)) = &slot
+        && let Some(hit) = kernel_cache::read(dir, key)
+    {
+        kernel_cache::count_hit();
+        return Ok(ModuleImage {
+            image: Ptx::from_binary(hit.image),
+            entries: hit.entries,
+            is_cubin: true,
+            cached: slot,
+            ptx: None,
+        });
+    }
+    let t = Instant::now();
+    let out = nvrtc_compile(family, &options)?;
+    kernel_cache::count_compile(t.elapsed().as_micros() as u64);
+    let entries = ptx_entries(&out.ptx);
+    match out.cubin {
+        Some(cubin) => {
+            let c = kernel_cache::Compiled {
+                image: cubin,
+                entries: entries.clone(),
+            };
+            if let Some((dir, key)) = &slot {
+                kernel_cache::write(dir, key, &c);
+            }
+            Ok(ModuleImage {
+                image: Ptx::from_binary(c.image),
+                entries,
+                is_cubin: true,
+                cached: slot,
+                ptx: Some(out.ptx),
+            })
+        }
+        None => Ok(ModuleImage {
+            image: Ptx::from_src(out.ptx),
+            entries,
+            is_cubin: false,
+            cached: None,
+            ptx: None,
+        }),
+    }
+}
+
+/// Loads `family` with `defines` on `dev`: the module and its entry names. A CUBIN the driver
+/// refuses is dropped from the cache and the module compiled again, then loaded as PTX.
+pub fn load_module(
+    dev: &DeviceContext,
+    family: Family,
+    defines: &[String],
+) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), EngineError> {
+    let m = compile_module(family, defines, dev.arch)?;
+    match dev.ctx.load_module(m.image) {
+        Ok(module) => Ok((module, m.entries)),
+        Err(first) => {
+            if let Some((dir, key)) = &m.cached {
+                super::kernel_cache::forget(dir, key);
+            }
+            let ptx = match m.ptx {
+                Some(p) => p,
+                None => nvrtc_compile(family, &nvrtc_options(family, defines, dev.arch))?.ptx,
+            };
+            dev.ctx
+                .load_module(Ptx::from_src(ptx))
+                .map(|module| (module, m.entries))
+                .map_err(|_| driver_error("cannot load a compiled kernel", first))
+        }
+    }
 }
 
 /// Every resample entry the host may launch for `precision` is in the compiled module.
@@ -815,7 +986,7 @@ fn resample_many_entry(channels: usize, label: bool) -> &'static str {
 /// The resample kernels' defines: the sampler's, 64-bit tap offsets when a channel has 2^31
 /// elements or more, the voxels per thread, and for orders 0 and 1 the register cap (order 3
 /// would spill under it).
-fn resample_defines(
+pub fn resample_defines(
     mode: Mode,
     order: Order,
     ndim: usize,
@@ -1096,13 +1267,7 @@ impl DeviceEngine {
         if let Some(f) = lock(&self.functions).get(&key) {
             return Ok(f.clone());
         }
-        let ptx = compile(family, defines, self.dev.arch)?;
-        let entries = ptx_entries(&ptx.to_src());
-        let module = self
-            .dev
-            .ctx
-            .load_module(ptx)
-            .map_err(|e| driver_error("cannot load a compiled kernel", e))?;
+        let (module, entries) = load_module(&self.dev, family, defines)?;
         let f = module
             .load_function(name)
             .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;

@@ -43,6 +43,28 @@ pub struct DevicesReport {
     pub errors: Vec<String>,
     /// augscope's device-memory cap from the environment, if any.
     pub mem_limit_bytes: Option<usize>,
+    /// The folder of compiled kernels (none: the disk cache is off), its entries and bytes.
+    pub kernel_cache: Option<KernelCacheInfo>,
+}
+
+/// Where compiled kernels are kept between processes ([`super::kernel_cache`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelCacheInfo {
+    pub dir: std::path::PathBuf,
+    pub entries: usize,
+    pub bytes: u64,
+}
+
+impl KernelCacheInfo {
+    pub fn here() -> Option<Self> {
+        let dir = super::kernel_cache::dir()?;
+        let (entries, bytes) = super::kernel_cache::usage(&dir);
+        Some(KernelCacheInfo {
+            dir,
+            entries,
+            bytes,
+        })
+    }
 }
 
 impl DevicesReport {
@@ -100,6 +122,19 @@ impl fmt::Display for DevicesReport {
                 gib(d.total_bytes)
             )?;
         }
+        match &self.kernel_cache {
+            Some(c) => writeln!(
+                f,
+                "kernels: {} compiled ({:.1} MB) in {}",
+                c.entries,
+                c.bytes as f64 / 1e6,
+                c.dir.display()
+            )?,
+            None => writeln!(
+                f,
+                "kernels: no disk cache (AUGSCOPE_KERNEL_CACHE=0 or no home)"
+            )?,
+        }
         for e in &self.errors {
             writeln!(f, "error:   {e}")?;
         }
@@ -146,6 +181,7 @@ pub fn discover() -> DevicesReport {
         devices,
         errors,
         mem_limit_bytes,
+        kernel_cache: KernelCacheInfo::here(),
     }
 }
 

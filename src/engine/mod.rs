@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod device;
 pub mod field;
 pub mod jacobian;
+pub mod kernel_cache;
 pub mod noise;
 pub mod spline;
 

@@ -27,7 +27,9 @@ use super::febds::{self, Method};
 use super::separable::{TRUNCATE, gaussian_kernel1d};
 use super::{Boundary, Filter};
 use crate::engine::boundary::Mode;
-use crate::engine::cuda::{Borrowed, DeviceEngine, Family, compile, device_engine, mode_defines};
+use crate::engine::cuda::{
+    Borrowed, DeviceEngine, Family, compile, device_engine, load_module, mode_defines,
+};
 use crate::engine::device::{Reservation, driver_error};
 use crate::engine::{EngineError, Precision};
 
@@ -148,13 +150,7 @@ impl Gpu {
         if let Some(f) = c.get(&key) {
             return Ok(f.clone());
         }
-        let ptx = compile(Family::Filter, defines, self.eng.dev.arch)?;
-        let module = self
-            .eng
-            .dev
-            .ctx
-            .load_module(ptx)
-            .map_err(|e| driver_error("cannot load the filter kernels", e))?;
+        let (module, _) = load_module(&self.eng.dev, Family::Filter, defines)?;
         let f = module
             .load_function(name)
             .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
