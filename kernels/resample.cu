@@ -24,6 +24,13 @@
 #ifndef RS_MINB
 #define RS_MINB 1
 #endif
+// RS_ONLY keeps one entry of this file (1 resample, 2 plain, 3 plainf, 4 many, 5 many_plain,
+// 6 coords), so a process compiles only the kernels it launches; undefined, every entry.
+#ifdef RS_ONLY
+#define RS_KEEP(k) (RS_ONLY == (k))
+#else
+#define RS_KEEP(k) 1
+#endif
 
 // Must match `ResampleParams` in src/engine/cuda.rs field for field (#[repr(C)]).
 struct ResampleParams {
@@ -304,9 +311,11 @@ __device__ __forceinline__ void resample_voxel(const ResampleParams& p, int bz, 
 #endif
 
 // One thread per output voxel of one volume (grid from the box shape).
+#if RS_KEEP(1)
 extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_ENTRY(RESAMPLE_PARAMS) {
     resample_voxel(p, blockIdx.z, img, out, lab, lab_out, field);
 }
+#endif
 
 // The common case in its own entries: one image channel, no label map (FIELD: with the
 // displacement field or without). The general entry's channel and label loops and its flags cost
@@ -337,13 +346,17 @@ __device__ __forceinline__ void plain_voxel(const ResampleParams& p, int bz, con
 }
 
 // Same arguments as RESAMPLE_ENTRY (lab and lab_out unused), so the host swaps only the name.
+#if RS_KEEP(2)
 extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAIN_ENTRY(RESAMPLE_PARAMS) {
     plain_voxel<false>(p, blockIdx.z, img, out, field);
 }
+#endif
 
+#if RS_KEEP(3)
 extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_PLAINF_ENTRY(RESAMPLE_PARAMS) {
     plain_voxel<true>(p, blockIdx.z, img, out, field);
 }
+#endif
 
 // Element strides between the samples of a batched launch (0: every sample reads the same image
 // or label map). Must match `ManyStrides` in src/engine/cuda.rs.
@@ -377,6 +390,7 @@ __device__ __forceinline__ int many_sample(const ResampleParams* __restrict__ ps
 // Many volumes of one output shape in one launch: sample s = blockIdx.z / zblocks, with its own
 // parameters ps[s] (plan, field slot) and its own image, outputs and field at the strides `st`.
 // Every sample's voxels get exactly the single-volume kernel's operations.
+#if RS_KEEP(4)
 extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_MANY_ENTRY(RESAMPLE_MANY_PARAMS) {
     __shared__ ResampleParams sp;
     const int s = many_sample(ps, st, &sp);
@@ -384,11 +398,13 @@ extern "C" __global__ void __launch_bounds__(256, RS_MINB) RESAMPLE_MANY_ENTRY(R
     resample_voxel(sp, blockIdx.z - s * st.zblocks, img + s * st.img, out + s * st.out, lab + s * st.lab,
                    lab_out + s * st.lab_out, field + (long long)sp.field_slot * st.field);
 }
+#endif
 
 #define RESAMPLE_MANY_PLAIN_ENTRY STORE_NAME(resample_many_plain)
 
 // The batched launch of one-channel, label-free samples through the plain path (the field or
 // not per sample: a branch uniform over the block). Same arguments as RESAMPLE_MANY_ENTRY.
+#if RS_KEEP(5)
 extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_MANY_PLAIN_ENTRY(RESAMPLE_MANY_PARAMS) {
     __shared__ ResampleParams sp;
     const int s = many_sample(ps, st, &sp);
@@ -400,9 +416,11 @@ extern "C" __global__ void __launch_bounds__(256, RS_PLAIN_MINB) RESAMPLE_MANY_P
         plain_voxel<false>(sp, bz, img + s * st.img, out + s * st.out, field);
     }
 }
+#endif
 
 // `--save-coords`: the input coordinate of every output voxel, (NDIM, n_out) f32, as
 // `coordinates` in src/engine/cpu.rs.
+#if RS_KEEP(6)
 extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__ out,
                                                              const float* __restrict__ field,
                                                              ResampleParams p) {
@@ -414,3 +432,4 @@ extern "C" __global__ void __launch_bounds__(256) coords_f32(float* __restrict__
 #pragma unroll
     for (int a = 0; a < NDIM; a++) out[(long long)a * p.n_box + idx] = (float)x[a];
 }
+#endif

@@ -133,6 +133,31 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
     assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 2);
 }
 
+/// A process builds each resample entry alone (RS_ONLY): every one compiles by itself, with the
+/// one entry the host launches under that number.
+#[test]
+fn each_resample_entry_compiles_alone() {
+    if cuda::nvrtc_version().is_err() {
+        eprintln!("skipped: NVRTC not loadable");
+        return;
+    }
+    let want = [
+        "resample_f32",
+        "resample_plain_f32",
+        "resample_plainf_f32",
+        "resample_many_f32",
+        "resample_many_plain_f32",
+        "coords_f32",
+    ];
+    for (k, name) in want.iter().enumerate() {
+        let mut d = cuda::resample_defines(Mode::Mirror, Order::Cubic, 3, Precision::F32, false);
+        d.push(format!("-DRS_ONLY={}", k + 1));
+        let m = cuda::compile_module_in(cuda::Family::Resample, &d, Some("sm_90"), None)
+            .unwrap_or_else(|e| panic!("RS_ONLY={}: {e}", k + 1));
+        assert_eq!(m.entries, vec![name.to_string()], "RS_ONLY={}", k + 1);
+    }
+}
+
 #[test]
 fn a_broken_kernel_returns_the_compiler_log() {
     if cuda::nvrtc_version().is_err() {

@@ -326,6 +326,7 @@ pub fn compile(
 /// A module ready to load: CUBIN for the device's architecture (from the disk cache, or compiled
 /// and then cached), else PTX for the driver to JIT where the architecture is unknown; the
 /// module's entry names; and the cache key it is stored under.
+#[derive(Clone)]
 pub struct ModuleImage {
     pub image: Ptx,
     pub entries: Vec<String>,
@@ -408,6 +409,36 @@ pub fn compile_module_in(
     }
 }
 
+/// The options a module of `family` is built with for entry `name`: a resample module holds that
+/// entry alone (RS_ONLY in kernels/resample.cu), so NVRTC and ptxas build only what is launched,
+/// a third of the whole file's compile time or less.
+fn build_defines(family: Family, defines: &[String], name: &str) -> Vec<String> {
+    match (family, resample_only(name)) {
+        (Family::Resample, Some(k)) => [defines, &[format!("-DRS_ONLY={k}")]].concat(),
+        _ => defines.to_vec(),
+    }
+}
+
+/// Modules compiled (or read from disk) in this process, by family, architecture and options: a
+/// compile under way on another thread is waited for, never repeated.
+fn shared_module(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<ModuleImage, EngineError> {
+    type Cell = Arc<OnceLock<Result<ModuleImage, String>>>;
+    static MODULES: OnceLock<Mutex<HashMap<String, Cell>>> = OnceLock::new();
+    nvrtc_version().map_err(EngineError::CudaUnavailable)?;
+    let key = format!("{family:?}|{arch:?}|{}", defines.join(" "));
+    let cell = lock(MODULES.get_or_init(Mutex::default))
+        .entry(key)
+        .or_default()
+        .clone();
+    cell.get_or_init(|| compile_module(family, defines, arch).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(EngineError::Cuda)
+}
+
 /// Loads `family` with `defines` on `dev`: the module and its entry names. A CUBIN the driver
 /// refuses is dropped from the cache and the module compiled again, then loaded as PTX.
 pub fn load_module(
@@ -415,7 +446,7 @@ pub fn load_module(
     family: Family,
     defines: &[String],
 ) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), EngineError> {
-    let m = compile_module(family, defines, dev.arch)?;
+    let m = shared_module(family, defines, dev.arch)?;
     match dev.ctx.load_module(m.image) {
         Ok(module) => Ok((module, m.entries)),
         Err(first) => {
@@ -974,6 +1005,23 @@ fn resample_entry(precision: Precision, channels: usize, label: bool, field: boo
     }
 }
 
+/// RS_ONLY's number for a resample entry name (kernels/resample.cu), None for another name.
+fn resample_only(name: &str) -> Option<u32> {
+    let base = ["_f32", "_f16", "_bf16"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .unwrap_or(name);
+    Some(match base {
+        "resample" => 1,
+        "resample_plain" => 2,
+        "resample_plainf" => 3,
+        "resample_many" => 4,
+        "resample_many_plain" => 5,
+        "coords" => 6,
+        _ => return None,
+    })
+}
+
 /// The batched resample entry (f32 storage): the plain one for one-channel, label-free samples.
 fn resample_many_entry(channels: usize, label: bool) -> &'static str {
     if plain_job(channels, label) {
@@ -1247,11 +1295,12 @@ impl DeviceEngine {
             functions: Mutex::new(HashMap::new()),
             state: Mutex::default(),
         };
-        // Compile one kernel now, so that a broken NVRTC shows at selection, not mid-run.
+        // Build and load one kernel now, so that a broken NVRTC or driver shows at selection, not
+        // mid-run: the order-1 elastic entry, which most plans launch.
         eng.function(
             Family::Resample,
-            &sampler_defines(Mode::Constant, Order::Linear, 3, Precision::F32),
-            "resample_f32",
+            &resample_defines(Mode::Constant, Order::Linear, 3, Precision::F32, false),
+            "resample_plainf_f32",
         )?;
         Ok(eng)
     }
@@ -1267,7 +1316,8 @@ impl DeviceEngine {
         if let Some(f) = lock(&self.functions).get(&key) {
             return Ok(f.clone());
         }
-        let (module, entries) = load_module(&self.dev, family, defines)?;
+        let (module, entries) =
+            load_module(&self.dev, family, &build_defines(family, defines, name))?;
         let f = module
             .load_function(name)
             .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
@@ -1281,6 +1331,21 @@ impl DeviceEngine {
         }
         map.insert(key, f.clone());
         Ok(f)
+    }
+
+    /// Starts compiling the module of `name` on another thread, unless it is loaded already, so
+    /// that NVRTC builds it while this thread builds or runs others; [`Self::function`] then
+    /// finds it compiled (or waits for the compile under way).
+    fn prefetch(&self, family: Family, defines: &[String], name: &str) {
+        let key = format!("{family:?}|{}|{name}", defines.join(" "));
+        if lock(&self.functions).contains_key(&key) {
+            return;
+        }
+        let build = build_defines(family, defines, name);
+        let arch = self.dev.arch;
+        std::thread::spawn(move || {
+            let _ = shared_module(family, &build, arch);
+        });
     }
 
     fn event(&self, stream: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, EngineError> {
@@ -2247,6 +2312,24 @@ impl DeviceEngine {
         let n_out: usize = box_shape.iter().product();
         let cubic = plan.order == Order::Cubic;
         let half = precision != Precision::F32;
+        // The resample and prefilter modules compile on other threads while this one builds the
+        // field's (a first run's cost is then the longest compile, not their sum).
+        let has_field_plan = plan.elastic.is_some_and(|e| e.alpha != 0.0);
+        self.prefetch(
+            Family::Resample,
+            &resample_defines(
+                plan.mode,
+                plan.order,
+                ndim,
+                precision,
+                n_in.max(job.label.map_or(0, |l| l.shape.iter().product())) >= 1 << 31,
+            ),
+            resample_entry(precision, channels, job.label.is_some(), has_field_plan),
+        );
+        if cubic {
+            let pdefs = sampler_defines(plan.mode, Order::Cubic, ndim, precision);
+            self.prefetch(Family::Prefilter, &pdefs, "pad_f32");
+        }
 
         // 1. The unit elastic field, cached on the device. Queued, not waited for: the upload
         // below overlaps it (the host stages the image while the device computes the field).
