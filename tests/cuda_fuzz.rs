@@ -308,3 +308,281 @@ fn gpu_filters_match_cpu_on_odd_shapes() {
         assert!(worst <= tol, "{what}: max |gpu - cpu| {worst}");
     }
 }
+
+/// Every kernel family once on small volumes, each result against the CPU: the run that
+/// `compute-sanitizer` watches (scripts/gpu_sanitize.sh). Resample at orders 0/1/3 in every mode
+/// with labels, RGB, f16 and bf16 storage, the elastic field at small, tiled, whole-column and
+/// direct radii, its statistics and coordinates, the prefilter, batched launches, the slice
+/// path, and every filter (separable tiles and the direct pass, median paths, intensity
+/// filters, batches, FEBDS with each method).
+#[test]
+fn gpu_every_kernel_family_on_small_volumes() {
+    use augscope::filter::FebdsMethod;
+    let Some(g) = gpu(Precision::F32) else { return };
+    let image = random_volume(&[9, 10, 11], 1, 1);
+    let label = random_labels(&[9, 10, 11], 2);
+    let rgb = random_volume(&[12, 13], 3, 3);
+    let mut k = 0u64;
+    for mode in Mode::ALL {
+        for order in [Order::Nearest, Order::Linear, Order::Cubic] {
+            k += 1;
+            let mut plan = Plan {
+                order,
+                mode,
+                rotate_rad: vec![0.2, -0.1, 0.3],
+                scale: vec![0.9],
+                translate: vec![0.5, -1.0, 0.25],
+                flip: vec![1],
+                cval: 0.3,
+                ..Plan::default()
+            };
+            if k.is_multiple_of(2) {
+                plan.elastic = Some(Elastic {
+                    alpha: 8.0,
+                    sigma: 1.5,
+                    seed: k,
+                });
+            }
+            check_plan(
+                &g,
+                &plan,
+                &image,
+                Some(&label),
+                &format!("{mode} order {order}"),
+            );
+            check_plan(
+                &g,
+                &plan,
+                &image,
+                None,
+                &format!("{mode} order {order}, no label"),
+            );
+            let mut p2 = plan.clone();
+            p2.rotate_rad = vec![0.4];
+            p2.scale = vec![1.1];
+            p2.translate = vec![0.5, 1.5];
+            p2.flip = vec![0];
+            check_plan(&g, &p2, &rgb, None, &format!("rgb {mode} order {order}"));
+        }
+    }
+    // The field at every radius class: small, tiled, the whole-column noise pass, and the direct
+    // pass past the tile (radius > 120), with statistics and coordinates.
+    for sigma in [0.4, 2.5, 12.0, 35.0] {
+        let plan = Plan {
+            elastic: Some(Elastic {
+                alpha: 30.0,
+                sigma,
+                seed: 5,
+            }),
+            order: Order::Linear,
+            ..Plan::default()
+        };
+        check_plan(
+            &g,
+            &plan,
+            &image,
+            Some(&label),
+            &format!("field sigma {sigma}"),
+        );
+        let cpu = augscope::engine::cpu::CpuBackend::new();
+        let (want, _) = cpu.field(&plan, &image.shape).expect("a field");
+        let (got_max, got_rms) = g
+            .displacement_stats(&plan, &image.shape)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .expect("statistics of a field");
+        let (max, rms) = want.displacement_stats(30.0);
+        assert!(
+            (got_max - max).abs() <= 1e-3 * max.max(1e-9)
+                && (got_rms - rms).abs() <= 1e-3 * rms.max(1e-9),
+            "sigma {sigma}: stats ({got_max}, {got_rms}) against ({max}, {rms})"
+        );
+        let coords = g
+            .coordinates(&plan, &image.shape)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(coords.len(), 3 * image.shape.iter().product::<usize>());
+        assert!(coords.iter().all(|c| c.is_finite()));
+    }
+    // Half storage, with the prefilter's conversion.
+    for precision in [Precision::F16, Precision::Bf16] {
+        let Some(h) = gpu(precision) else { return };
+        for order in [Order::Linear, Order::Cubic] {
+            let plan = Plan {
+                order,
+                rotate_rad: vec![0.3, 0.1, -0.2],
+                elastic: Some(Elastic {
+                    alpha: 10.0,
+                    sigma: 2.0,
+                    seed: 9,
+                }),
+                ..Plan::default()
+            };
+            let (a, _, _) = augscope::engine::apply_new(
+                &augscope::engine::cpu::CpuBackend::new(),
+                &plan,
+                &image,
+                None,
+            )
+            .expect("cpu");
+            let (b, _, _) = augscope::engine::apply_new(&h, &plan, &image, Some(&label))
+                .unwrap_or_else(|e| panic!("{precision:?}: {e}"));
+            let worst = a
+                .data
+                .iter()
+                .zip(&b.data)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(worst < 2e-2, "{precision:?} order {order}: {worst}");
+        }
+    }
+    // Batched launches and the slice path.
+    let plans: Vec<Plan> = (0..4)
+        .map(|s| Plan {
+            order: [Order::Nearest, Order::Linear, Order::Cubic, Order::Linear][s],
+            rotate_rad: vec![0.1 * s as f64, 0.2, 0.0],
+            elastic: (s % 2 == 1).then_some(Elastic {
+                alpha: 5.0,
+                sigma: 1.0 + s as f64,
+                seed: s as u64,
+            }),
+            ..Plan::default()
+        })
+        .collect();
+    let n = image.shape.iter().product::<usize>();
+    let mut outs: Vec<(Vec<f32>, Vec<f32>)> =
+        plans.iter().map(|_| (vec![0.0; n], vec![0.0; n])).collect();
+    let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(plan, (i, l))| {
+            (
+                Job {
+                    plan,
+                    image: &image,
+                    label: Some(&label),
+                },
+                Outputs {
+                    image: i,
+                    label: Some(l),
+                },
+            )
+        })
+        .collect();
+    for r in g.apply_batch(jobs) {
+        r.unwrap_or_else(|e| panic!("batch: {e}"));
+    }
+    for (plan, (i, _)) in plans.iter().zip(&outs) {
+        let (one, _, _) = augscope::engine::apply_new(&g, plan, &image, Some(&label)).expect("gpu");
+        assert!(
+            one.data
+                .iter()
+                .zip(i)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "batched {plan:?}"
+        );
+        let plane = 4;
+        let mut got = vec![0f32; 10 * 11];
+        let mut got_lab = vec![0f32; 10 * 11];
+        g.apply_slice(
+            Job {
+                plan,
+                image: &image,
+                label: Some(&label),
+            },
+            Some(77),
+            0,
+            plane,
+            &mut got,
+            Some(&mut got_lab),
+        )
+        .unwrap_or_else(|e| panic!("slice: {e}"));
+        assert_eq!(
+            &one.data[plane * 110..(plane + 1) * 110],
+            &got[..],
+            "slice of {plan:?}"
+        );
+    }
+    // Every filter: tiles and the direct pass, median paths, intensity, batches, FEBDS.
+    let vol = random_volume(&[9, 10, 11], 1, 8).data;
+    let img2 = random_volume(&[3 * 21, 23], 1, 9).data;
+    let filters = [
+        Filter::Gaussian { sigma: vec![1.5] },
+        Filter::Gaussian {
+            sigma: vec![0.5, 9.0, 40.0],
+        },
+        Filter::Log { sigma: vec![1.2] },
+        Filter::Dog {
+            sigma1: vec![1.0],
+            sigma2: vec![2.0],
+        },
+        Filter::Median { size: vec![3] },
+        Filter::Median {
+            size: vec![3, 5, 1],
+        },
+        Filter::Median { size: vec![9] },
+        Filter::Gamma {
+            gamma: 0.8,
+            scale: 1.0,
+        },
+        Filter::Contrast {
+            contrast: 1.2,
+            brightness: 0.1,
+        },
+    ];
+    for f in &filters {
+        for mode in [Mode::Reflect, Mode::Constant, Mode::Wrap] {
+            let b = Boundary { mode, cval: 0.2 };
+            for (data, shape) in [(&vol, vec![9, 10, 11]), (&img2, vec![21, 23])] {
+                if matches!(f, Filter::Gaussian { sigma } | Filter::Log { sigma } if sigma.len() == 3 && shape.len() == 2)
+                    || matches!(f, Filter::Median { size } if size.len() == 3 && shape.len() == 2)
+                {
+                    continue;
+                }
+                let want = apply_cpu(f, b, data, &shape).expect("cpu");
+                let got = run(
+                    f,
+                    b,
+                    data,
+                    &shape,
+                    &BackendSpec::Cuda(vec![0]),
+                    Precision::F32,
+                )
+                .unwrap_or_else(|e| panic!("{f:?}: {e}"));
+                assert_eq!(got.backend, "cuda:0");
+                let tol = if matches!(f, Filter::Median { .. }) {
+                    0.0
+                } else {
+                    1e-5
+                };
+                let worst = want
+                    .iter()
+                    .zip(&got.out)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst <= tol, "{f:?} {mode} {shape:?}: {worst}");
+            }
+        }
+    }
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/febds/input.npy");
+    let a = augscope::io::npy::read(&p).expect("fixture");
+    for m in [FebdsMethod::Dog, FebdsMethod::Log, FebdsMethod::Fft] {
+        let f = Filter::Febds(m);
+        let b = Boundary::default();
+        let want = apply_cpu(&f, b, &a.data, &a.shape).expect("cpu");
+        let got = run(
+            &f,
+            b,
+            &a.data,
+            &a.shape,
+            &BackendSpec::Cuda(vec![0]),
+            Precision::F32,
+        )
+        .unwrap_or_else(|e| panic!("{m:?}: {e}"));
+        let differ = want.iter().zip(&got.out).filter(|(x, y)| x != y).count();
+        assert!(
+            differ * 1000 <= want.len(),
+            "FEBDS {m:?}: {differ} pixels differ"
+        );
+    }
+    // The engine's cached buffers go back, so that a leak check sees only what was lost.
+    augscope::engine::cuda::free_caches();
+}

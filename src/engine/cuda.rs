@@ -419,6 +419,18 @@ fn build_defines(family: Family, defines: &[String], name: &str) -> Vec<String> 
     }
 }
 
+type ModuleCell = Arc<OnceLock<Result<ModuleImage, String>>>;
+
+/// The modules of [`shared_module`], compiled or being compiled.
+fn modules() -> &'static Mutex<HashMap<String, ModuleCell>> {
+    static M: OnceLock<Mutex<HashMap<String, ModuleCell>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+}
+
+fn module_key(family: Family, defines: &[String], arch: Option<&'static str>) -> String {
+    format!("{family:?}|{arch:?}|{}", defines.join(" "))
+}
+
 /// Modules compiled (or read from disk) in this process, by family, architecture and options: a
 /// compile under way on another thread is waited for, never repeated.
 fn shared_module(
@@ -426,12 +438,9 @@ fn shared_module(
     defines: &[String],
     arch: Option<&'static str>,
 ) -> Result<ModuleImage, EngineError> {
-    type Cell = Arc<OnceLock<Result<ModuleImage, String>>>;
-    static MODULES: OnceLock<Mutex<HashMap<String, Cell>>> = OnceLock::new();
     nvrtc_version().map_err(EngineError::CudaUnavailable)?;
-    let key = format!("{family:?}|{arch:?}|{}", defines.join(" "));
-    let cell = lock(MODULES.get_or_init(Mutex::default))
-        .entry(key)
+    let cell = lock(modules())
+        .entry(module_key(family, defines, arch))
         .or_default()
         .clone();
     cell.get_or_init(|| compile_module(family, defines, arch).map_err(|e| e.to_string()))
@@ -447,6 +456,8 @@ pub fn load_module(
     defines: &[String],
 ) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), EngineError> {
     let m = shared_module(family, defines, dev.arch)?;
+    // Loaded modules are kept by the engine: the image need not stay in host memory.
+    lock(modules()).remove(&module_key(family, defines, dev.arch));
     match dev.ctx.load_module(m.image) {
         Ok(module) => Ok((module, m.entries)),
         Err(first) => {
@@ -1215,14 +1226,15 @@ impl FieldPass<'_> {
             }
         } else if self.axis < ndim - 1 {
             let outer_all = self.slabs * outer;
-            if outer_all > 65535 || len.div_ceil(FIELD_TL) > 65535 {
+            if outer_all > (i32::MAX - 65535) as usize || len.div_ceil(FIELD_TL) > 65535 {
                 return Err(too_large());
             }
+            // Past 65535 (the grid's z limit) the blocks stride over `outer`.
             let cfg = LaunchConfig {
                 grid_dim: (
                     inner.div_ceil(32) as u32,
                     len.div_ceil(FIELD_TL) as u32,
-                    outer_all as u32,
+                    outer_all.min(65535) as u32,
                 ),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
@@ -1241,7 +1253,7 @@ impl FieldPass<'_> {
             // int gen_noise, const u32* keys, int slab0, int comp_outer, int ndim, FieldWeights):
             // src and dst are views of exactly outer_all * n * inner elements (checked above);
             // keys holds 2 values per sample of every slab (checked above); the kernel
-            // bounds-checks i < n and col < inner, and blockIdx.z < outer_all by the grid.
+            // bounds-checks i < n and col < inner, and its z loop stays below outer_all.
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_mid_f32", e))?;
         } else {
             let lines = self.slabs * outer;
@@ -1343,6 +1355,9 @@ impl DeviceEngine {
         }
         let build = build_defines(family, defines, name);
         let arch = self.dev.arch;
+        if lock(modules()).contains_key(&module_key(family, &build, arch)) {
+            return;
+        }
         std::thread::spawn(move || {
             let _ = shared_module(family, &build, arch);
         });
@@ -1786,6 +1801,30 @@ impl DeviceEngine {
         let ndim = in_shape.len();
         let n_in: usize = in_shape.iter().product();
         let n_out: usize = out_shape.iter().product();
+        // Every module this batch launches compiles at once on other threads (a first batch's
+        // cost is then the longest compile, not their sum).
+        self.prefetch(
+            Family::Resample,
+            &resample_defines(key.mode, key.order, ndim, Precision::F32, n_in >= 1 << 31),
+            resample_many_entry(channels, lab_channels > 0),
+        );
+        if key.order == Order::Cubic {
+            let pdefs = sampler_defines(key.mode, Order::Cubic, ndim, Precision::F32);
+            self.prefetch(Family::Prefilter, &pdefs, "pad_f32");
+        }
+        for &i in &todo {
+            if let Some(sigma_vox) = jobs[i]
+                .0
+                .plan
+                .elastic
+                .filter(|e| e.alpha != 0.0)
+                .and_then(|_| jobs[i].0.plan.field_sigma_vox(ndim))
+            {
+                for s in sigma_vox {
+                    self.prefetch(Family::Field, &field_defines(s), "gauss_mid_f32");
+                }
+            }
+        }
         // One image (and label map) for every sample, or one each.
         let shared = todo.iter().all(|&i| {
             std::ptr::eq(jobs[i].0.image, img0)
@@ -2334,6 +2373,22 @@ impl DeviceEngine {
         // 1. The unit elastic field, cached on the device. Queued, not waited for: the upload
         // below overlaps it (the host stages the image while the device computes the field).
         let mut field_time = FieldTime::Cached;
+        // The upload targets are allocated first: buffers come from the stream-ordered pool of
+        // the compute stream, and the copy stream, which waits only for `before_field`, must not
+        // write one before its allocation (nor into memory that a freed, smaller buffer held
+        // while earlier kernels still read it).
+        let up_key = region.resident.map(|k| (k, precision, job.label.is_some()));
+        let will_reuse = !cubic && up_key.is_some() && st.resident == up_key && dio.is_none();
+        if dio.is_none() && !will_reuse {
+            if half && !cubic {
+                ensure(&self.dev, &mut st.ws.img_u16, channels * n_in, "the image")?;
+            } else {
+                ensure(&self.dev, &mut st.ws.img_f32, channels * n_in, "the image")?;
+            }
+            if let Some(l) = job.label {
+                ensure(&self.dev, &mut st.ws.lab_in, l.data.len(), "the label map")?;
+            }
+        }
         // Everything queued before the field: what the image and label uploads must wait for.
         let before_field = self.event(&stream)?;
         let has_field = match plan.elastic {
@@ -2348,8 +2403,7 @@ impl DeviceEngine {
         // 2. Upload (f32, or the storage type directly when no prefilter is needed), unless the
         // caller's key says the same image (and label) is already on the device.
         let t_up = Instant::now();
-        let key = region.resident.map(|k| (k, precision, job.label.is_some()));
-        let reuse = !cubic && key.is_some() && st.resident == key && dio.is_none();
+        let (key, reuse) = (up_key, will_reuse);
         st.resident = None;
         let ws = &mut st.ws;
         let img_len = channels * n_in;
