@@ -361,6 +361,13 @@ fn structurally_hostile_dicom_is_one_line_without_overflow_or_huge_allocation() 
         }),
     )
     .unwrap();
+    // An element whose VR bytes name no VR: dicom-rs reads it as UN, with a 4-byte length (here
+    // 3.4 GB in a 40 KB file), so the check must too (found by the in-process fuzzer: the file
+    // took 4 s and 3.4 GB of zeroed memory to refuse).
+    let unknown_vr = dir.path().join("unknown_vr.dcm");
+    let mut element = vec![0x29, 0x00, 0x00, 0x10, 0x01, 0xCA, 0x00, 0x00];
+    element.extend(0xCC00_0001u32.to_le_bytes());
+    std::fs::write(&unknown_vr, ct_with(&element, |_, _| {})).unwrap();
     // Three levels of real nesting still load.
     let fine = dir.path().join("fine.dcm");
     std::fs::write(&fine, ct_with(&nested_sequences(3), |_, _| {})).unwrap();
@@ -368,6 +375,7 @@ fn structurally_hostile_dicom_is_one_line_without_overflow_or_huge_allocation() 
     for (p, needle) in [
         (&nested, "nested more than"),
         (&huge, "declares 4294967280 bytes"),
+        (&unknown_vr, "declares 3422552065 bytes"),
     ] {
         for cmd in ["info", "apply"] {
             let mut c = Command::new(env!("CARGO_BIN_EXE_augscope"));

@@ -141,21 +141,34 @@ impl Walker {
         }
         let mut vr = [0u8; 2];
         self.read(&mut vr)?;
-        let long = matches!(
+        // As dicom-rs reads it: a VR it does not know is UN, and only the VRs of PS3.5 Table
+        // 7.1-2 have a 2-byte length; every other one a reserved field and a 4-byte length.
+        if VR::from_binary(vr).is_none() {
+            vr = *b"UN";
+        }
+        let long = !matches!(
             &vr,
-            b"OB"
-                | b"OD"
-                | b"OF"
-                | b"OL"
-                | b"OV"
-                | b"OW"
-                | b"SQ"
-                | b"SV"
-                | b"UC"
-                | b"UN"
-                | b"UR"
-                | b"UT"
-                | b"UV"
+            b"AE"
+                | b"AS"
+                | b"AT"
+                | b"CS"
+                | b"DA"
+                | b"DS"
+                | b"DT"
+                | b"FL"
+                | b"FD"
+                | b"IS"
+                | b"LO"
+                | b"LT"
+                | b"PN"
+                | b"SH"
+                | b"SL"
+                | b"SS"
+                | b"ST"
+                | b"TM"
+                | b"UI"
+                | b"UL"
+                | b"US"
         );
         let len = if long {
             self.skip(2)?;
