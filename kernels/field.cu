@@ -94,70 +94,66 @@ __device__ __forceinline__ SlabNoise slab_noise(const unsigned int* __restrict__
 // With gen_noise (the first pass; src unused), the input is the Philox noise of each slab:
 // global slab slab0 + o / comp_outer, keys from `keys` (see slab_noise), counter the voxel's
 // index within its component.
+// `o0`: the first outer index of this launch (the grid's z extent is at most 65535, so the host
+// launches longer runs in parts).
 extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     const float* __restrict__ src, float* __restrict__ dst, int outer, int n, long long inner,
     int gen_noise, const unsigned int* __restrict__ keys, int slab0, int comp_outer, int ndim,
-    FieldWeights wts) {
+    FieldWeights wts, int o0) {
     __shared__ float tile[TROWS * TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
+    const int o = o0 + blockIdx.z;
     const long long col = (long long)blockIdx.x * TX + tx;
     const int i0 = blockIdx.y * TL;
-    // Grid-stride over `outer` (the grid's z extent is at most 65535): the loop bounds are uniform
-    // over the block, so every thread reaches every barrier.
-    for (int o = blockIdx.z; o < outer; o += gridDim.z) {
-        const long long slab = (long long)o * n * inner;
-        SlabNoise sn = {0u, 0u, 0u};
-        long long comp_base = 0;
-        if (gen_noise) {
-            sn = slab_noise(keys, slab0 + o / comp_outer, ndim);
-            comp_base = (long long)(o % comp_outer) * n * inner;
-        }
-        if (!gen_noise && (long long)(blockIdx.x + 1) * TX <= inner) {
-            // Every column of the block exists (the common case): one offset step per row and one
-            // row check (the general loop below costs about 3x the instructions per load).
-            const int ifirst = i0 - FIELD_R + ty;
-            long long off = slab + (long long)ifirst * inner + col;
-            const long long step = (long long)TY * inner;
+    const long long slab = (long long)o * n * inner;
+    SlabNoise sn = {0u, 0u, 0u};
+    long long comp_base = 0;
+    if (gen_noise) {
+        sn = slab_noise(keys, slab0 + o / comp_outer, ndim);
+        comp_base = (long long)(o % comp_outer) * n * inner;
+    }
+    if (!gen_noise && (long long)(blockIdx.x + 1) * TX <= inner) {
+        // Every column of the block exists (the common case): one offset step per row and one
+        // row check (the general loop below costs about 3x the instructions per load).
+        const int ifirst = i0 - FIELD_R + ty;
+        long long off = slab + (long long)ifirst * inner + col;
+        const long long step = (long long)TY * inner;
 #pragma unroll
-            for (int r = 0; r < TROWS / TY; r++) {
-                const int i = ifirst + r * TY;
-                tile[(ty + r * TY) * TX + tx] = (i >= 0 && i < n) ? __ldg(src + off) : 0.0f;
-                off += step;
-            }
-            const int i = ifirst + TROWS / TY * TY;
-            if (ty < TROWS % TY) tile[(TROWS / TY * TY + ty) * TX + tx] = (i >= 0 && i < n) ? __ldg(src + off) : 0.0f;
-        } else
-        for (int r = ty; r < TROWS; r += TY) {
-            const int i = i0 - FIELD_R + r;
-            float v = 0.0f;
-            if (i >= 0 && i < n && col < inner) {
-                const long long at = (long long)i * inner + col;
-                v = gen_noise ? noise_value(sn.key0, sn.key1, sn.k, (unsigned long long)(comp_base + at))
-                              : src[slab + at];
-            }
-            tile[r * TX + tx] = v;
+        for (int r = 0; r < TROWS / TY; r++) {
+            const int i = ifirst + r * TY;
+            tile[(ty + r * TY) * TX + tx] = (i >= 0 && i < n) ? __ldg(src + off) : 0.0f;
+            off += step;
         }
-        __syncthreads();
-        if (col < inner) {
-            float acc[FIELD_K];
+        const int i = ifirst + TROWS / TY * TY;
+        if (ty < TROWS % TY) tile[(TROWS / TY * TY + ty) * TX + tx] = (i >= 0 && i < n) ? __ldg(src + off) : 0.0f;
+    } else
+    for (int r = ty; r < TROWS; r += TY) {
+        const int i = i0 - FIELD_R + r;
+        float v = 0.0f;
+        if (i >= 0 && i < n && col < inner) {
+            const long long at = (long long)i * inner + col;
+            v = gen_noise ? noise_value(sn.key0, sn.key1, sn.k, (unsigned long long)(comp_base + at))
+                          : src[slab + at];
+        }
+        tile[r * TX + tx] = v;
+    }
+    __syncthreads();
+    if (col >= inner) return;
+    float acc[FIELD_K];
 #if FIELD_R <= WINDOW_MAX_R
-            float win[FIELD_K + 2 * FIELD_R];
+    float win[FIELD_K + 2 * FIELD_R];
 #pragma unroll
-            for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(ty * FIELD_K + t) * TX + tx];
+    for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(ty * FIELD_K + t) * TX + tx];
 #define WIN_REG(t) win[t]
-            SMOOTH_K(WIN_REG, acc)
+    SMOOTH_K(WIN_REG, acc)
 #else
 #define WIN_SMEM(t) tile[(ty * FIELD_K + (t)) * TX + tx]
-            SMOOTH_K(WIN_SMEM, acc)
+    SMOOTH_K(WIN_SMEM, acc)
 #endif
 #pragma unroll
-            for (int k = 0; k < FIELD_K; k++) {
-                const int i = i0 + ty * FIELD_K + k;
-                if (i < n) dst[slab + (long long)i * inner + col] = acc[k];
-            }
-        }
-        // The next slab refills the tile: wait until every thread has read this one.
-        if (o + (int)gridDim.z < outer) __syncthreads();
+    for (int k = 0; k < FIELD_K; k++) {
+        const int i = i0 + ty * FIELD_K + k;
+        if (i < n) dst[slab + (long long)i * inner + col] = acc[k];
     }
 }
 

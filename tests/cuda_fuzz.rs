@@ -110,14 +110,17 @@ fn gpu_matches_cpu_on_odd_shapes_every_mode_and_order() {
     }
 }
 
+/// One huge axis. Up to 65535 slices (the grid's z limit) the GPU computes; beyond, the
+/// engine says so and the CPU engine runs the job, with a note.
 #[test]
 fn gpu_matches_cpu_with_one_huge_axis() {
     let Some(g) = gpu(Precision::F32) else { return };
     let mut rng = Rng(0x0b16_a815);
-    let shapes: [Vec<usize>; 5] = [
+    let shapes: [Vec<usize>; 6] = [
         vec![1, 1, 70_001],
         vec![2, 3, 40_009],
         vec![100_003, 2],
+        vec![65_535, 1, 2],
         vec![65_537, 1, 2],
         vec![3, 131_071],
     ];
@@ -126,13 +129,28 @@ fn gpu_matches_cpu_with_one_huge_axis() {
             let plan = random_plan(&mut rng, shape.len(), shape);
             let image = random_volume(shape, 1, 40 + case as u64);
             let label = random_labels(shape, 50 + case as u64);
-            check_plan(
-                &g,
-                &plan,
-                &image,
-                Some(&label),
-                &format!("huge axis {shape:?} plan {k}: {plan:?}"),
-            );
+            let what = format!("huge axis {shape:?} plan {k}: {plan:?}");
+            if shape.len() == 3 && shape[0] > 65_535 {
+                let (got, _, _, note) = augscope::engine::cuda::apply_new_with_fallback(
+                    &g,
+                    &plan,
+                    &image,
+                    Some(&label),
+                )
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let note = note.expect("a note says the CPU ran the job");
+                assert!(note.contains("launch") && note.contains("CPU"), "{note}");
+                let (want, _, _) = augscope::engine::apply_new(
+                    &augscope::engine::cpu::CpuBackend::new(),
+                    &plan,
+                    &image,
+                    Some(&label),
+                )
+                .expect("cpu");
+                assert_eq!(got.data, want.data, "{what}");
+            } else {
+                check_plan(&g, &plan, &image, Some(&label), &what);
+            }
         }
     }
 }
@@ -585,4 +603,57 @@ fn gpu_every_kernel_family_on_small_volumes() {
     }
     // The engine's cached buffers go back, so that a leak check sees only what was lost.
     augscope::engine::cuda::free_caches();
+}
+
+/// A batch whose fields span more than 65535 slabs of rows in one pass (32 samples x 3
+/// components x 700 rows), launched in parts: every sample equals its own launch bit for bit.
+#[test]
+fn gpu_batched_fields_past_the_grid_limit_equal_single_launches() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    let shape = vec![700, 5, 4];
+    let image = random_volume(&shape, 1, 70);
+    let plans: Vec<Plan> = (0..32)
+        .map(|s| Plan {
+            order: Order::Linear,
+            elastic: Some(Elastic {
+                alpha: 4.0,
+                sigma: 1.5,
+                seed: 1000 + s,
+            }),
+            ..Plan::default()
+        })
+        .collect();
+    let n: usize = shape.iter().product();
+    let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; n]).collect();
+    let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(plan, o)| {
+            (
+                Job {
+                    plan,
+                    image: &image,
+                    label: None,
+                },
+                Outputs {
+                    image: o,
+                    label: None,
+                },
+            )
+        })
+        .collect();
+    for (k, r) in g.apply_many(jobs).into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("job {k}: {e}"));
+    }
+    for (k, plan) in plans.iter().enumerate() {
+        let (one, _, _) = augscope::engine::apply_new(&g, plan, &image, None)
+            .unwrap_or_else(|e| panic!("job {k}: {e}"));
+        assert!(
+            one.data
+                .iter()
+                .zip(&outs[k])
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "job {k}: the batched field differs from its own launch"
+        );
+    }
 }

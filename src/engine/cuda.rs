@@ -1088,7 +1088,7 @@ fn grid_out_k(out_shape: &[usize], k: usize) -> Result<LaunchConfig, EngineError
         d.div_ceil(bz as usize),
     );
     if gy > 65535 || gz > 65535 || gx > i32::MAX as usize {
-        return Err(EngineError::Shape(format!(
+        return Err(EngineError::GpuLimit(format!(
             "grid {out_shape:?} is too large for one launch"
         )));
     }
@@ -1165,7 +1165,7 @@ impl FieldPass<'_> {
         }
         let (outer, len, inner) = axis_split(self.shape, self.axis);
         let too_large = || {
-            EngineError::Shape(format!(
+            EngineError::GpuLimit(format!(
                 "{} slabs of {:?} are too many for the field kernels",
                 self.slabs, self.shape
             ))
@@ -1226,35 +1226,45 @@ impl FieldPass<'_> {
             }
         } else if self.axis < ndim - 1 {
             let outer_all = self.slabs * outer;
-            if outer_all > (i32::MAX - 65535) as usize || len.div_ceil(FIELD_TL) > 65535 {
+            if outer_all > i32::MAX as usize || len.div_ceil(FIELD_TL) > 65535 {
                 return Err(too_large());
             }
-            // Past 65535 (the grid's z limit) the blocks stride over `outer`.
-            let cfg = LaunchConfig {
-                grid_dim: (
-                    inner.div_ceil(32) as u32,
-                    len.div_ceil(FIELD_TL) as u32,
-                    outer_all.min(65535) as u32,
-                ),
-                block_dim: (32, 8, 1),
-                shared_mem_bytes: 0,
-            };
             let (outer_i, len_i, inner_i) = (outer_all as i32, len as i32, inner as i64);
             let comp_outer = outer as i32;
-            let mut b = stream.launch_builder(f);
-            b.arg(src).arg(dst).arg(&outer_i).arg(&len_i).arg(&inner_i);
-            b.arg(&gen_noise)
-                .arg(self.keys)
-                .arg(&slab0)
-                .arg(&comp_outer)
-                .arg(&ndim_i)
-                .arg(&self.wts);
-            // SAFETY: gauss_mid_f32(const float* src, float* dst, int outer, int n, i64 inner,
-            // int gen_noise, const u32* keys, int slab0, int comp_outer, int ndim, FieldWeights):
-            // src and dst are views of exactly outer_all * n * inner elements (checked above);
-            // keys holds 2 values per sample of every slab (checked above); the kernel
-            // bounds-checks i < n and col < inner, and its z loop stays below outer_all.
-            unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_mid_f32", e))?;
+            // The grid's z extent is at most 65535: longer runs of `outer` in parts, each from
+            // its first index o0.
+            for o0 in (0..outer_all).step_by(65535) {
+                let cfg = LaunchConfig {
+                    grid_dim: (
+                        inner.div_ceil(32) as u32,
+                        len.div_ceil(FIELD_TL) as u32,
+                        (outer_all - o0).min(65535) as u32,
+                    ),
+                    block_dim: (32, 8, 1),
+                    shared_mem_bytes: 0,
+                };
+                let o0_i = o0 as i32;
+                let mut b = stream.launch_builder(f);
+                b.arg(src)
+                    .arg(&mut *dst)
+                    .arg(&outer_i)
+                    .arg(&len_i)
+                    .arg(&inner_i);
+                b.arg(&gen_noise)
+                    .arg(self.keys)
+                    .arg(&slab0)
+                    .arg(&comp_outer)
+                    .arg(&ndim_i)
+                    .arg(&self.wts)
+                    .arg(&o0_i);
+                // SAFETY: gauss_mid_f32(const float* src, float* dst, int outer, int n,
+                // i64 inner, int gen_noise, const u32* keys, int slab0, int comp_outer, int ndim,
+                // FieldWeights, int o0): src and dst are views of exactly outer_all * n * inner
+                // elements (checked above); keys holds 2 values per sample of every slab
+                // (checked above); the kernel bounds-checks i < n and col < inner, and
+                // o0 + blockIdx.z < outer_all by the grid.
+                unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_mid_f32", e))?;
+            }
         } else {
             let lines = self.slabs * outer;
             if lines.div_ceil(32) > (1 << 31) - 1 || len.div_ceil(FIELD_TL) > 65535 {
@@ -3334,12 +3344,23 @@ pub fn apply_new_with_fallback(
 > {
     match super::apply_new(backend, plan, image, label) {
         Ok((a, b, t)) => Ok((a, b, t, None)),
-        Err(EngineError::OutOfMemory(why)) => retry_on_cpu(backend, &why, plan, image, label),
+        Err(EngineError::OutOfMemory(why)) => retry_on_cpu(backend, &oom(&why), plan, image, label),
+        Err(EngineError::GpuLimit(why)) => retry_on_cpu(backend, &limit(&why), plan, image, label),
         Err(e) => Err(e),
     }
 }
 
-/// The job again on the CPU engine, after `backend` ran out of memory (`why`), with the note.
+/// Why a job went to the CPU: out of memory.
+fn oom(why: &str) -> String {
+    format!("ran out of memory ({why})")
+}
+
+/// Why a job went to the CPU: a grid one launch cannot cover.
+fn limit(why: &str) -> String {
+    format!("cannot run this grid ({why})")
+}
+
+/// The job again on the CPU engine, after `backend` could not run it (`why`), with the note.
 fn retry_on_cpu(
     backend: &dyn Backend,
     why: &str,
@@ -3349,10 +3370,7 @@ fn retry_on_cpu(
 ) -> Result<NewResult, EngineError> {
     let cpu = super::cpu::CpuBackend::new();
     let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
-    let note = format!(
-        "{} ran out of memory ({why}); retried on the CPU engine",
-        backend.name()
-    );
+    let note = format!("{} {why}; retried on the CPU engine", backend.name());
     Ok((a, b, t, Some(note)))
 }
 
@@ -3419,7 +3437,12 @@ pub fn apply_many_new_with_fallback(
                 };
                 Ok((mk(image, o), lab, t, None))
             }
-            Err(EngineError::OutOfMemory(why)) => retry_on_cpu(backend, &why, plan, image, label),
+            Err(EngineError::OutOfMemory(why)) => {
+                retry_on_cpu(backend, &oom(&why), plan, image, label)
+            }
+            Err(EngineError::GpuLimit(why)) => {
+                retry_on_cpu(backend, &limit(&why), plan, image, label)
+            }
             Err(e) => Err(e),
         })
         .collect()

@@ -29,6 +29,10 @@ pub enum EngineError {
     CudaUnavailable(String),
     #[error("out of GPU memory: {0}")]
     OutOfMemory(String),
+    /// A grid beyond what one GPU launch can cover (e.g. more than 65535 slices); the CPU engine
+    /// has no such limit, so callers retry there.
+    #[error("beyond the GPU's launch limits: {0}")]
+    GpuLimit(String),
     #[error("CUDA error: {0}")]
     Cuda(String),
 }
