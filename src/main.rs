@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+use augscope::augment::preset::escape_controls;
 use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::engine::{self, BackendSpec, Precision};
 use augscope::export::preview::{self, Model};
@@ -278,7 +279,7 @@ fn main() -> ExitCode {
                     .map(str::trim)
                     .filter(|l| !l.is_empty())
                     .collect();
-                let line = parts.join(" ");
+                let line = escape_controls(&parts.join(" "));
                 eprintln!("augscope: {}", line.trim_start_matches("error: "));
             }
             return ExitCode::from(code);
@@ -290,7 +291,9 @@ fn main() -> ExitCode {
             let user = e.downcast_ref::<Usage>().is_some()
                 || e.downcast_ref::<io::IoError>().is_some()
                 || e.downcast_ref::<augscope::augment::PlanError>().is_some();
-            let msg = format!("{e:#}").replace('\n', " ");
+            // One line, and nothing a terminal would act on (an argument or a file may hold
+            // escape sequences).
+            let msg = escape_controls(&format!("{e:#}")).replace('\n', " ");
             eprintln!("augscope: error: {msg}");
             ExitCode::from(if user { 2 } else { 1 })
         }

@@ -439,3 +439,39 @@ fn devices_reports_and_clears_the_kernel_cache() {
     let json: serde_json::Value = serde_json::from_slice(&off.stdout).unwrap();
     assert!(json["kernel_cache"].is_null(), "{json}");
 }
+
+/// An error line quotes what the user gave (a preset's text, a file name) with its control
+/// characters escaped, so that a terminal never acts on an escape sequence in it (found by the
+/// in-process fuzzer: a tab, a carriage return and ESC quoted raw from presets).
+#[test]
+fn error_lines_escape_control_characters_from_presets_and_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let preset = dir.path().join("p.toml");
+    std::fs::write(&preset, "version = 1\n[sampling]\nmode = \"near\\u001b[31mst\\r\"\n").unwrap();
+    let runs: [Vec<std::ffi::OsString>; 3] = [
+        vec!["preset".into(), "sample".into(), preset.clone().into()],
+        vec![
+            "preset".into(),
+            "export".into(),
+            "--to".into(),
+            "monai".into(),
+            preset.into(),
+        ],
+        vec![
+            "apply".into(),
+            dir.path().join("in\u{1b}[31m\t.nii").into(),
+            dir.path().join("out.npy").into(),
+        ],
+    ];
+    for args in runs {
+        let o = Command::new(bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        let line = err.strip_suffix('\n').unwrap_or(&err);
+        assert!(
+            !line.chars().any(char::is_control),
+            "{args:?}: a raw control character in {line:?}"
+        );
+        assert!(line.contains("\\u{1b}"), "{args:?}: {line}");
+    }
+}

@@ -182,7 +182,23 @@ pub enum PresetError {
 }
 
 fn invalid(why: impl Into<String>) -> PresetError {
-    PresetError::Invalid { why: why.into() }
+    PresetError::Invalid {
+        why: escape_controls(&why.into()),
+    }
+}
+
+/// `s` with every control character but the line break written as an escape (`\t`,
+/// `\u{1b}`): an error quotes what a preset holds, and a terminal must never act on it.
+pub fn escape_controls(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// One sample of a preset: the plan, the transforms that fired with their values, and every

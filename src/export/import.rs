@@ -20,7 +20,9 @@ use crate::augment::preset::{
 };
 
 fn bad(why: impl Into<String>) -> PresetError {
-    PresetError::Invalid { why: why.into() }
+    PresetError::Invalid {
+        why: crate::augment::preset::escape_controls(&why.into()),
+    }
 }
 
 fn get<'a>(m: &'a Map<String, Value>, keys: &[&str]) -> Option<(&'a str, &'a Value)> {

@@ -141,7 +141,9 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
 }
 
 fn bad(why: impl Into<String>) -> PresetError {
-    PresetError::Invalid { why: why.into() }
+    PresetError::Invalid {
+        why: crate::augment::preset::escape_controls(&why.into()),
+    }
 }
 
 /// Values written as `1 + (s - 1)` or radians of degrees come back within an ulp or two; this
