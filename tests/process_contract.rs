@@ -447,7 +447,11 @@ fn devices_reports_and_clears_the_kernel_cache() {
 fn error_lines_escape_control_characters_from_presets_and_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let preset = dir.path().join("p.toml");
-    std::fs::write(&preset, "version = 1\n[sampling]\nmode = \"near\\u001b[31mst\\r\"\n").unwrap();
+    std::fs::write(
+        &preset,
+        "version = 1\n[sampling]\nmode = \"near\\u001b[31mst\\r\"\n",
+    )
+    .unwrap();
     let runs: [Vec<std::ffi::OsString>; 3] = [
         vec!["preset".into(), "sample".into(), preset.clone().into()],
         vec![
