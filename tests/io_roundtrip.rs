@@ -1081,3 +1081,45 @@ fn error_lines_escape_control_characters_from_a_damaged_header() {
     assert!(!msg.chars().any(char::is_control), "{msg:?}");
     assert!(msg.contains("\\u{1e}"), "{msg}");
 }
+
+/// A 4D NIfTI of one volume, shape (x, y, z, 1), comes back from `augscope apply` (and a plain
+/// save) with its 4th axis, not as 3D.
+#[test]
+fn a_4d_nifti_of_one_volume_keeps_its_fourth_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let (x, y, z) = (12i16, 10i16, 6i16);
+    let mut b = raw_header([4, x, y, z, 1, 1, 1, 1], 16, 32);
+    for i in 0..(x as usize * y as usize * z as usize) {
+        b.extend_from_slice(&(i as f32 * 0.5).to_le_bytes());
+    }
+    let src = dir.path().join("one.nii");
+    std::fs::write(&src, &b).unwrap();
+    let v = load(&src);
+    assert_eq!((v.shape.clone(), v.channels), (vec![6, 10, 12], 1));
+    for (name, args) in [
+        ("rotated.nii", vec!["--rotate", "0.1,0,0"]),
+        ("same.nii.gz", vec![]),
+    ] {
+        let out = dir.path().join(name);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_augscope"))
+            .arg("apply")
+            .arg(&src)
+            .arg(&out)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let back = load(&out);
+        assert_eq!(&header(&back).dim[..5], &[4, 12, 10, 6, 1], "{name}");
+        assert_eq!((back.shape.clone(), back.channels), (vec![6, 10, 12], 1));
+    }
+    // A 3D source stays 3D.
+    let three = dir.path().join("three.nii");
+    io::save(
+        &three,
+        &Volume::new(vec![0.0; 24], vec![2, 3, 4], 1),
+        &SaveOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(header(&load(&three)).dim[0], 3);
+}

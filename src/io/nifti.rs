@@ -768,6 +768,10 @@ fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
     }
     if four_d {
         dim[4] = vol.channels as u16;
+    } else if ndim == 3 && vol.channels == 1 && src.is_some_and(|s| s.dim[0] >= 4) {
+        // A 4D source of one volume, (x, y, z, 1) (what many pipelines write for a single
+        // time point or channel), is written back with its 4th axis, as it was read.
+        dim[0] = 4;
     }
     h.dim = dim;
     let spacing: Vec<f64> = vol.spacing_mm.iter().rev().copied().collect();
