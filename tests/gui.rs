@@ -149,6 +149,21 @@ fn slice_keys_and_window_presets() {
     h.snapshot_options("difference_viridis", &snapshot_options());
 }
 
+/// A DICOM image opens at its own window (MR_small: centre 600, width 1600), not at the
+/// percentiles; "Auto" then takes the percentiles.
+#[test]
+fn a_dicom_scan_opens_at_its_own_window() {
+    let mr = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/dicom/MR_small.dcm");
+    let mut h = harness(mr, None);
+    settle(&mut h);
+    let d = &h.state().state.display;
+    assert_eq!((d.level, d.width), (Some(600.0), Some(1600.0)));
+    h.get_by_label("Auto").click();
+    settle(&mut h);
+    let d = &h.state().state.display;
+    assert_ne!((d.level, d.width), (Some(600.0), Some(1600.0)));
+}
+
 #[test]
 fn comparison_view_opens() {
     let mut h = sample();

@@ -618,9 +618,19 @@ impl App {
                     if state.display.wl_path.as_deref() != Some(l.path.as_path())
                         || state.display.level.is_none()
                     {
-                        let (lo, hi) = l.auto_window;
-                        state.display.level = Some(0.5 * (lo + hi));
-                        state.display.width = Some((hi - lo).max(1e-6));
+                        // The file's own window (DICOM window centre and width) where it has
+                        // one, else the percentiles; "Auto" always takes the percentiles.
+                        match l.image.default_window {
+                            Some((c, w)) if c.is_finite() && w.is_finite() && w > 0.0 => {
+                                state.display.level = Some(c as f32);
+                                state.display.width = Some(w as f32);
+                            }
+                            _ => {
+                                let (lo, hi) = l.auto_window;
+                                state.display.level = Some(0.5 * (lo + hi));
+                                state.display.width = Some((hi - lo).max(1e-6));
+                            }
+                        }
                         state.display.wl_path = Some(l.path.clone());
                     }
                     rt.nav = vec![Nav::default(); views.len()];
