@@ -164,6 +164,21 @@ fn a_dicom_scan_opens_at_its_own_window() {
     assert_ne!((d.level, d.width), (Some(600.0), Some(1600.0)));
 }
 
+/// A label map of another shape is not used, and says so for as long as the scan is open: the
+/// note stays after the transform has run, and the Scan panel marks the map as ignored.
+#[test]
+fn a_label_map_of_another_shape_stays_reported() {
+    let other = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/io/i32.nii");
+    let mut h = harness(app::SAMPLE.into(), Some(other));
+    settle(&mut h);
+    h.state_mut().state.params.rotate_deg = [5.0, 0.0, 0.0];
+    settle(&mut h);
+    let note = h.state().rt.note.clone().unwrap_or_default();
+    assert!(note.contains("label map ignored"), "{note:?}");
+    assert!(h.state().rt.scan.as_ref().is_some_and(|s| s.loaded.label.is_none()));
+    h.get_by_label("i32.nii (ignored)");
+}
+
 #[test]
 fn comparison_view_opens() {
     let mut h = sample();

@@ -674,7 +674,12 @@ impl App {
                         {
                             rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                         }
-                        rt.note = f.note.clone();
+                        // A run's note, else the scan's own (e.g. why its label map was not
+                        // used), which stays as long as the scan is open.
+                        rt.note = f
+                            .note
+                            .clone()
+                            .or_else(|| rt.scan.as_ref().and_then(|s| s.loaded.note.clone()));
                         rt.full = Some(f);
                         rt.shown = None;
                     }

@@ -944,10 +944,17 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             ui.label(v.dtype.name());
                             ui.end_row();
                             ui.label("label map");
-                            ui.label(s.loaded.label_path.as_ref().map_or("none".into(), |p| {
+                            let name = s.loaded.label_path.as_ref().map_or("none".into(), |p| {
                                 p.file_name()
                                     .map_or(String::new(), |n| n.to_string_lossy().into_owned())
-                            }));
+                            });
+                            if s.loaded.label_path.is_some() && s.loaded.label.is_none() {
+                                // Named but not used (another shape, unreadable): say so here too.
+                                ui.colored_label(ui.visuals().warn_fg_color, format!("{name} (ignored)"))
+                                    .on_hover_text(s.loaded.note.clone().unwrap_or_default());
+                            } else {
+                                ui.label(name);
+                            }
                             ui.end_row();
                         });
                     });
