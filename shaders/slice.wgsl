@@ -27,7 +27,8 @@ struct View {
     mask_colour: vec4<f32>,
     has_mask: u32,
     mask_opacity: f32,
-    pad0: u32,
+    // 1: each voxel a flat square (nearest), 0: bilinear between voxel centres
+    nearest: u32,
     pad1: u32,
 };
 
@@ -88,13 +89,18 @@ fn colormap(t: f32) -> vec3<f32> {
     }
 }
 
-// Bilinear interpolation by hand: R32Float is not filterable on every adapter.
+// Bilinear interpolation by hand: R32Float is not filterable on every adapter. With `nearest`,
+// the voxel that holds p, as it is.
 fn fetch(tex: texture_2d<f32>, p: vec2<f32>, channel: u32) -> f32 {
+    let row = i32(channel) * i32(view.size.y);
+    if (view.nearest == 1u) {
+        let t = clamp(vec2<i32>(floor(p)), vec2<i32>(0), vec2<i32>(view.size) - vec2<i32>(1));
+        return textureLoad(tex, vec2<i32>(t.x, t.y + row), 0).r;
+    }
     let q = p - vec2<f32>(0.5);
     let i0 = vec2<i32>(floor(q));
     let f = q - floor(q);
     let hi = vec2<i32>(view.size) - vec2<i32>(1);
-    let row = i32(channel) * i32(view.size.y);
     let a = clamp(i0, vec2<i32>(0), hi);
     let b = clamp(i0 + vec2<i32>(1), vec2<i32>(0), hi);
     let v00 = textureLoad(tex, vec2<i32>(a.x, a.y + row), 0).r;

@@ -175,7 +175,13 @@ fn a_label_map_of_another_shape_stays_reported() {
     settle(&mut h);
     let note = h.state().rt.note.clone().unwrap_or_default();
     assert!(note.contains("label map ignored"), "{note:?}");
-    assert!(h.state().rt.scan.as_ref().is_some_and(|s| s.loaded.label.is_none()));
+    assert!(
+        h.state()
+            .rt
+            .scan
+            .as_ref()
+            .is_some_and(|s| s.loaded.label.is_none())
+    );
     h.get_by_label("i32.nii (ignored)");
 }
 

@@ -586,3 +586,39 @@ fn overlay_frame_cost() {
         off.0, on.0, off.1, on.1
     );
 }
+
+/// "voxels as they are (nearest)" draws each voxel as a flat square: the 16×20×24 scan, zoomed
+/// by the views to many pixels per voxel, looks different from its bilinear display, in every
+/// view, without recomputing anything; off again draws what it drew before; the choice persists.
+#[test]
+fn nearest_display_draws_voxels_as_they_are() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scan = small_scan(dir.path());
+    let mut h = harness(scan);
+    settle(&mut h);
+    let generation = h.state().rt.generation;
+    let smooth = h.render().expect("render");
+    let (w, hgt) = (smooth.width(), smooth.height());
+    let central = [w * 30 / 100, hgt * 15 / 100, w * 75 / 100, hgt * 88 / 100];
+    h.get_by_label("voxels as they are (nearest)")
+        .click_accesskit();
+    settle(&mut h);
+    assert!(h.state().state.display.nearest);
+    assert_eq!(
+        h.state().rt.generation,
+        generation,
+        "a display change recomputed"
+    );
+    let blocky = h.render().expect("render");
+    let changed = differing(&smooth, &blocky, central);
+    assert!(
+        changed > 2000,
+        "nearest changes the views ({changed} pixels)"
+    );
+    assert!(saved(&mut h).display.nearest);
+    h.get_by_label("voxels as they are (nearest)")
+        .click_accesskit();
+    settle(&mut h);
+    let again = h.render().expect("render");
+    assert!(differing(&smooth, &again, central) < 20);
+}

@@ -898,6 +898,10 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
     ui.checkbox(&mut d.side_by_side, "original beside augmented");
     ui.checkbox(&mut d.difference, "difference map |aug − orig|");
     ui.checkbox(&mut d.crosshair, "crosshair");
+    ui.checkbox(&mut d.nearest, "voxels as they are (nearest)")
+        .on_hover_text(
+            "each voxel a flat square instead of bilinear display: tells order 0 from 3",
+        );
     ui.checkbox(&mut d.deformation_grid, "deformation grid")
         .on_hover_text("the scan's voxel grid, every 8 voxels, where the transform moves it");
     ui.checkbox(&mut d.jacobian, "Jacobian")

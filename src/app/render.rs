@@ -24,6 +24,8 @@ pub struct Look {
     pub label_opacity: f32,
     /// Opacity of the FEBDS mask overlay (0: none).
     pub mask_opacity: f32,
+    /// Each voxel a flat square (nearest) instead of bilinear between voxel centres.
+    pub nearest: bool,
 }
 
 /// The colour of the FEBDS mask overlay (display values): magenta, apart from the label colours
@@ -336,7 +338,7 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
             f(1.0),
             u(has_mask as u32),
             f(l.mask_opacity),
-            u(0),
+            u(l.nearest as u32),
             u(0),
         ];
         queue.write_buffer(&view.uniform, 0, fields.as_flattened());

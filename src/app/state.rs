@@ -433,6 +433,9 @@ pub struct Display {
     pub control_grid: bool,
     /// The scan the window was last set for: reopening it keeps the window.
     pub wl_path: Option<PathBuf>,
+    /// Voxels drawn as they are (flat squares) instead of bilinear: order 0 against order 3
+    /// and small volumes are seen as they are.
+    pub nearest: bool,
 }
 
 impl Default for Display {
@@ -451,6 +454,7 @@ impl Default for Display {
             jacobian: false,
             control_grid: true,
             wl_path: None,
+            nearest: false,
         }
     }
 }

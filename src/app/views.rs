@@ -256,6 +256,7 @@ fn look(state: &State, difference: bool) -> Look {
         } else {
             0.0
         },
+        nearest: d.nearest,
     }
 }
 
