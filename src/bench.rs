@@ -1,4 +1,4 @@
-//! `augscope bench`: CPU and CUDA times of the issue's three pipelines on one run, beside the
+//! `augscope bench`: CPU and CUDA times of the three pipelines (rotate, elastic, full) on one run, beside the
 //! device-to-device copy bandwidth and the floor it implies (bytes that must move / bandwidth).
 //!
 //! Volumes are `[z, y, x]` f32 with values in [0, 1). Pipelines (order 1, constant, as
@@ -36,7 +36,7 @@ pub struct BenchOptions {
     pub spatial: bool,
     /// The filter rows (`crate::filter::bench`: fixed shapes).
     pub filters: bool,
-    /// Interpolation order of the pipelines (the issue's are order 1).
+    /// Interpolation order of the pipelines (order 1 unless asked).
     pub order: Order,
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// The row name of a pipeline: its name, with the order when it is not the issue's order 1.
+/// The row name of a pipeline: its name, with the order when it is not the default order 1.
 fn variant_name(variant: &str, order: Order) -> String {
     if order == Order::Linear {
         variant.to_string()
@@ -121,7 +121,7 @@ fn variant_name(variant: &str, order: Order) -> String {
 const BATCH: usize = 32;
 const BATCH_MAX_VOXELS: usize = 1 << 23;
 
-/// The three pipelines of the issue (at order 1; `order` for the same pipelines at another order).
+/// The three pipelines (at order 1; `order` for the same pipelines at another order).
 pub fn plans(order: Order) -> Vec<(&'static str, Plan)> {
     let base = Plan {
         order,

@@ -82,7 +82,7 @@ struct BenchArgs {
     /// Timed GPU repetitions (median; at least 10).
     #[arg(long, default_value_t = 10)]
     reps: usize,
-    /// Interpolation order of the pipelines: 0, 1 (the default, as the targets) or 3.
+    /// Interpolation order of the pipelines: 0, 1 (the default) or 3.
     #[arg(long, default_value = "1", value_parser = parse_order)]
     order: Order,
     /// Timed CPU repetitions (0 skips the CPU rows).

@@ -846,7 +846,7 @@ const BLOCK: u32 = 256;
 /// the large rotate, lose on small volumes and compile several times slower.
 const RESAMPLE_K: usize = 1;
 /// Blocks per SM of the order-0/1 resample kernels: 5 caps them at 48 registers (62.5 %
-/// occupancy instead of 50 % at 64); rotate 256×512×512 0.80 → 0.59 ms on the H200 (run 12).
+/// occupancy instead of 50 % at 64); rotate 256×512×512 0.80 → 0.59 ms on the H200.
 const RESAMPLE_MINB: usize = 5;
 /// Blocks per SM of the one-channel, label-free resample entries (`resample_plain*`, RS_PLAIN_MINB
 /// in kernels/resample.cu) for orders 0 and 1: 8 caps them at 32 registers (full occupancy); their
