@@ -1,5 +1,6 @@
-//! `augscope bench`: CPU and CUDA times of the three pipelines (rotate, elastic, full) on one run, beside the
-//! device-to-device copy bandwidth and the floor it implies (bytes that must move / bandwidth).
+//! `augscope bench`: CPU and CUDA times of the three pipelines (rotate, elastic, full) on one
+//! run, beside the device-to-device copy bandwidth and the floor it implies (bytes that must move
+//! / bandwidth).
 //!
 //! Volumes are `[z, y, x]` f32 with values in [0, 1). Pipelines (order 1, constant, as
 //! batchgenerators): rotate-only (0.3, 0.2, 0.4 rad), elastic-only (alpha 800, sigma 12) and full
