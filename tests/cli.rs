@@ -474,7 +474,7 @@ fn bench_runs_the_pipelines_at_the_order_asked_for() {
         variants,
         ["rotate order 3", "elastic order 3", "full order 3"]
     );
-    // Order 1 (the pipelines) keeps the plain names.
+    // Order 1 (the default) keeps the plain names.
     let (code, out, err) = run(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("| full |"), "{out}");
