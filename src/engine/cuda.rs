@@ -1368,9 +1368,12 @@ impl DeviceEngine {
         if lock(modules()).contains_key(&module_key(family, &build, arch)) {
             return;
         }
-        std::thread::spawn(move || {
-            let _ = shared_module(family, &build, arch);
-        });
+        // A thread that cannot start is no error: the module compiles when it is first used.
+        let _ = std::thread::Builder::new()
+            .name("augscope-nvrtc".into())
+            .spawn(move || {
+                let _ = shared_module(family, &build, arch);
+            });
     }
 
     fn event(&self, stream: &Arc<CudaStream>) -> Result<cudarc::driver::CudaEvent, EngineError> {
