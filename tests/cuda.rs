@@ -12,18 +12,7 @@ use augscope::engine::cuda::{self, CudaBackend};
 use augscope::engine::device;
 use augscope::engine::{Backend, BackendSpec, EngineError, Precision, apply_new, select_backend};
 use augscope::volume::Volume;
-use gpu_common::{agreement, check_plan, random_labels, random_volume};
-
-/// A CUDA backend on device 0, or the reason there is none (printed by the caller).
-fn gpu(precision: Precision) -> Option<CudaBackend> {
-    match CudaBackend::new(&[0], precision) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("skipped: no usable CUDA device ({e})");
-            None
-        }
-    }
-}
+use gpu_common::{agreement, check_plan, gpu, random_labels, random_volume};
 
 /// Whether `second` reuses the device field that `first` made (`field_ms == 0`). The tests of
 /// this file run in parallel on one device engine, whose single cached field another test may

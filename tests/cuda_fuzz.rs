@@ -10,7 +10,8 @@ use augscope::augment::{Elastic, Mode, Order, Plan};
 use augscope::engine::cuda::CudaBackend;
 use augscope::engine::{Backend, BackendSpec, Job, Outputs, Precision};
 use augscope::filter::{Boundary, Filter, apply_cpu, run};
-use gpu_common::{check_plan, random_labels, random_volume};
+use augscope::volume::Volume;
+use gpu_common::{check_plan, gpu, random_labels, random_volume};
 
 /// Extents the shapes are drawn from: the smallest (where a tile, a pair or a stencil has nothing
 /// beside it) and primes (no tile divides them).
@@ -37,14 +38,38 @@ impl Rng {
     }
 }
 
-fn gpu(precision: Precision) -> Option<CudaBackend> {
-    match CudaBackend::new(&[0], precision) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("skipped: no usable CUDA device ({e})");
-            None
-        }
+/// `plans` over one image (and label map) in batched launches (`apply_many`): each plan's image
+/// and label outputs, in plan order (the label output empty without a label map).
+fn run_batch(
+    g: &CudaBackend,
+    plans: &[Plan],
+    image: &Volume,
+    label: Option<&Volume>,
+    what: &str,
+) -> Vec<(Vec<f32>, Vec<f32>)> {
+    let n: usize = image.shape.iter().product();
+    let lab_len = if label.is_some() { n } else { 0 };
+    let mut outs: Vec<(Vec<f32>, Vec<f32>)> = plans
+        .iter()
+        .map(|_| (vec![0f32; n * image.channels], vec![0f32; lab_len]))
+        .collect();
+    let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(plan, (img, lab))| {
+            (
+                Job { plan, image, label },
+                Outputs {
+                    image: img,
+                    label: label.map(|_| lab.as_mut_slice()),
+                },
+            )
+        })
+        .collect();
+    for (k, r) in g.apply_many(jobs).into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("{what} job {k}: {e}"));
     }
+    outs
 }
 
 fn random_plan(rng: &mut Rng, ndim: usize, shape: &[usize]) -> Plan {
@@ -208,31 +233,7 @@ fn gpu_batched_launch_on_odd_shapes_equals_single_launches() {
                 p
             })
             .collect();
-        let n: usize = shape.iter().product();
-        let mut outs: Vec<(Vec<f32>, Vec<f32>)> = plans
-            .iter()
-            .map(|_| (vec![0f32; n], vec![0f32; n]))
-            .collect();
-        let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(plan, (img, lab))| {
-                (
-                    Job {
-                        plan,
-                        image: &image,
-                        label: Some(&label),
-                    },
-                    Outputs {
-                        image: img,
-                        label: Some(lab),
-                    },
-                )
-            })
-            .collect();
-        for (k, r) in g.apply_many(jobs).into_iter().enumerate() {
-            r.unwrap_or_else(|e| panic!("round {round} job {k}: {e}"));
-        }
+        let outs = run_batch(&g, &plans, &image, Some(&label), &format!("round {round}"));
         for (k, plan) in plans.iter().enumerate() {
             let (one, one_lab, _) = augscope::engine::apply_new(&g, plan, &image, Some(&label))
                 .unwrap_or_else(|e| panic!("round {round} job {k}: {e}"));
@@ -465,29 +466,7 @@ fn gpu_every_kernel_family_on_small_volumes() {
             ..Plan::default()
         })
         .collect();
-    let n = image.shape.iter().product::<usize>();
-    let mut outs: Vec<(Vec<f32>, Vec<f32>)> =
-        plans.iter().map(|_| (vec![0.0; n], vec![0.0; n])).collect();
-    let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
-        .iter()
-        .zip(outs.iter_mut())
-        .map(|(plan, (i, l))| {
-            (
-                Job {
-                    plan,
-                    image: &image,
-                    label: Some(&label),
-                },
-                Outputs {
-                    image: i,
-                    label: Some(l),
-                },
-            )
-        })
-        .collect();
-    for r in g.apply_batch(jobs) {
-        r.unwrap_or_else(|e| panic!("batch: {e}"));
-    }
+    let outs = run_batch(&g, &plans, &image, Some(&label), "batch");
     for (plan, (i, _)) in plans.iter().zip(&outs) {
         let (one, _, _) = augscope::engine::apply_new(&g, plan, &image, Some(&label)).expect("gpu");
         assert!(
@@ -623,35 +602,14 @@ fn gpu_batched_fields_past_the_grid_limit_equal_single_launches() {
             ..Plan::default()
         })
         .collect();
-    let n: usize = shape.iter().product();
-    let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; n]).collect();
-    let jobs: Vec<(Job<'_>, Outputs<'_>)> = plans
-        .iter()
-        .zip(outs.iter_mut())
-        .map(|(plan, o)| {
-            (
-                Job {
-                    plan,
-                    image: &image,
-                    label: None,
-                },
-                Outputs {
-                    image: o,
-                    label: None,
-                },
-            )
-        })
-        .collect();
-    for (k, r) in g.apply_many(jobs).into_iter().enumerate() {
-        r.unwrap_or_else(|e| panic!("job {k}: {e}"));
-    }
+    let outs = run_batch(&g, &plans, &image, None, "grid limit");
     for (k, plan) in plans.iter().enumerate() {
         let (one, _, _) = augscope::engine::apply_new(&g, plan, &image, None)
             .unwrap_or_else(|e| panic!("job {k}: {e}"));
         assert!(
             one.data
                 .iter()
-                .zip(&outs[k])
+                .zip(&outs[k].0)
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "job {k}: the batched field differs from its own launch"
         );

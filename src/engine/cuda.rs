@@ -1825,18 +1825,19 @@ impl DeviceEngine {
             let pdefs = sampler_defines(key.mode, Order::Cubic, ndim, Precision::F32);
             self.prefetch(Family::Prefilter, &pdefs, "pad_f32");
         }
-        for &i in &todo {
-            if let Some(sigma_vox) = jobs[i]
-                .0
-                .plan
-                .elastic
-                .filter(|e| e.alpha != 0.0)
-                .and_then(|_| jobs[i].0.plan.field_sigma_vox(ndim))
-            {
-                for s in sigma_vox {
-                    self.prefetch(Family::Field, &field_defines(s), "gauss_mid_f32");
+        // Each sample's field sigmas (none without elastic), used again for the passes below.
+        let sigmas: Vec<Option<Vec<f64>>> = todo
+            .iter()
+            .map(|&i| {
+                let plan = jobs[i].0.plan;
+                match plan.elastic {
+                    Some(e) if e.alpha != 0.0 => plan.field_sigma_vox(ndim),
+                    _ => None,
                 }
-            }
+            })
+            .collect();
+        for &s in sigmas.iter().flatten().flatten() {
+            self.prefetch(Family::Field, &field_defines(s), "gauss_mid_f32");
         }
         // One image (and label map) for every sample, or one each.
         let shared = todo.iter().all(|&i| {
@@ -1903,16 +1904,6 @@ impl DeviceEngine {
         let n_coef: usize = coef_shape.iter().product();
 
         // 2. The fields: one set of passes per sigma, over all of its samples.
-        let sigmas: Vec<Option<Vec<f64>>> = todo
-            .iter()
-            .map(|&i| {
-                let plan = jobs[i].0.plan;
-                match plan.elastic {
-                    Some(e) if e.alpha != 0.0 => plan.field_sigma_vox(ndim),
-                    _ => None,
-                }
-            })
-            .collect();
         let (slots, groups) = field_slots(&sigmas);
         let n_slots: usize = groups.iter().map(|g| g.1.len()).sum();
         let field = if n_slots > 0 {
@@ -2366,7 +2357,7 @@ impl DeviceEngine {
         let half = precision != Precision::F32;
         // The resample and prefilter modules compile on other threads while this one builds the
         // field's (a first run's cost is then the longest compile, not their sum).
-        let has_field_plan = plan.elastic.is_some_and(|e| e.alpha != 0.0);
+        let elastic = plan.elastic.filter(|e| e.alpha != 0.0);
         self.prefetch(
             Family::Resample,
             &resample_defines(
@@ -2376,7 +2367,7 @@ impl DeviceEngine {
                 precision,
                 n_in.max(job.label.map_or(0, |l| l.shape.iter().product())) >= 1 << 31,
             ),
-            resample_entry(precision, channels, job.label.is_some(), has_field_plan),
+            resample_entry(precision, channels, job.label.is_some(), elastic.is_some()),
         );
         if cubic {
             let pdefs = sampler_defines(plan.mode, Order::Cubic, ndim, precision);
@@ -2404,13 +2395,13 @@ impl DeviceEngine {
         }
         // Everything queued before the field: what the image and label uploads must wait for.
         let before_field = self.event(&stream)?;
-        let has_field = match plan.elastic {
-            Some(e) if e.alpha != 0.0 => {
+        let has_field = match elastic {
+            Some(e) => {
                 let sigma_vox = plan.field_sigma_vox(out_shape.len()).unwrap_or_default();
                 field_time = self.ensure_field(st, &sigma_vox, e.seed, &out_shape)?;
                 true
             }
-            _ => false,
+            None => false,
         };
 
         // 2. Upload (f32, or the storage type directly when no prefilter is needed), unless the

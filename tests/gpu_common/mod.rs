@@ -4,10 +4,22 @@
 #![allow(dead_code)]
 
 use augscope::augment::Plan;
+use augscope::engine::Precision;
 use augscope::engine::apply_new;
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::CudaBackend;
 use augscope::volume::Volume;
+
+/// A CUDA backend on device 0, or None with the reason printed (the caller's test skips).
+pub fn gpu(precision: Precision) -> Option<CudaBackend> {
+    match CudaBackend::new(&[0], precision) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: no usable CUDA device ({e})");
+            None
+        }
+    }
+}
 
 /// A deterministic pseudo-random volume in [0, 1) (xorshift), `channels` leading.
 pub fn random_volume(shape: &[usize], channels: usize, seed: u64) -> Volume {
