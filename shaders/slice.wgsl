@@ -16,7 +16,7 @@ struct View {
     colormap: u32,
     // 0 image, 1 |image - other|
     mode: u32,
-    // 1 or 3 (RGB channels stacked vertically in the texture)
+    // 3: the texture's three channel planes (stacked vertically) are RGB; 1: one plane is shown
     channels: u32,
     has_label: u32,
     label_opacity: f32,
@@ -29,7 +29,8 @@ struct View {
     mask_opacity: f32,
     // 1: each voxel a flat square (nearest), 0: bilinear between voxel centres
     nearest: u32,
-    pad1: u32,
+    // the channel plane shown when `channels` is 1 (a 4D scan's volume)
+    channel: u32,
 };
 
 @group(0) @binding(0) var<uniform> view: View;
@@ -143,8 +144,12 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {
     let inv_w = 1.0 / max(view.width, 1e-20);
     if (view.mode == 1u) {
         var d = 0.0;
-        for (var c = 0u; c < view.channels; c = c + 1u) {
-            d = max(d, abs(fetch(image_tex, p, c) - fetch(other_tex, p, c)));
+        if (view.channels == 3u) {
+            for (var c = 0u; c < 3u; c = c + 1u) {
+                d = max(d, abs(fetch(image_tex, p, c) - fetch(other_tex, p, c)));
+            }
+        } else {
+            d = abs(fetch(image_tex, p, view.channel) - fetch(other_tex, p, view.channel));
         }
         rgb = inferno(clamp(d * inv_w, 0.0, 1.0));
     } else if (view.channels == 3u) {
@@ -154,7 +159,7 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {
             clamp((fetch(image_tex, p, 2u) - lo) * inv_w, 0.0, 1.0),
         );
     } else {
-        rgb = colormap((fetch(image_tex, p, 0u) - lo) * inv_w);
+        rgb = colormap((fetch(image_tex, p, view.channel) - lo) * inv_w);
     }
     if (view.has_label == 1u && view.label_opacity > 0.0) {
         // Labels are categorical: nearest texel, never interpolated.

@@ -90,6 +90,9 @@ pub struct Volume {
     pub nifti_header: Option<Box<nifti::NiftiHeader>>,
     /// Window centre and width from the file (DICOM), the GUI's default window/level.
     pub default_window: Option<(f64, f64)>,
+    /// Whether the affine places the voxels in a patient's anatomy (NIfTI, DICOM), so that the
+    /// views may name their edges; `.npy` and plain images have only the identity.
+    pub oriented: bool,
 }
 
 impl fmt::Debug for Volume {
@@ -121,6 +124,7 @@ impl Volume {
             dtype: DType::F32,
             nifti_header: None,
             default_window: None,
+            oriented: false,
         }
     }
 
@@ -173,6 +177,7 @@ impl Volume {
             dtype: self.dtype,
             nifti_header: self.nifti_header.clone(),
             default_window: self.default_window,
+            oriented: self.oriented,
         }
     }
 }
@@ -197,11 +202,34 @@ impl Volume {
             dtype: self.dtype,
             nifti_header: self.nifti_header.clone(),
             default_window: self.default_window,
+            oriented: self.oriented,
         }
     }
 }
 
 impl Volume {
+    /// The world position in mm (RAS+) of array index `index` (`[z, y, x]` or `[y, x]`).
+    pub fn world_mm(&self, index: &[usize]) -> [f64; 3] {
+        let m = &self.world_from_voxel;
+        let ijk: Vec<f64> = index.iter().rev().map(|&i| i as f64).collect();
+        let mut out = [0.0; 3];
+        for (w, row) in m.iter().take(3).enumerate() {
+            out[w] = row[3] + ijk.iter().enumerate().map(|(i, v)| row[i] * v).sum::<f64>();
+        }
+        out
+    }
+
+    /// Whether the channels are the red, green and blue of a colour image (PNG/JPEG/TIFF, NIfTI
+    /// RGB24), drawn together; other channels (4D NIfTI volumes) are shown one at a time.
+    pub fn is_colour(&self) -> bool {
+        const NIFTI_RGB24: i16 = 128;
+        self.channels == 3
+            && self
+                .nifti_header
+                .as_ref()
+                .is_none_or(|h| h.datatype == NIFTI_RGB24)
+    }
+
     /// Anatomical direction codes of the NIfTI voxel axes `(i, j, k)` (nibabel's `aff2axcodes`):
     /// the letter each axis points towards in RAS+ world space, e.g. `['R', 'A', 'S']`.
     /// Array axis `a` of a 3D volume is NIfTI axis `2 - a`.

@@ -138,10 +138,13 @@ fn slice_keys_and_window_presets() {
     let after = h.state().rt.scan.as_ref().map(|s| s.cursor.clone());
     assert_ne!(before, after);
     h.get_by_label("viridis").click();
-    h.get_by_label("Bone").click();
+    // An MR: percentile windows, no CT windows in HU.
+    assert!(h.query_by_label("Bone").is_none());
+    h.get_by_label("2–98 %").click();
     settle(&mut h);
+    let (_, w, l) = h.state().rt.scan.as_ref().expect("scan").loaded.windows[1].clone();
     let d = &h.state().state.display;
-    assert_eq!((d.level, d.width), (Some(400.0), Some(1000.0)));
+    assert_eq!((d.level, d.width), (Some(l), Some(w)));
     h.get_by_label("Auto").click();
     h.get_by_label("difference map |aug − orig|").click();
     h.state_mut().state.params.translate_vox = [0.0, 10.0, -8.0];
@@ -261,7 +264,7 @@ fn latency_slice_path() {
             change(&mut params, step);
             let c = Compute {
                 generation: step as u64,
-                plan: params.to_plan(3),
+                plan: params.to_plan(3, &[1.0; 3]),
                 backend: BackendSpec::Cpu,
                 precision: Default::default(),
                 cursor: cursor.clone(),
@@ -600,7 +603,7 @@ fn fill_volume_equals_the_whole_transform() {
         let cpu = CpuBackend::new();
         let (want, want_lab, _) = apply_new(&cpu, &plan, &image, Some(&label)).expect("apply");
         let (got, got_lab, _) =
-            fill_volume(&CpuBackend::new(), &plan, &image, Some(&label), &|| false)
+            fill_volume(&CpuBackend::new(), &plan, &image, Some(&label), &|_, _| false)
                 .expect("fill")
                 .expect("not superseded");
         assert!(got.data == want.data, "{plan:?}");
@@ -625,7 +628,7 @@ fn fill_volume_stops_between_planes() {
         ..Default::default()
     };
     let asked = Cell::new(0);
-    let r = fill_volume(&CpuBackend::new(), &plan, &image, None, &|| {
+    let r = fill_volume(&CpuBackend::new(), &plan, &image, None, &|_, _| {
         asked.set(asked.get() + 1);
         asked.get() > 3
     })
@@ -674,7 +677,7 @@ fn worker_abandons_a_superseded_fill() {
     };
     let request = |generation: u64, params: &app::Params| Compute {
         generation,
-        plan: params.to_plan(3),
+        plan: params.to_plan(3, &[1.0; 3]),
         backend: BackendSpec::Cpu,
         precision: Default::default(),
         cursor: cursor.clone(),

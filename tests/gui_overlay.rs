@@ -463,7 +463,7 @@ fn overlay_timings() {
     };
     let never = || false;
     let mut e = OverlayEngine::default();
-    let plan = params.to_plan(3);
+    let plan = params.to_plan(3, &[1.0; 3]);
     for (what, r) in [
         (
             "grid, new sigma (field planes)",

@@ -104,7 +104,7 @@ fn preview_as_torchio_shows_the_models_volume_its_steps_and_control_grid() {
     // Exactly what the library model computes for the plan on screen.
     let image = load(&img, &LoadOptions::default()).expect("image");
     let label = load(&lab, &LoadOptions::default()).expect("labels");
-    let plan = app.state.params.to_plan(3);
+    let plan = app.state.params.to_plan(3, &[1.0; 3]);
     let want = preview::preview(Model::TorchIo, &image, Some(&label), &plan).expect("preview");
     assert_eq!(full.image.data, want.image.data);
     assert_eq!(

@@ -102,10 +102,12 @@ impl ExportRuntime {
 
 /// A preset that reproduces the parameters on screen: every transform fires (p = 1) with its
 /// value as a one-point range, in the units of the preset file (degrees, voxels). Sampled with
-/// seed s it gives the plan `p.to_plan(ndim)` with the elastic noise of seed s.
+/// seed s it gives the plan `p.to_plan(ndim, spacing)` with the elastic noise of seed s. In mm
+/// the preset says `space = "mm"` and takes each scan's own spacing when it is sampled.
 pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
     let nd = ndim.clamp(2, 3);
-    let mut preset = Preset::reproducing(&p.to_plan(nd), nd);
+    // The preset keeps the values and their unit; the spacing comes from the scan it is used on.
+    let mut preset = Preset::reproducing(&p.to_plan(nd, &vec![1.0; nd]), nd);
     preset.name = "current parameters".into();
     preset.source = "augscope explorer".into();
     preset.description = "the parameters on screen; the elastic noise seed is the sample's".into();

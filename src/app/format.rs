@@ -193,7 +193,7 @@ mod tests {
             },
             ..Params::default()
         };
-        let d = p.done_list(3, 100.0);
+        let d = p.done_list(3, &[1.0; 3], 100.0);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].transform, "filter: gaussian");
         assert_eq!(
@@ -203,7 +203,7 @@ mod tests {
         p.filter.kind = FilterKind::Contrast;
         p.filter.contrast = 2.0;
         p.filter.stage = FilterStage::After;
-        let d = p.done_list(3, 100.0);
+        let d = p.done_list(3, &[1.0; 3], 100.0);
         assert_eq!(
             done_line(&d[0], &[1.0; 3]),
             "brightness 0, contrast 2, after the transform"

@@ -228,7 +228,7 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
         for i in 0..opts.warmup + opts.steps {
             change(&mut params, i);
             generation += 1;
-            let plan = params.to_plan(3);
+            let plan = params.to_plan(3, &[1.0; 3]);
             let c = Compute {
                 generation,
                 plan,

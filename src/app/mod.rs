@@ -161,6 +161,8 @@ pub enum Command {
     DiscardDraft,
     /// Show the grid of draws of the preset in use ("What training will see").
     OpenGrid,
+    /// Show volume `i` of a 4D scan.
+    SetFrame(usize),
 }
 
 /// A loaded scan and where the views are.
@@ -168,6 +170,8 @@ pub struct Scan {
     pub loaded: Loaded,
     pub views: Vec<ViewGeom>,
     pub cursor: Vec<usize>,
+    /// The volume shown of a 4D scan (its channel); 0 otherwise.
+    pub frame: usize,
 }
 
 /// Zoom and pan of one plane (shared by its original and augmented views).
@@ -241,6 +245,50 @@ pub struct Runtime {
     pub overlay: overlay::OverlayRuntime,
     /// The grid of draws of the preset in use.
     pub grid: grid::GridRuntime,
+    /// What lies under the mouse pointer this frame (the status bar's readout).
+    pub hover: Option<Hover>,
+    /// When the current generation's work began (for the elapsed time of long work), and how
+    /// far its whole-volume fill is.
+    pub work_started: Option<(u64, Instant)>,
+    pub progress: Option<Progress>,
+}
+
+/// How far the whole-volume fill is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    pub generation: u64,
+    pub done: usize,
+    pub total: usize,
+    /// When the first plane report came, and how many planes were done then: the rate excludes
+    /// the elastic field made before the planes.
+    pub first: (Instant, usize),
+}
+
+impl Progress {
+    /// The fraction done (0..1).
+    pub fn fraction(&self) -> f32 {
+        self.done as f32 / self.total.max(1) as f32
+    }
+
+    /// Seconds left at the rate since the first report; `None` before a rate is known.
+    pub fn seconds_left(&self) -> Option<f64> {
+        let planes = self.done.checked_sub(self.first.1).filter(|&n| n > 0)?;
+        let rate = planes as f64 / self.first.0.elapsed().as_secs_f64().max(1e-6);
+        Some((self.total - self.done.min(self.total)) as f64 / rate)
+    }
+}
+
+/// The voxel under the pointer and its values, for the status bar.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hover {
+    /// Array index (`[z, y, x]` or `[y, x]`).
+    pub voxel: Vec<usize>,
+    /// The original's value there (one per channel).
+    pub original: Vec<f32>,
+    /// The augmented value at the same place on screen (one per channel), once computed.
+    pub augmented: Option<Vec<f32>>,
+    /// The label there, in the original and in the augmented label map.
+    pub label: Option<(f32, Option<f32>)>,
 }
 
 pub struct App {
@@ -304,6 +352,9 @@ impl App {
                 mask_sent: None,
                 overlay: overlay::OverlayRuntime::default(),
                 grid: grid::GridRuntime::default(),
+                hover: None,
+                work_started: None,
+                progress: None,
             },
         };
         if let Some((image, label)) = open {
@@ -390,8 +441,13 @@ impl App {
     }
 
     pub fn plan(&self) -> Plan {
-        let nd = self.rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
-        self.state.params.to_plan(nd)
+        match &self.rt.scan {
+            Some(s) => {
+                let v = &s.loaded.image;
+                self.state.params.to_plan(v.ndim(), &v.spacing_mm)
+            }
+            None => self.state.params.to_plan(3, &[1.0; 3]),
+        }
     }
 
     fn apply(&mut self, cmd: Command) {
@@ -580,6 +636,11 @@ impl App {
                     s.cursor[axis] = v as usize;
                 }
             }
+            Command::SetFrame(i) => {
+                if let Some(s) = &mut rt.scan {
+                    s.frame = i.min(s.loaded.image.channels.saturating_sub(1));
+                }
+            }
             Command::SetCursor(c) => {
                 if let Some(s) = &mut rt.scan
                     && c.len() == s.cursor.len()
@@ -639,6 +700,7 @@ impl App {
                         loaded: l,
                         views,
                         cursor,
+                        frame: 0,
                     });
                     rt.full = None;
                     rt.shown = None;
@@ -666,6 +728,24 @@ impl App {
                     }
                 }
                 Reply::Filling(g) => rt.filling = Some(g),
+                Reply::Progress {
+                    generation,
+                    done,
+                    total,
+                } => {
+                    if generation == rt.generation {
+                        let first = match rt.progress {
+                            Some(p) if p.generation == generation => p.first,
+                            _ => (Instant::now(), done),
+                        };
+                        rt.progress = Some(Progress {
+                            generation,
+                            done,
+                            total,
+                            first,
+                        });
+                    }
+                }
                 Reply::Full(f) => {
                     if f.generation == rt.generation {
                         if let Some((g, _, t)) = &rt.sent
@@ -712,6 +792,9 @@ impl App {
             }
             rt.applied = Some(state.params.clone());
         }
+        if rt.work_started.is_none_or(|(g, _)| g != rt.generation) {
+            rt.work_started = Some((rt.generation, Instant::now()));
+        }
         let img = &scan.loaded.image;
         if rt.original_cursor != scan.cursor || rt.original.len() != scan.views.len() {
             rt.original = scan
@@ -738,7 +821,7 @@ impl App {
         let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
         let spec = state.params.backend.spec(have_cuda);
         let nd = img.ndim();
-        let plan = state.params.to_plan(nd);
+        let plan = state.params.to_plan(nd, &img.spacing_mm);
         let fp = &state.params.filter;
         let filter = fp
             .intensity_filter(scan.loaded.range.1)

@@ -264,7 +264,7 @@ pub fn update(ctx: &egui::Context, state: &State, rt: &mut Runtime) {
     let params = rt.applied.as_ref().unwrap_or(&state.params);
     let req = Request {
         generation: rt.generation,
-        plan: params.to_plan(img.ndim()),
+        plan: params.to_plan(img.ndim(), &img.spacing_mm),
         shape: img.shape.clone(),
         spacing_mm: img.spacing_mm.clone(),
         views: scan.views.clone(),

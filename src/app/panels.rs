@@ -3,7 +3,7 @@
 
 use eframe::egui::{self, RichText};
 
-use crate::augment::{Mode, Order};
+use crate::augment::{Mode, Order, Space};
 use crate::engine::Precision;
 use crate::export::preview::Model;
 
@@ -196,11 +196,40 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     .is_none_or(|f| f.generation != rt.generation);
                 if busy {
                     ui.spinner();
-                    if rt.filling == Some(rt.generation) {
-                        ui.label("filling in the whole volume…");
-                    } else {
-                        ui.label("computing…");
+                    let progress = rt.progress.filter(|p| p.generation == rt.generation);
+                    let elapsed = rt
+                        .work_started
+                        .filter(|(g, _)| *g == rt.generation)
+                        .map_or(0.0, |(_, t)| t.elapsed().as_secs_f64());
+                    match progress {
+                        Some(p) if rt.filling == Some(rt.generation) => {
+                            let left = p
+                                .seconds_left()
+                                .map_or(String::new(), |s| format!(" · {} left", secs(s)));
+                            ui.add(
+                                egui::ProgressBar::new(p.fraction())
+                                    .desired_width(220.0)
+                                    .text(format!(
+                                        "whole volume {:.0} %{left}",
+                                        100.0 * p.fraction()
+                                    )),
+                            );
+                        }
+                        _ => {
+                            let what = if rt.filling == Some(rt.generation) {
+                                "filling in the whole volume…"
+                            } else {
+                                "computing…"
+                            };
+                            // Work past half a second says how long it has run.
+                            if elapsed > 0.5 && !rt.hide_timings {
+                                ui.label(format!("{what} {}", secs(elapsed)));
+                            } else {
+                                ui.label(what);
+                            }
+                        }
                     }
+                    ui.ctx().request_repaint_after(std::time::Duration::from_millis(200));
                 } else if let Some(f) = &rt.full {
                     ui.label(format!(
                         "{} in {} on {}",
@@ -209,14 +238,11 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                         f.backend
                     ));
                 }
-                let c = &s.cursor;
-                if let Some((z, rest)) = c.split_first() {
-                    let idx: Vec<String> = std::iter::once(z)
-                        .chain(rest)
-                        .map(|i| i.to_string())
-                        .collect();
-                    ui.label(format!("cursor [{}]", idx.join(", ")));
-                }
+                ui.separator();
+                match &rt.hover {
+                    Some(h) => ui.label(readout(v, h)),
+                    None => ui.label(format!("cursor {}", position(v, &s.cursor))),
+                };
             } else {
                 ui.label("no scan");
             }
@@ -226,6 +252,69 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
             let _ = state;
         });
     });
+}
+
+/// A duration in seconds as a person reads it: "0.8 s", "12 s", "2 min 05 s".
+fn secs(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else if s < 60.0 {
+        format!("{s:.0} s")
+    } else {
+        let t = s.round() as u64;
+        format!("{} min {:02} s", t / 60, t % 60)
+    }
+}
+
+/// An array index and, for a scan placed in the world, its position in mm.
+pub fn position(v: &crate::volume::Volume, index: &[usize]) -> String {
+    let idx: Vec<String> = index.iter().map(|i| i.to_string()).collect();
+    let mut s = format!("[{}]", idx.join(", "));
+    if v.oriented {
+        let w = v.world_mm(index);
+        s.push_str(&format!(
+            " · ({:.1}, {:.1}, {:.1}) mm RAS",
+            w[0], w[1], w[2]
+        ));
+    }
+    s
+}
+
+/// The status bar's line for the voxel under the pointer: where it is and what it holds.
+pub fn readout(v: &crate::volume::Volume, h: &super::Hover) -> String {
+    let vals = |x: &[f32]| {
+        let s: Vec<String> = x.iter().map(|v| format!("{}", num_short(*v))).collect();
+        s.join(" ")
+    };
+    let mut s = format!("{} · original {}", position(v, &h.voxel), vals(&h.original));
+    if let Some(a) = &h.augmented {
+        s.push_str(&format!(" · augmented {}", vals(a)));
+    }
+    if let Some((o, a)) = h.label {
+        s.push_str(&format!(" · label {}", num_short(o)));
+        if let Some(a) = a {
+            s.push_str(&format!(" → {}", num_short(a)));
+        }
+    }
+    s
+}
+
+/// A value with the digits that matter: integers as integers, others to 4 significant digits.
+fn num_short(x: f32) -> String {
+    let a = x.abs();
+    if x.fract() == 0.0 && a < 1e7 {
+        format!("{x:.0}")
+    } else if !x.is_finite() || a >= 1e6 || a < 1e-3 {
+        format!("{x:.3e}")
+    } else {
+        let decimals = (3 - a.log10().floor() as i32).max(0) as usize;
+        let s = format!("{x:.decimals$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    }
 }
 
 fn axis_name(rt: &Runtime, axis: usize) -> String {
@@ -307,7 +396,7 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                     });
                 egui::CollapsingHeader::new("Spatial transform")
                     .default_open(true)
-                    .show(ui, |ui| transform_ui(ui, params, rt, nd, &shape));
+                    .show(ui, |ui| transform_ui(ui, params, rt, nd, &shape, &spacing));
                 egui::CollapsingHeader::new("Elastic deformation")
                     .default_open(true)
                     .show(ui, |ui| out.extend(elastic_ui(ui, params, rt, &spacing)));
@@ -424,8 +513,77 @@ fn preview_as_ui(ui: &mut egui::Ui, model: &mut Model) {
     });
 }
 
-fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shape: &[usize]) {
+/// How much slower Shift-drag moves a slider than a plain drag.
+const FINE: f64 = 0.1;
+
+/// A linear slider with a fine mode: with Shift held, a drag moves the value a tenth as fast
+/// (a plain drag follows the pointer). Arrow keys step a focused slider by its step.
+fn fine_slider(
+    ui: &mut egui::Ui,
+    value: &mut f64,
+    range: std::ops::RangeInclusive<f64>,
+    build: impl FnOnce(egui::Slider<'_>) -> egui::Slider<'_>,
+) -> egui::Response {
+    let before = *value;
+    let (lo, hi) = (*range.start(), *range.end());
+    let width = ui.spacing().slider_width.max(1.0) as f64;
+    let r = ui.add(build(egui::Slider::new(value, range)));
+    if r.dragged() && ui.input(|i| i.modifiers.shift) {
+        let dx = r.drag_delta().x as f64;
+        *value = (before + dx * (hi - lo) / width * FINE).clamp(lo.min(before), hi.max(before));
+    }
+    r
+}
+
+/// The spatial unit's name in slider suffixes.
+fn unit(space: Space) -> &'static str {
+    match space {
+        Space::Voxel => "vox",
+        Space::Mm => "mm",
+    }
+}
+
+/// Switches the parameters to `to`, converting translation, sigma and alpha with the scan's
+/// spacing so that the picture stays as it is (sigma and alpha exactly for isotropic voxels,
+/// with the mean spacing otherwise).
+fn switch_space(p: &mut Params, to: Space, spacing: &[f64]) {
+    if p.space == to {
+        return;
+    }
+    let nd = spacing.len().clamp(2, 3);
+    let sp = |a: usize| spacing.get(a).map_or(1.0, |s| s.abs().max(1e-9));
+    let mean = (0..nd).map(sp).sum::<f64>() / nd as f64;
+    let f = if to == Space::Mm { mean } else { 1.0 / mean };
+    for a in 3 - nd..3 {
+        let s = sp(a - (3 - nd));
+        p.translate_vox[a] *= if to == Space::Mm { s } else { 1.0 / s };
+    }
+    p.sigma_vox *= f;
+    p.alpha *= f;
+    p.space = to;
+}
+
+fn transform_ui(
+    ui: &mut egui::Ui,
+    p: &mut Params,
+    rt: &Runtime,
+    nd: usize,
+    shape: &[usize],
+    spacing: &[f64],
+) {
     let axes: Vec<usize> = (0..nd).collect();
+    ui.horizontal(|ui| {
+        ui.label("units");
+        let mut to = p.space;
+        ui.selectable_value(&mut to, Space::Voxel, "voxels")
+            .on_hover_text("translation and elastic sigma/alpha in voxels; rotation on the voxel grid");
+        ui.selectable_value(&mut to, Space::Mm, "mm")
+            .on_hover_text(
+                "translation and elastic sigma/alpha in millimetres; an anisotropic scan \
+                 rotates rigidly (space = \"mm\" in presets and the CLI)",
+            );
+        switch_space(p, to, spacing);
+    });
     ui.label("Flip");
     ui.horizontal(|ui| {
         for &a in &axes {
@@ -433,29 +591,29 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
                 .on_hover_text(format!("mirror array axis {a}"));
         }
     });
-    ui.label("Rotation (degrees)");
+    ui.label("Rotation (degrees)")
+        .on_hover_text("Shift-drag for a tenth of the speed; arrow keys on a focused slider step 0.5°");
+    // A plan drawn from a preset keeps its exact values: these sliders never round or clamp
+    // what they did not edit.
+    fn rot(s: egui::Slider<'_>) -> egui::Slider<'_> {
+        s.clamping(egui::SliderClamping::Edits)
+            .step_by(0.5)
+            .max_decimals(2)
+            .suffix("°")
+    }
     if nd == 3 {
         for a in 0..3 {
-            ui.add(
-                egui::Slider::new(&mut p.rotate_deg[a], -180.0..=180.0)
-                    // A plan drawn from a preset keeps its exact values: these sliders never round
-                    // or clamp what they did not edit.
-                    .clamping(egui::SliderClamping::Edits)
-                    .step_by(0.5)
-                    .max_decimals(2)
-                    .suffix("°")
-                    .text(format!("about {}", axis_name(rt, a))),
-            );
+            let name = format!("about {}", axis_name(rt, a));
+            fine_slider(ui, &mut p.rotate_deg[a], -180.0..=180.0, |s| rot(s).text(name))
+                .on_hover_text(format!(
+                    "rotation about array axis {a}, about the volume centre"
+                ));
         }
     } else {
-        ui.add(
-            egui::Slider::new(&mut p.rotate_deg[2], -180.0..=180.0)
-                .clamping(egui::SliderClamping::Edits)
-                .step_by(0.5)
-                .max_decimals(2)
-                .suffix("°")
-                .text("in plane"),
-        );
+        fine_slider(ui, &mut p.rotate_deg[2], -180.0..=180.0, |s| {
+            rot(s).text("in plane")
+        })
+        .on_hover_text("rotation about the image centre");
     }
     ui.horizontal(|ui| {
         ui.label("Scale");
@@ -484,39 +642,55 @@ fn transform_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, nd: usize, shap
             );
         }
     }
-    ui.label("Translation (voxels; content moves by −t)");
+    let u = unit(p.space);
+    ui.label(format!("Translation ({u}; content moves by −t)"));
     for a in 3 - nd..3 {
         let arr = a - (3 - nd);
-        let half = (shape.get(arr).copied().unwrap_or(64) / 2) as f64;
-        ui.add(
-            egui::Slider::new(&mut p.translate_vox[a], -half..=half)
-                .clamping(egui::SliderClamping::Edits)
+        let sp = match p.space {
+            Space::Voxel => 1.0,
+            Space::Mm => spacing.get(arr).map_or(1.0, |s| s.abs()),
+        };
+        let half = (shape.get(arr).copied().unwrap_or(64) / 2) as f64 * sp;
+        fine_slider(ui, &mut p.translate_vox[a], -half..=half, |s| {
+            s.clamping(egui::SliderClamping::Edits)
                 .step_by(0.5)
                 .max_decimals(2)
-                .suffix(" vox")
-                .text(axis_name(rt, arr)),
-        );
+                .suffix(format!(" {u}"))
+                .text(axis_name(rt, arr))
+        })
+        .on_hover_text(format!(
+            "shift along array axis {arr} in {u}: the content moves by −t (scipy's offset); \
+             Shift-drag for fine steps"
+        ));
     }
 }
 
 fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) -> Vec<Command> {
     let mut out = vec![];
-    ui.checkbox(&mut p.elastic, "enabled");
+    ui.checkbox(&mut p.elastic, "enabled")
+        .on_hover_text("batchgenerators' elastic deformation: alpha · gaussian_sigma(uniform noise)");
+    let u = unit(p.space);
     ui.add_enabled_ui(p.elastic, |ui| {
-        ui.add(
-            egui::Slider::new(&mut p.alpha, 0.0..=2000.0)
-                .clamping(egui::SliderClamping::Edits)
+        fine_slider(ui, &mut p.alpha, 0.0..=2000.0, |s| {
+            s.clamping(egui::SliderClamping::Edits)
                 .max_decimals(1)
-                .text("alpha"),
-        );
-        ui.add(
-            egui::Slider::new(&mut p.sigma_vox, 1.0..=30.0)
-                .clamping(egui::SliderClamping::Edits)
+                .suffix(format!(" {u}"))
+                .text("alpha")
+        })
+        .on_hover_text(format!(
+            "magnitude: the smoothed noise field (values in −1..1 before smoothing) times alpha, \
+             in {u}; the realised displacement is shown below"
+        ));
+        fine_slider(ui, &mut p.sigma_vox, 1.0..=30.0, |s| {
+            s.clamping(egui::SliderClamping::Edits)
                 .step_by(0.5)
                 .max_decimals(2)
-                .suffix(" vox")
-                .text("sigma"),
-        );
+                .suffix(format!(" {u}"))
+                .text("sigma")
+        })
+        .on_hover_text(format!(
+            "smoothness: the gaussian's standard deviation in {u}; larger is smoother"
+        ));
         ui.horizontal(|ui| {
             let l = ui.label("seed");
             ui.add(egui::DragValue::new(&mut p.seed)).labelled_by(l.id);
@@ -871,17 +1045,33 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
             out.push(Command::AutoWindow);
         }
     });
-    ui.horizontal_wrapped(|ui| {
-        for (name, w, l) in WINDOW_PRESETS {
-            if ui
-                .button(name)
-                .on_hover_text(format!("W {w} / L {l}"))
-                .clicked()
-            {
-                out.push(Command::SetWindow { level: l, width: w });
+    if let Some(s) = &rt.scan {
+        // CT windows in HU for a CT; percentile windows for every other scan.
+        ui.horizontal_wrapped(|ui| {
+            for (name, w, l) in &s.loaded.windows {
+                if ui
+                    .button(name)
+                    .on_hover_text(format!("W {w:.5} / L {l:.5}"))
+                    .clicked()
+                {
+                    out.push(Command::SetWindow {
+                        level: *l,
+                        width: *w,
+                    });
+                }
+            }
+        });
+        let v = &s.loaded.image;
+        if v.channels > 1 && !v.is_colour() {
+            let mut f = s.frame;
+            let r = ui
+                .add(egui::Slider::new(&mut f, 0..=v.channels - 1).text("volume"))
+                .on_hover_text("which volume of the 4D scan the views show (all are transformed)");
+            if r.changed() {
+                out.push(Command::SetFrame(f));
             }
         }
-    });
+    }
     ui.weak("right-drag on a view: window/level");
     ui.horizontal(|ui| {
         ui.label("colormap");
@@ -1023,7 +1213,13 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                                 ui.weak(format!("sampled from {}", state.preset));
                                 state.params.with_filter(d.clone(), scan_max)
                             }
-                            _ => state.params.done_list(nd, scan_max),
+                            _ => {
+                                let sp = rt
+                                    .scan
+                                    .as_ref()
+                                    .map_or(vec![1.0; nd], |s| s.loaded.image.spacing_mm.clone());
+                                state.params.done_list(nd, &sp, scan_max)
+                            }
                         };
                         if done.is_empty() {
                             ui.label("identity (nothing fires)");

@@ -26,6 +26,9 @@ pub struct Look {
     pub mask_opacity: f32,
     /// Each voxel a flat square (nearest) instead of bilinear between voxel centres.
     pub nearest: bool,
+    /// Whether the slice's three channels are drawn as RGB; otherwise channel `channel` is shown.
+    pub colour: bool,
+    pub channel: u32,
 }
 
 /// The colour of the FEBDS mask overlay (display values): magenta, apart from the label colours
@@ -324,7 +327,7 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
             f(l.width),
             u(l.colormap),
             u(difference as u32),
-            u(self.image.channels as u32),
+            u(if l.colour && self.image.channels == 3 { 3 } else { 1 }),
             u(has_label as u32),
             f(l.label_opacity),
             u(srgb as u32),
@@ -339,7 +342,7 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
             u(has_mask as u32),
             f(l.mask_opacity),
             u(l.nearest as u32),
-            u(0),
+            u(l.channel.min(self.image.channels.saturating_sub(1) as u32)),
         ];
         queue.write_buffer(&view.uniform, 0, fields.as_flattened());
         vec![]

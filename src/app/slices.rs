@@ -46,6 +46,18 @@ fn opposite(c: char) -> char {
 /// The views of a volume: axial, coronal and sagittal for 3D, one view for 2D.
 pub fn views(vol: &Volume) -> Vec<ViewGeom> {
     if vol.ndim() != 3 {
+        // A 2D image as stored (rows down, columns right), its edges named when the affine is
+        // anatomical (a DICOM slice).
+        let codes = vol.axis_codes();
+        let letters = match (vol.oriented, codes.as_slice()) {
+            (true, [across, down, ..]) => [
+                opposite(*across).to_string(),
+                across.to_string(),
+                opposite(*down).to_string(),
+                down.to_string(),
+            ],
+            _ => Default::default(),
+        };
         return vec![ViewGeom {
             name: "Image".into(),
             normal: None,
@@ -53,8 +65,12 @@ pub fn views(vol: &Volume) -> Vec<ViewGeom> {
             across_flip: false,
             down: 0,
             down_flip: false,
-            letters: Default::default(),
+            letters,
         }];
+    }
+    if !vol.oriented {
+        // No anatomy to name (`.npy`): the array's own planes, unflipped.
+        return array_views();
     }
     let codes = vol.axis_codes();
     // Letter each array axis points towards (array axis a = NIfTI axis 2 - a).
@@ -230,7 +246,31 @@ mod tests {
     fn vol_with(codes_affine: [[f64; 4]; 4]) -> Volume {
         let mut v = Volume::new(vec![0.0; 2 * 3 * 4], vec![2, 3, 4], 1);
         v.world_from_voxel = codes_affine;
+        v.oriented = true;
         v
+    }
+
+    #[test]
+    fn an_unoriented_volume_shows_array_planes_without_letters() {
+        let v = Volume::new(vec![0.0; 2 * 3 * 4], vec![2, 3, 4], 1);
+        let vs = views(&v);
+        assert_eq!(vs[0].name, "Axis 0");
+        assert!(vs.iter().all(|g| g.letters.iter().all(String::is_empty)));
+        assert!(vs.iter().all(|g| !g.across_flip && !g.down_flip));
+        let img = Volume::new(vec![0.0; 6], vec![2, 3], 1);
+        assert!(views(&img)[0].letters.iter().all(String::is_empty));
+    }
+
+    #[test]
+    fn an_oriented_2d_slice_names_its_edges() {
+        // A DICOM axial slice: columns toward L (LPS +x), rows toward P.
+        let mut m = identity4();
+        m[0][0] = -1.0;
+        m[1][1] = -1.0;
+        let mut img = Volume::new(vec![0.0; 6], vec![2, 3], 1);
+        img.world_from_voxel = m;
+        img.oriented = true;
+        assert_eq!(views(&img)[0].letters, ["R", "L", "A", "P"].map(String::from));
     }
 
     #[test]

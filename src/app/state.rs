@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::augment::preset::Preset;
-use crate::augment::{Elastic, Mode, Order, Plan};
+use crate::augment::{Elastic, Mode, Order, Plan, Space};
 use crate::engine::{BackendSpec, Precision};
 use crate::export::preview::Model;
 
@@ -20,11 +20,16 @@ pub struct Params {
     pub rotate_deg: [f64; 3],
     pub scale_isotropic: bool,
     pub scale: [f64; 3],
+    /// Translation per axis, in `space`'s unit (voxels or mm).
     pub translate_vox: [f64; 3],
     pub elastic: bool,
     pub alpha: f64,
+    /// Elastic sigma (and alpha) in `space`'s unit.
     pub sigma_vox: f64,
     pub seed: u64,
+    /// Where rotation, translation and elastic act: voxels, or millimetres with the scan's
+    /// spacing (an anisotropic scan then rotates rigidly instead of shearing).
+    pub space: Space,
     pub order: Order,
     pub mode: Mode,
     pub cval: f32,
@@ -49,6 +54,7 @@ impl Default for Params {
             alpha: 800.0,
             sigma_vox: 12.0,
             seed: 42,
+            space: Space::Voxel,
             order: Order::Linear,
             mode: Mode::Constant,
             cval: 0.0,
@@ -266,7 +272,9 @@ impl BackendChoice {
 
 impl Params {
     /// The plan for a grid of `ndim` spatial axes (2 or 3): only what differs from the identity.
-    pub fn to_plan(&self, ndim: usize) -> Plan {
+    /// The plan of these parameters on a grid of `ndim` axes with voxel size `spacing_mm`
+    /// (used in [`Space::Mm`] only).
+    pub fn to_plan(&self, ndim: usize, spacing_mm: &[f64]) -> Plan {
         let nd = ndim.clamp(2, 3);
         // A 2D image rotates in its own plane: the one angle is the third slider's (about the
         // axis normal to the screen).
@@ -311,6 +319,11 @@ impl Params {
             mode: self.mode,
             cval: self.cval,
             out_shape: None,
+            space: self.space,
+            spacing_mm: match self.space {
+                Space::Mm => spacing_mm.iter().map(|s| s.abs()).collect(),
+                Space::Voxel => vec![],
+            },
             ..Plan::default()
         }
     }
@@ -365,14 +378,20 @@ impl Params {
         p.order = plan.order;
         p.mode = plan.mode;
         p.cval = plan.cval;
+        p.space = plan.space;
         p
     }
 
     /// The done list of what runs on the scan, in order: the plan's transforms, with the
     /// intensity filter first or last as its stage says (`scan_max`: see
     /// [`FilterParams::intensity_filter`]).
-    pub fn done_list(&self, ndim: usize, scan_max: f32) -> Vec<crate::augment::Done> {
-        self.with_filter(self.to_plan(ndim).done_list(), scan_max)
+    pub fn done_list(
+        &self,
+        ndim: usize,
+        spacing_mm: &[f64],
+        scan_max: f32,
+    ) -> Vec<crate::augment::Done> {
+        self.with_filter(self.to_plan(ndim, spacing_mm).done_list(), scan_max)
     }
 
     /// `spatial` (a done list of the spatial transforms) with the filter placed by its stage.
@@ -575,8 +594,8 @@ mod tests {
 
     #[test]
     fn default_params_are_the_identity() {
-        assert!(Params::default().to_plan(3).is_identity());
-        assert!(Params::default().to_plan(2).is_identity());
+        assert!(Params::default().to_plan(3, &[1.0; 3]).is_identity());
+        assert!(Params::default().to_plan(2, &[1.0; 2]).is_identity());
     }
 
     #[test]
@@ -589,11 +608,11 @@ mod tests {
             translate_vox: [0.0, 2.0, 3.0],
             ..Params::default()
         };
-        let plan = p.to_plan(3);
+        let plan = p.to_plan(3, &[1.0; 3]);
         assert_eq!(plan.flip, vec![1]);
         assert!((plan.rotate_rad[0] - std::f64::consts::FRAC_PI_2).abs() < 1e-12);
         assert_eq!(plan.scale, vec![1.0, 1.2, 0.8]);
-        let plan2 = p.to_plan(2);
+        let plan2 = p.to_plan(2, &[1.0; 2]);
         assert_eq!(plan2.scale, vec![1.2, 0.8]);
         assert_eq!(plan2.translate, vec![2.0, 3.0]);
         assert!(plan2.validate(2).is_ok());
@@ -610,8 +629,8 @@ mod tests {
             elastic: true,
             ..Params::default()
         };
-        let back = Params::from_plan(&p.to_plan(3), 3, &p);
-        let (mut got, want) = (back.to_plan(3), p.to_plan(3));
+        let back = Params::from_plan(&p.to_plan(3, &[1.0; 3]), 3, &p);
+        let (mut got, want) = (back.to_plan(3, &[1.0; 3]), p.to_plan(3, &[1.0; 3]));
         // Degrees to radians and back may move the last bit of an angle.
         for (g, w) in got.rotate_rad.iter().zip(&want.rotate_rad) {
             assert!((g - w).abs() < 1e-12, "{g} vs {w}");
@@ -628,7 +647,7 @@ mod tests {
             ..Params::default()
         };
         let names = |p: &Params| -> Vec<String> {
-            p.done_list(3, 255.0)
+            p.done_list(3, &[1.0; 3], 255.0)
                 .into_iter()
                 .map(|d| d.transform)
                 .collect()

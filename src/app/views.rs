@@ -53,6 +53,7 @@ fn view_ui(
     view_index: usize,
     active: &mut usize,
     has_wgpu: bool,
+    hovered: &mut Option<(usize, usize, usize)>,
 ) -> Vec<Command> {
     let mut out = vec![];
     // The title sits in a strip above the image, clear of the orientation letters.
@@ -83,6 +84,12 @@ fn view_ui(
         )
     };
     // Interactions.
+    if let Some(p) = resp.hover_pos() {
+        let t = to_texel(p);
+        if t.x >= 0.0 && t.y >= 0.0 && t.x < img.width as f32 && t.y < img.height as f32 {
+            *hovered = Some((view_index, t.y as usize, t.x as usize));
+        }
+    }
     if resp.hovered() {
         *active = view_index;
         let (scroll, zoom) = ui.input(|i| {
@@ -229,15 +236,23 @@ fn view_ui(
         ),
     ] {
         if !text.is_empty() {
+            // A dark outline keeps the letter legible on bright tissue.
+            for d in [(-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0), (1.0, 1.0)] {
+                let o = pos + Vec2::new(d.0, d.1) * 1.5;
+                painter.text(o, align, text, font.clone(), Color32::from_black_alpha(220));
+            }
             painter.text(pos, align, text, font.clone(), col);
         }
     }
     out
 }
 
-fn look(state: &State, difference: bool) -> Look {
+fn look(state: &State, scan: &super::Scan, difference: bool) -> Look {
     let d = &state.display;
+    let colour = scan.loaded.image.is_colour();
     Look {
+        colour,
+        channel: if colour { 0 } else { scan.frame as u32 },
         level: d.level.unwrap_or(0.5),
         width: d.width.unwrap_or(1.0),
         colormap: match d.colormap {
@@ -341,6 +356,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 })
                 .collect();
             let active = &mut rt.active_view;
+            let mut hovered = None;
             for (vi, geom) in views.iter().enumerate() {
                 let mut nav = rt.nav.get(vi).copied().unwrap_or_default();
                 for r in 0..rows {
@@ -362,14 +378,14 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                             other: None,
                             label: rt.original_label.get(vi).cloned().flatten(),
                             mask: masks.get(vi).and_then(|m| m.0.clone()),
-                            look: look(state, false),
+                            look: look(state, scan, false),
                             cursor: &cursor,
                             crosshair: state.display.crosshair,
                         })
                     } else {
                         aug.and_then(|s| s.image.get(vi).cloned()).map(|image| {
                             let diff = state.display.difference;
-                            let mut lk = look(state, diff);
+                            let mut lk = look(state, scan, diff);
                             let mut what = if diff {
                                 "|augmented − original|".to_string()
                             } else {
@@ -403,7 +419,16 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     };
                     match input {
                         Some(input) => {
-                            out.extend(view_ui(ui, rect, input, &mut nav, vi, active, rt.has_wgpu));
+                            out.extend(view_ui(
+                                ui,
+                                rect,
+                                input,
+                                &mut nav,
+                                vi,
+                                active,
+                                rt.has_wgpu,
+                                &mut hovered,
+                            ));
                             if !original {
                                 let at = super::overlay::At {
                                     rect,
@@ -467,8 +492,52 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 }
             }
             ui.allocate_rect(full, Sense::hover());
+            rt.hover = hovered.and_then(|(vi, row, col)| {
+                let geom = views.get(vi)?;
+                // A colour image reads all three channels; a 4D scan the volume shown.
+                let only = (!scan.loaded.image.is_colour()).then_some(scan.frame);
+                let at = |p: &DisplaySlice| value_at(p, row, col, only);
+                let aug = rt.shown.as_ref();
+                Some(super::Hover {
+                    voxel: voxel_of(geom, &cursor, row, col, rt.original.get(vi)?),
+                    original: at(rt.original.get(vi)?),
+                    augmented: aug.and_then(|s| s.image.get(vi)).map(|p| at(p)),
+                    label: rt.original_label.get(vi).cloned().flatten().map(|l| {
+                        let a = aug
+                            .and_then(|s| s.label.get(vi).cloned().flatten())
+                            .map(|p| value_at(&p, row, col, Some(0))[0]);
+                        (value_at(&l, row, col, Some(0))[0], a)
+                    }),
+                })
+            });
         });
     out
+}
+
+/// The values (one per channel) of a display slice at `row`, `col`.
+fn value_at(p: &DisplaySlice, row: usize, col: usize, only: Option<usize>) -> Vec<f32> {
+    let (r, c) = (row.min(p.height - 1), col.min(p.width - 1));
+    let at = |ch: usize| p.data[(ch * p.height + r) * p.width + c];
+    match only {
+        Some(ch) => vec![at(ch.min(p.channels - 1))],
+        None => (0..p.channels).map(at).collect(),
+    }
+}
+
+/// The array index shown at `row`, `col` of a view whose plane holds `cursor`.
+fn voxel_of(
+    geom: &ViewGeom,
+    cursor: &[usize],
+    row: usize,
+    col: usize,
+    p: &DisplaySlice,
+) -> Vec<usize> {
+    let mut c = cursor.to_vec();
+    if geom.across < c.len() && geom.down < c.len() {
+        c[geom.across] = if geom.across_flip { p.width - 1 - col } else { col };
+        c[geom.down] = if geom.down_flip { p.height - 1 - row } else { row };
+    }
+    c
 }
 
 /// A comparison pane: title, image, second image for a difference, look.
@@ -533,7 +602,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
             let w = (avail.x / 3.0).max(100.0);
             let h = (avail.y - 8.0).max(120.0);
             let (rect, _) = ui.allocate_exact_size(Vec2::new(w * 3.0, h), Sense::hover());
-            let base = look(state, false);
+            let base = look(state, scan, false);
             let mut nav = Nav::default();
             let mut active = rt.active_view;
             let panes: [Pane<'_>; 3] = [
@@ -577,6 +646,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                         vi,
                         &mut active,
                         rt.has_wgpu,
+                        &mut None,
                     )),
                     None => {
                         ui.painter().rect_filled(r, 0.0, Color32::from_gray(30));

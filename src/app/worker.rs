@@ -45,6 +45,33 @@ pub struct Loaded {
     pub load_ms: f64,
     /// The smallest and largest finite value of the image (gamma's scale, FEBDS's 12-bit map).
     pub range: (f32, f32),
+    /// The window presets that suit the scan: the CT windows in Hounsfield units for a CT,
+    /// percentile windows for every other scan. (name, width, level).
+    pub windows: Vec<(String, f32, f32)>,
+}
+
+/// Whether a scan's values are Hounsfield units: air (about −1000 HU) is in it, which no MR,
+/// PET or photograph holds.
+pub fn looks_like_ct(range: (f32, f32)) -> bool {
+    range.0 <= -900.0 && range.0 >= -3100.0 && range.1 > 0.0
+}
+
+/// The window presets of a scan with value range `range` (see [`Loaded::windows`]).
+pub fn window_presets(data: &[f32], range: (f32, f32)) -> Vec<(String, f32, f32)> {
+    if looks_like_ct(range) {
+        return super::panels::WINDOW_PRESETS
+            .iter()
+            .map(|(n, w, l)| (n.to_string(), *w, *l))
+            .collect();
+    }
+    let q = slices::percentiles(data, &[0.01, 0.02, 0.05, 0.95, 0.98, 0.99]);
+    let w = |name: &str, lo: f32, hi: f32| (name.to_string(), (hi - lo).max(1e-6), 0.5 * (lo + hi));
+    vec![
+        w("1–99 %", q[0], q[5]),
+        w("2–98 %", q[1], q[4]),
+        w("5–95 %", q[2], q[3]),
+        w("min–max", range.0, range.1),
+    ]
 }
 
 /// The intensity filter of a request and where it acts.
@@ -172,6 +199,12 @@ pub enum Reply {
     Slices(SliceSet),
     /// The whole volume of this generation is being computed (after its slices, on the CPU).
     Filling(u64),
+    /// How far the whole-volume fill of a generation is: planes done of all.
+    Progress {
+        generation: u64,
+        done: usize,
+        total: usize,
+    },
     Full(FullResult),
     Compared(Comparison),
     Masks(MaskSet),
@@ -816,7 +849,19 @@ impl WorkerLoop {
             None => {
                 self.send(Reply::Filling(c.generation));
                 let cpu = self.cpu.clone();
-                let r = fill_volume(&cpu, &c.plan, image, label, &|| self.superseded());
+                let last = std::cell::Cell::new(Instant::now());
+                let r = fill_volume(&cpu, &c.plan, image, label, &|done, total| {
+                    // A few updates a second are enough for a progress bar.
+                    if done > 0 && last.get().elapsed().as_millis() >= 100 {
+                        last.set(Instant::now());
+                        self.send(Reply::Progress {
+                            generation: c.generation,
+                            done,
+                            total,
+                        });
+                    }
+                    self.superseded()
+                });
                 // The fill made the volume field first, also when it was then abandoned.
                 self.slicing.main_field = field_key(&c.plan, &image.shape);
                 r.map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
@@ -983,6 +1028,7 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
     } else {
         (0.0, 0.0)
     };
+    let windows = window_presets(&image.data, range);
     Ok(Loaded {
         image: Arc::new(image),
         label,
@@ -992,6 +1038,7 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
         note,
         load_ms: t.elapsed().as_secs_f64() * 1e3,
         range,
+        windows,
     })
 }
 
@@ -1191,8 +1238,9 @@ pub fn compute_slices(
 }
 
 /// The whole transformed volume on the CPU engine, one axis-0 plane at a time with
-/// [`CpuBackend::apply_slice`], asking `superseded` before each plane: `Ok(None)` when it said
-/// yes, so a stale fill stops within one plane. The planes read the engine's cached volume field
+/// [`CpuBackend::apply_slice`], calling `superseded(planes done, planes in all)` before each
+/// plane (a progress report): `Ok(None)` when it said yes, so a stale fill stops within one
+/// plane. The planes read the engine's cached volume field
 /// (computed first), so the values are those of [`Backend::apply`]. 2D images, identity plans
 /// and other output shapes are computed whole.
 pub fn fill_volume(
@@ -1200,7 +1248,7 @@ pub fn fill_volume(
     plan: &Plan,
     image: &Volume,
     label: Option<&Volume>,
-    superseded: &dyn Fn() -> bool,
+    superseded: &dyn Fn(usize, usize) -> bool,
 ) -> Result<Option<(Volume, Option<Volume>, Timings)>, EngineError> {
     if image.ndim() != 3 || plan.is_identity() || plan.out_shape.is_some() {
         return engine::apply_new(cpu, plan, image, label).map(Some);
@@ -1225,7 +1273,7 @@ pub fn fill_volume(
         }
     };
     for z in 0..shape[0] {
-        if superseded() {
+        if superseded(z, shape[0]) {
             return Ok(None);
         }
         let t = cpu.apply_slice(job, 0, z, &mut img_plane, lab_plane.as_deref_mut())?;

@@ -434,6 +434,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         ));
     }
 
+    let oriented = slices[0].orientation.is_some();
     let orient = slices[0]
         .orientation
         .unwrap_or([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
@@ -526,5 +527,6 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     vol.world_from_voxel = affine;
     vol.dtype = dtype;
     vol.default_window = window;
+    vol.oriented = oriented;
     Ok(vol)
 }

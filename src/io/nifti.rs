@@ -600,6 +600,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         dtype: lay.storage.dtype(),
         nifti_header: Some(Box::new(lay.header)),
         default_window: None,
+        oriented: true,
     })
 }
 
