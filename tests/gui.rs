@@ -603,9 +603,11 @@ fn fill_volume_equals_the_whole_transform() {
         let cpu = CpuBackend::new();
         let (want, want_lab, _) = apply_new(&cpu, &plan, &image, Some(&label)).expect("apply");
         let (got, got_lab, _) =
-            fill_volume(&CpuBackend::new(), &plan, &image, Some(&label), &|_, _| false)
-                .expect("fill")
-                .expect("not superseded");
+            fill_volume(&CpuBackend::new(), &plan, &image, Some(&label), &|_, _| {
+                false
+            })
+            .expect("fill")
+            .expect("not superseded");
         assert!(got.data == want.data, "{plan:?}");
         assert!(
             got_lab.map(|l| l.data) == want_lab.map(|l| l.data),

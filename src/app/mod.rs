@@ -6,6 +6,7 @@
 //! Structure (STYLE.md): a persisted serde [`State`] apart from the [`Runtime`] (worker, loaded
 //! volumes, slices on screen); panels return [`Command`]s that the app applies once per frame.
 
+pub mod browse;
 pub mod code;
 pub mod export;
 pub mod format;
@@ -13,6 +14,7 @@ pub mod grid;
 pub mod latency;
 pub mod overlay;
 pub mod panels;
+pub mod preflight;
 pub mod preset_editor;
 pub mod render;
 pub mod slices;
@@ -48,6 +50,7 @@ pub const SAMPLE_LABEL: &str = concat!(
 
 /// Opens the window on the given file (or the bundled sample) and runs until it is closed.
 pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
+    preflight::check().map_err(|e| anyhow::anyhow!(e))?;
     let (image, label) = initial_files(files, label);
     let opts = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
@@ -102,7 +105,7 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
             Ok(Box::new(app))
         }),
     )
-    .map_err(|e| anyhow::anyhow!("{e}"))
+    .map_err(|e| anyhow::anyhow!(preflight::explain(&e.to_string())))
     .context("cannot open the window")
 }
 
@@ -163,6 +166,10 @@ pub enum Command {
     OpenGrid,
     /// Show volume `i` of a 4D scan.
     SetFrame(usize),
+    /// Pick a file or folder for this purpose (the system's dialog, else the built-in browser).
+    Pick(browse::Purpose),
+    /// Show the built-in browser; `true` when the system's dialog failed to open.
+    Browse(browse::Purpose, bool),
 }
 
 /// A loaded scan and where the views are.
@@ -251,6 +258,8 @@ pub struct Runtime {
     /// far its whole-volume fill is.
     pub work_started: Option<(u64, Instant)>,
     pub progress: Option<Progress>,
+    /// The built-in file browser.
+    pub browse: browse::BrowseRuntime,
 }
 
 /// How far the whole-volume fill is.
@@ -355,6 +364,7 @@ impl App {
                 hover: None,
                 work_started: None,
                 progress: None,
+                browse: browse::BrowseRuntime::default(),
             },
         };
         if let Some((image, label)) = open {
@@ -464,30 +474,42 @@ impl App {
                     None => rt.error = Some("the worker thread is not running".into()),
                 }
             }
-            Command::OpenDialog | Command::OpenLabelDialog => {
-                let tx = rt.dialogs.0.clone();
-                let for_label = cmd == Command::OpenLabelDialog;
-                let current = rt.scan.as_ref().map(|s| s.loaded.path.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("augscope-file-dialog".into())
-                    .spawn(move || {
-                        let picked = rfd::FileDialog::new()
-                            .add_filter(
-                                "scans",
-                                &["nii", "gz", "npy", "png", "jpg", "jpeg", "tif", "tiff"],
-                            )
-                            .pick_file();
-                        if let Some(p) = picked {
-                            let cmd = match (for_label, current) {
-                                (true, Some(img)) => Command::Open(img, Some(p)),
-                                _ => Command::Open(p, None),
-                            };
-                            let _ = tx.send(cmd);
-                        }
-                    });
-                if let Err(e) = spawned {
-                    rt.error = Some(format!("cannot open the file dialog: {e}"));
+            Command::OpenDialog => self.apply(Command::Pick(browse::Purpose::Scan)),
+            Command::OpenLabelDialog => {
+                if let Some(img) = rt.scan.as_ref().map(|s| s.loaded.path.clone()) {
+                    self.apply(Command::Pick(browse::Purpose::Label(img)));
                 }
+            }
+            Command::Pick(purpose) => {
+                let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+                if browse::system_dialog_available() {
+                    if let Err(e) = browse::system_dialog(purpose.clone(), rt.dialogs.0.clone()) {
+                        rt.browse.show(
+                            purpose,
+                            start.as_deref(),
+                            Some(format!("the system file dialog cannot start ({e})")),
+                        );
+                    }
+                } else {
+                    rt.browse.show(
+                        purpose,
+                        start.as_deref(),
+                        Some(
+                            "no system file dialog (install xdg-desktop-portal-gtk or zenity): \
+                             augscope's own browser"
+                                .into(),
+                        ),
+                    );
+                }
+            }
+            Command::Browse(purpose, failed) => {
+                let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+                let why = failed.then(|| {
+                    "the system file dialog did not open (no XDG desktop portal or zenity \
+                     answered): augscope's own browser"
+                        .to_string()
+                });
+                rt.browse.show(purpose, start.as_deref(), why);
             }
             Command::SamplePreset => {
                 let (nd, spacing) = rt.scan.as_ref().map_or((3, vec![1.0; 3]), |s| {
@@ -506,22 +528,7 @@ impl App {
                     Err(e) => rt.error = Some(e),
                 }
             }
-            Command::PresetDialog => {
-                let tx = rt.dialogs.0.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("augscope-file-dialog".into())
-                    .spawn(move || {
-                        if let Some(p) = rfd::FileDialog::new()
-                            .add_filter("preset", &["toml"])
-                            .pick_file()
-                        {
-                            let _ = tx.send(Command::SetPreset(p.display().to_string()));
-                        }
-                    });
-                if let Err(e) = spawned {
-                    rt.error = Some(format!("cannot open the file dialog: {e}"));
-                }
-            }
+            Command::PresetDialog => self.apply(Command::Pick(browse::Purpose::Preset)),
             Command::SetPreset(p) => {
                 if !crate::augment::preset::BUNDLED.iter().any(|(n, _)| *n == p) {
                     state.push_recent_preset(p.clone());
@@ -573,19 +580,7 @@ impl App {
                 }
             }
             Command::CancelExport => rt.export.cancel(),
-            Command::ExportFolderDialog => {
-                let tx = rt.dialogs.0.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("augscope-file-dialog".into())
-                    .spawn(move || {
-                        if let Some(p) = rfd::FileDialog::new().pick_folder() {
-                            let _ = tx.send(Command::SetExportFolder(p));
-                        }
-                    });
-                if let Err(e) = spawned {
-                    rt.error = Some(format!("cannot open the folder dialog: {e}"));
-                }
-            }
+            Command::ExportFolderDialog => self.apply(Command::Pick(browse::Purpose::ExportFolder)),
             Command::SetExportFolder(p) => state.export.out_dir = p.display().to_string(),
             Command::Undo => {
                 if let Some(s) = rt.history.undo(state) {
@@ -1076,6 +1071,7 @@ impl eframe::App for App {
         if self.rt.grid.open {
             grid::grid_window(ui, &mut self.state, &mut self.rt);
         }
+        cmds.extend(browse::window(ui.ctx(), &mut self.rt.browse));
         for c in cmds {
             self.apply(c);
         }

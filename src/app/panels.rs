@@ -68,6 +68,20 @@ pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 {
                     out.push(Command::OpenLabelDialog);
                 }
+                if ui
+                    .button("Open DICOM folder…")
+                    .on_hover_text("a folder that holds the files of one series")
+                    .clicked()
+                {
+                    out.push(Command::Pick(super::browse::Purpose::DicomFolder));
+                }
+                if ui
+                    .button("Open path…")
+                    .on_hover_text("augscope's own file browser, with a typed path")
+                    .clicked()
+                {
+                    out.push(Command::Browse(super::browse::Purpose::Scan, false));
+                }
                 if ui.button("Open the bundled sample").clicked() {
                     out.push(Command::Open(super::SAMPLE.into(), None));
                 }
@@ -229,7 +243,8 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                             }
                         }
                     }
-                    ui.ctx().request_repaint_after(std::time::Duration::from_millis(200));
+                    ui.ctx()
+                        .request_repaint_after(std::time::Duration::from_millis(200));
                 } else if let Some(f) = &rt.full {
                     ui.label(format!(
                         "{} in {} on {}",
@@ -576,12 +591,13 @@ fn transform_ui(
         ui.label("units");
         let mut to = p.space;
         ui.selectable_value(&mut to, Space::Voxel, "voxels")
-            .on_hover_text("translation and elastic sigma/alpha in voxels; rotation on the voxel grid");
-        ui.selectable_value(&mut to, Space::Mm, "mm")
             .on_hover_text(
-                "translation and elastic sigma/alpha in millimetres; an anisotropic scan \
-                 rotates rigidly (space = \"mm\" in presets and the CLI)",
+                "translation and elastic sigma/alpha in voxels; rotation on the voxel grid",
             );
+        ui.selectable_value(&mut to, Space::Mm, "mm").on_hover_text(
+            "translation and elastic sigma/alpha in millimetres; an anisotropic scan \
+                 rotates rigidly (space = \"mm\" in presets and the CLI)",
+        );
         switch_space(p, to, spacing);
     });
     ui.label("Flip");
@@ -591,8 +607,9 @@ fn transform_ui(
                 .on_hover_text(format!("mirror array axis {a}"));
         }
     });
-    ui.label("Rotation (degrees)")
-        .on_hover_text("Shift-drag for a tenth of the speed; arrow keys on a focused slider step 0.5°");
+    ui.label("Rotation (degrees)").on_hover_text(
+        "Shift-drag for a tenth of the speed; arrow keys on a focused slider step 0.5°",
+    );
     // A plan drawn from a preset keeps its exact values: these sliders never round or clamp
     // what they did not edit.
     fn rot(s: egui::Slider<'_>) -> egui::Slider<'_> {
@@ -604,10 +621,12 @@ fn transform_ui(
     if nd == 3 {
         for a in 0..3 {
             let name = format!("about {}", axis_name(rt, a));
-            fine_slider(ui, &mut p.rotate_deg[a], -180.0..=180.0, |s| rot(s).text(name))
-                .on_hover_text(format!(
-                    "rotation about array axis {a}, about the volume centre"
-                ));
+            fine_slider(ui, &mut p.rotate_deg[a], -180.0..=180.0, |s| {
+                rot(s).text(name)
+            })
+            .on_hover_text(format!(
+                "rotation about array axis {a}, about the volume centre"
+            ));
         }
     } else {
         fine_slider(ui, &mut p.rotate_deg[2], -180.0..=180.0, |s| {
@@ -667,8 +686,9 @@ fn transform_ui(
 
 fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) -> Vec<Command> {
     let mut out = vec![];
-    ui.checkbox(&mut p.elastic, "enabled")
-        .on_hover_text("batchgenerators' elastic deformation: alpha · gaussian_sigma(uniform noise)");
+    ui.checkbox(&mut p.elastic, "enabled").on_hover_text(
+        "batchgenerators' elastic deformation: alpha · gaussian_sigma(uniform noise)",
+    );
     let u = unit(p.space);
     ui.add_enabled_ui(p.elastic, |ui| {
         fine_slider(ui, &mut p.alpha, 0.0..=2000.0, |s| {

@@ -327,7 +327,11 @@ impl egui_wgpu::CallbackTrait for SliceCallback {
             f(l.width),
             u(l.colormap),
             u(difference as u32),
-            u(if l.colour && self.image.channels == 3 { 3 } else { 1 }),
+            u(if l.colour && self.image.channels == 3 {
+                3
+            } else {
+                1
+            }),
             u(has_label as u32),
             f(l.label_opacity),
             u(srgb as u32),

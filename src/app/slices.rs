@@ -270,7 +270,10 @@ mod tests {
         let mut img = Volume::new(vec![0.0; 6], vec![2, 3], 1);
         img.world_from_voxel = m;
         img.oriented = true;
-        assert_eq!(views(&img)[0].letters, ["R", "L", "A", "P"].map(String::from));
+        assert_eq!(
+            views(&img)[0].letters,
+            ["R", "L", "A", "P"].map(String::from)
+        );
     }
 
     #[test]

@@ -534,8 +534,16 @@ fn voxel_of(
 ) -> Vec<usize> {
     let mut c = cursor.to_vec();
     if geom.across < c.len() && geom.down < c.len() {
-        c[geom.across] = if geom.across_flip { p.width - 1 - col } else { col };
-        c[geom.down] = if geom.down_flip { p.height - 1 - row } else { row };
+        c[geom.across] = if geom.across_flip {
+            p.width - 1 - col
+        } else {
+            col
+        };
+        c[geom.down] = if geom.down_flip {
+            p.height - 1 - row
+        } else {
+            row
+        };
     }
     c
 }

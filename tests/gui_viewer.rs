@@ -1,0 +1,286 @@
+//! The viewer's readouts and scan handling, driven through egui_kittest (wgpu on lavapipe): the
+//! voxel under the pointer, the volume selector of a 4D scan, voxel/mm units, window presets that
+//! suit the scan, and the progress of the whole-volume fill.
+#![cfg(feature = "gui")]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use augscope::Volume;
+use augscope::app::{App, BackendChoice, Hover};
+use augscope::augment::Space;
+use augscope::io::{self, SaveOptions};
+use eframe::egui;
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+const SIZE: [f32; 2] = [1500.0, 940.0];
+
+fn harness(image: PathBuf) -> Harness<'static, App> {
+    Harness::builder()
+        .with_size(SIZE)
+        .wgpu()
+        .build_eframe(move |cc| {
+            let mut app = App::new(cc, Some((image, None)));
+            app.rt.hide_timings = true;
+            // The CPU engine: the whole-volume fill reports its progress there.
+            app.state.params.backend = BackendChoice::Cpu;
+            app
+        })
+}
+
+fn settle(h: &mut Harness<'_, App>) {
+    let start = Instant::now();
+    let mut idle_frames = 0;
+    while idle_frames < 3 {
+        h.step();
+        if h.state().is_idle() {
+            idle_frames += 1;
+        } else {
+            idle_frames = 0;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the app did not settle"
+        );
+    }
+}
+
+/// A NIfTI scan of `shape` (`[z, y, x]`) with `channels` volumes whose voxel at linear index i of
+/// volume c holds `1000 c + i`, with anisotropic spacing and an oblique-free LAS affine.
+fn scan(dir: &Path, name: &str, shape: [usize; 3], channels: usize) -> (PathBuf, Volume) {
+    let n: usize = shape.iter().product();
+    let data = (0..channels * n)
+        .map(|i| (1000 * (i / n) + i % n) as f32)
+        .collect();
+    let mut v = Volume::new(data, shape.to_vec(), channels);
+    v.spacing_mm = vec![3.0, 1.5, 1.0];
+    // (i, j, k) = (x, y, z): x toward L (−1 mm), y toward A, z toward S, with an offset.
+    v.world_from_voxel = [
+        [-1.0, 0.0, 0.0, 20.0],
+        [0.0, 1.5, 0.0, -30.0],
+        [0.0, 0.0, 3.0, 5.0],
+        [0.0, 0.0, 0.0, 1.0],
+    ];
+    let p = dir.join(name);
+    io::save(&p, &v, &SaveOptions { keep_dtype: false }).expect("write scan");
+    let back = io::load(&p, &Default::default()).expect("read back");
+    (p, back)
+}
+
+/// Moves the pointer over a grid of the window until it rests on a voxel of an original view;
+/// returns what the status bar's readout holds there.
+fn hover_an_original_voxel(h: &mut Harness<'_, App>) -> Hover {
+    for y in (120..900).step_by(37) {
+        for x in (360..1200).step_by(41) {
+            h.hover_at(egui::pos2(x as f32, y as f32));
+            h.step();
+            h.step();
+            if let Some(hv) = h.state().rt.hover.clone()
+                && hv.augmented.is_some()
+            {
+                return hv;
+            }
+        }
+    }
+    panic!("no position of the window shows a voxel readout");
+}
+
+fn value(v: &Volume, index: &[usize], channel: usize) -> f32 {
+    let n = v.len_spatial();
+    let lin = index
+        .iter()
+        .zip(&v.shape)
+        .fold(0, |acc, (&i, &s)| acc * s + i);
+    v.data[channel * n + lin]
+}
+
+/// The voxel under the pointer: its index, its value in the original and the augmented scan,
+/// and its place in mm, all as the scan says.
+#[test]
+fn the_readout_names_the_voxel_its_values_and_its_place() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (p, vol) = scan(dir.path(), "ramp.nii", [12, 20, 16], 1);
+    let mut h = harness(p);
+    settle(&mut h);
+    let hv = hover_an_original_voxel(&mut h);
+    assert_eq!(hv.voxel.len(), 3);
+    assert_eq!(hv.original, vec![value(&vol, &hv.voxel, 0)]);
+    // The identity plan: the augmented value is the original one.
+    assert_eq!(hv.augmented, Some(hv.original.clone()));
+    // mm from the affine, by hand: (i, j, k) = (x, y, z).
+    let [z, y, x] = [hv.voxel[0], hv.voxel[1], hv.voxel[2]].map(|i| i as f64);
+    let want = [20.0 - x, -30.0 + 1.5 * y, 5.0 + 3.0 * z];
+    let got = vol.world_mm(&hv.voxel);
+    assert_eq!(got, want);
+    // The status bar says it: index, mm and the value.
+    let idx: Vec<String> = hv.voxel.iter().map(|i| i.to_string()).collect();
+    h.get_by_label_contains(&format!(
+        "[{}] · ({:.1}, {:.1}, {:.1}) mm RAS · original {}",
+        idx.join(", "),
+        want[0],
+        want[1],
+        want[2],
+        hv.original[0]
+    ));
+    // A translation by one voxel along x: the augmented value is the neighbour's.
+    h.state_mut().state.params.translate_vox = [0.0, 0.0, 1.0];
+    settle(&mut h);
+    let hv = hover_an_original_voxel(&mut h);
+    let mut next = hv.voxel.clone();
+    if next[2] + 1 < vol.shape[2] {
+        next[2] += 1;
+        assert_eq!(hv.augmented, Some(vec![value(&vol, &next, 0)]));
+    }
+}
+
+/// A 4D scan of three volumes is three volumes, not a colour image: a selector picks the one the
+/// views and the readout show.
+#[test]
+fn a_4d_scan_has_a_volume_selector() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (p, vol) = scan(dir.path(), "four_d.nii", [6, 10, 8], 3);
+    assert_eq!(vol.channels, 3);
+    assert!(!vol.is_colour());
+    let mut h = harness(p);
+    settle(&mut h);
+    let hv = hover_an_original_voxel(&mut h);
+    assert_eq!(hv.original, vec![value(&vol, &hv.voxel, 0)]);
+    h.get_all_by_role_and_label(Role::Slider, "volume")
+        .next()
+        .expect("a volume slider")
+        .set_value_accesskit(2.0);
+    settle(&mut h);
+    assert_eq!(h.state().rt.scan.as_ref().map(|s| s.frame), Some(2));
+    let hv = hover_an_original_voxel(&mut h);
+    assert_eq!(hv.original, vec![value(&vol, &hv.voxel, 2)]);
+    assert!(hv.original[0] >= 2000.0);
+}
+
+/// An RGB image is drawn in colour and has no volume selector.
+#[test]
+fn an_rgb_image_has_no_volume_selector() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let p = dir.path().join("rgb.png");
+    image::RgbImage::from_fn(24, 16, |x, y| image::Rgb([x as u8 * 9, y as u8 * 13, 77]))
+        .save(&p)
+        .expect("write png");
+    let mut h = harness(p);
+    settle(&mut h);
+    assert!(
+        h.state()
+            .rt
+            .scan
+            .as_ref()
+            .expect("scan")
+            .loaded
+            .image
+            .is_colour()
+    );
+    assert!(
+        h.query_all_by_role_and_label(Role::Slider, "volume")
+            .next()
+            .is_none()
+    );
+    // A plain image has no anatomy: no orientation letters.
+    let views = &h.state().rt.scan.as_ref().expect("scan").views;
+    assert!(views[0].letters.iter().all(String::is_empty));
+}
+
+/// Units: switching to mm converts the translation with the scan's spacing (the picture stays),
+/// and the plan then acts in millimetres.
+#[test]
+fn the_units_switch_to_mm_and_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (p, _) = scan(dir.path(), "aniso.nii", [8, 12, 10], 1);
+    let mut h = harness(p);
+    settle(&mut h);
+    h.state_mut().state.params.translate_vox = [2.0, -4.0, 1.0];
+    h.state_mut().state.params.sigma_vox = 6.0;
+    settle(&mut h);
+    let before = h
+        .state()
+        .rt
+        .full
+        .as_ref()
+        .expect("result")
+        .image
+        .data
+        .clone();
+    h.get_by_label("mm").click();
+    settle(&mut h);
+    let p = &h.state().state.params;
+    assert_eq!(p.space, Space::Mm);
+    assert_eq!(p.translate_vox, [6.0, -6.0, 1.0]);
+    let plan = h.state().plan();
+    assert_eq!(plan.space, Space::Mm);
+    assert_eq!(plan.spacing_mm, vec![3.0, 1.5, 1.0]);
+    // The same translation in mm: the same voxels.
+    let after = h
+        .state()
+        .rt
+        .full
+        .as_ref()
+        .expect("result")
+        .image
+        .data
+        .clone();
+    assert_eq!(before, after);
+    h.get_by_label_contains("Translation (mm;");
+    h.get_by_label("voxels").click();
+    settle(&mut h);
+    let p = &h.state().state.params;
+    assert_eq!(p.space, Space::Voxel);
+    assert_eq!(p.translate_vox, [2.0, -4.0, 1.0]);
+}
+
+/// The whole-volume fill on the CPU reports how far it is, and the status bar shows a progress
+/// bar while it runs.
+#[test]
+fn the_whole_volume_fill_reports_its_progress() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (p, _) = scan(dir.path(), "big.nii", [96, 128, 128], 1);
+    let mut h = harness(p);
+    settle(&mut h);
+    {
+        let params = &mut h.state_mut().state.params;
+        params.rotate_deg = [7.0, 3.0, 0.0];
+        params.order = augscope::augment::Order::Cubic;
+    }
+    let start = Instant::now();
+    let mut seen: Vec<(usize, usize)> = vec![];
+    let mut bar = false;
+    loop {
+        h.step();
+        let app = h.state();
+        if let Some(p) = app
+            .rt
+            .progress
+            .filter(|p| p.generation == app.rt.generation)
+            && seen.last() != Some(&(p.done, p.total))
+        {
+            seen.push((p.done, p.total));
+            bar |= h.query_by_label_contains("whole volume").is_some();
+        }
+        if app.is_idle()
+            && app
+                .rt
+                .full
+                .as_ref()
+                .is_some_and(|f| f.generation == app.rt.generation)
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "no result");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!seen.is_empty(), "no progress was reported");
+    assert!(
+        seen.iter().all(|&(d, t)| t == 96 && d > 0 && d <= t),
+        "{seen:?}"
+    );
+    assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+    assert!(bar, "the status bar showed no progress bar");
+}

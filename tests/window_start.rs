@@ -1,0 +1,95 @@
+//! The window on a machine that cannot show it: no display, or a windowing library missing. Each
+//! gives one line naming what to do, and exit status 1, never a panic.
+//!
+//! The missing library is made missing for real: in a private mount namespace (`unshare -m`, or
+//! `unshare -rm` without root) `/dev/null` is bound over `libxkbcommon-x11.so.0`, the library
+//! a fresh Debian container lacks.
+#![cfg(feature = "gui")]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_augscope")
+}
+
+fn one_line(stderr: &[u8]) -> String {
+    let s = String::from_utf8_lossy(stderr).into_owned();
+    let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line expected, got: {s}");
+    assert!(!s.contains("panicked"), "{s}");
+    lines[0].to_string()
+}
+
+#[test]
+fn no_display_is_one_line_and_exit_1() {
+    let out = Command::new(bin())
+        .arg("view")
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("run augscope");
+    let line = one_line(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{line}");
+    assert!(line.starts_with("augscope: error: "), "{line}");
+    assert!(
+        line.contains("no display") && line.contains("Xvfb"),
+        "{line}"
+    );
+}
+
+/// Where the dynamic loader finds a library (the first `ldconfig -p` entry, links resolved).
+fn library_file(soname: &str) -> Option<PathBuf> {
+    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|c| Command::new(c).arg("-p").output().ok())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let path = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(soname))
+        .find_map(|l| l.split("=>").nth(1))?
+        .trim()
+        .to_string();
+    std::fs::canonicalize(path).ok()
+}
+
+#[test]
+fn a_missing_windowing_library_is_one_line_naming_the_package() {
+    let soname = "libxkbcommon-x11.so.0";
+    let script = match library_file(soname) {
+        // Installed: hide it in a private mount namespace.
+        Some(f) => format!(
+            "mount --bind /dev/null '{}' && exec '{}' view",
+            f.display(),
+            bin()
+        ),
+        // Not installed at all: the machine already lacks it.
+        None => format!("exec '{}' view", bin()),
+    };
+    let run = |args: &[&str]| {
+        Command::new("unshare")
+            .args(args)
+            .args(["sh", "-c", &script])
+            .env("DISPLAY", ":97")
+            .env_remove("WAYLAND_DISPLAY")
+            .output()
+    };
+    // Root needs only a mount namespace; anyone else maps themselves to root in a user one.
+    let out = run(&["-m"])
+        .ok()
+        .filter(|o| !String::from_utf8_lossy(&o.stderr).contains("unshare:"))
+        .or_else(|| run(&["-r", "-m"]).ok())
+        .expect("unshare runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !stderr.contains("unshare:") && !stderr.contains("mount:"),
+        "this machine allows no private mount namespace: {stderr}"
+    );
+    let line = one_line(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{line}");
+    assert!(line.starts_with("augscope: error: "), "{line}");
+    assert!(
+        line.contains(soname) && line.contains("libxkbcommon-x11-0"),
+        "{line}"
+    );
+}
