@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use augscope::Volume;
-use augscope::app::{App, BackendChoice, Hover};
+use augscope::app::browse::Purpose;
+use augscope::app::{App, BackendChoice, Command, Hover};
 use augscope::augment::Space;
 use augscope::io::{self, SaveOptions};
 use eframe::egui;
@@ -283,4 +284,123 @@ fn the_whole_volume_fill_reports_its_progress() {
     );
     assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
     assert!(bar, "the status bar showed no progress bar");
+}
+
+/// Each scan keeps its own translation; the augmentation itself carries over.
+#[test]
+fn another_scan_starts_from_its_own_translation() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, _) = scan(dir.path(), "a.nii", [8, 12, 10], 1);
+    let (b, _) = scan(dir.path(), "b.nii", [8, 12, 10], 1);
+    let mut h = harness(a.clone());
+    settle(&mut h);
+    h.state_mut().state.params.translate_vox = [0.0, 3.0, 0.0];
+    h.state_mut().state.params.rotate_deg = [0.0, 0.0, 12.0];
+    settle(&mut h);
+    h.state_mut().apply(Command::Open(b, None));
+    settle(&mut h);
+    assert_eq!(h.state().state.params.translate_vox, [0.0; 3]);
+    assert_eq!(h.state().state.params.rotate_deg, [0.0, 0.0, 12.0]);
+    h.state_mut().apply(Command::Open(a, None));
+    settle(&mut h);
+    assert_eq!(h.state().state.params.translate_vox, [0.0, 3.0, 0.0]);
+}
+
+/// File → Open path…: augscope's own browser, a typed path and Enter open the scan; a wrong
+/// path says so in the browser.
+#[test]
+fn the_built_in_browser_opens_a_typed_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, _) = scan(dir.path(), "a.nii", [8, 12, 10], 1);
+    let (b, _) = scan(dir.path(), "typed.nii", [6, 9, 7], 1);
+    let mut h = harness(a);
+    settle(&mut h);
+    h.state_mut().apply(Command::Browse(Purpose::Scan, false));
+    h.run_steps(3);
+    // The folder of the open scan is listed, with both scans.
+    h.get_by_label("typed.nii");
+    let typed = dir.path().join("missing.nii").display().to_string();
+    h.state_mut().rt.browse.typed = typed;
+    h.step();
+    h.get_by_role(Role::TextInput).focus();
+    h.key_press(egui::Key::Enter);
+    h.step();
+    h.get_by_label_contains("no such file or folder");
+    h.state_mut().rt.browse.typed = b.display().to_string();
+    h.step();
+    h.get_by_role(Role::TextInput).focus();
+    h.key_press(egui::Key::Enter);
+    settle(&mut h);
+    let s = h.state().rt.scan.as_ref().expect("scan");
+    assert_eq!(s.loaded.path, b);
+    assert!(h.state().rt.browse.open.is_none());
+}
+
+/// File → Save augmented volume…: the transformed scan and its label map, beside each other,
+/// equal to what is on screen.
+#[test]
+fn the_augmented_volume_and_its_labels_are_saved() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (img, vol) = scan(dir.path(), "img.nii", [8, 12, 10], 1);
+    let labels = Volume::new(
+        vol.data.iter().map(|v| (*v as i32 % 3) as f32).collect(),
+        vol.shape.clone(),
+        1,
+    );
+    let lp = dir.path().join("lab.nii");
+    io::save(&lp, &labels, &SaveOptions { keep_dtype: false }).expect("labels");
+    let mut h = Harness::builder()
+        .with_size(SIZE)
+        .wgpu()
+        .build_eframe(move |cc| App::new(cc, Some((img, Some(lp)))));
+    settle(&mut h);
+    h.state_mut().state.params.rotate_deg = [9.0, 0.0, 0.0];
+    settle(&mut h);
+    h.state_mut()
+        .apply(Command::Browse(Purpose::SaveVolume, false));
+    h.run_steps(3);
+    let out = dir.path().join("out").join("aug.nii.gz");
+    std::fs::create_dir(out.parent().expect("parent")).expect("dir");
+    h.state_mut().rt.browse.typed = out.display().to_string();
+    h.step();
+    h.get_by_label("Save").click();
+    let start = Instant::now();
+    while !h
+        .state()
+        .rt
+        .note
+        .as_deref()
+        .is_some_and(|n| n.starts_with("saved"))
+    {
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(start.elapsed() < Duration::from_secs(60), "not saved");
+    }
+    let full = h.state().rt.full.as_ref().expect("result");
+    let saved = io::load(&out, &Default::default()).expect("saved image");
+    assert_eq!(saved.data, full.image.data);
+    let saved_label = io::load(
+        &dir.path().join("out/aug_label.nii.gz"),
+        &Default::default(),
+    )
+    .expect("label");
+    assert_eq!(
+        saved_label.data,
+        full.label.as_ref().expect("label result").data
+    );
+}
+
+/// Help → Keyboard and mouse (F1) lists the shortcuts.
+#[test]
+fn help_lists_the_shortcuts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, _) = scan(dir.path(), "a.nii", [8, 12, 10], 1);
+    let mut h = harness(a);
+    settle(&mut h);
+    h.key_press(egui::Key::F1);
+    h.step();
+    h.step();
+    for (keys, _) in augscope::app::panels::SHORTCUTS {
+        assert!(h.query_all_by_label(keys).next().is_some(), "{keys}");
+    }
 }

@@ -24,6 +24,8 @@ pub enum Purpose {
     Preset,
     /// The export batch's output folder.
     ExportFolder,
+    /// Where to save the augmented volume (and its label map beside it).
+    SaveVolume,
 }
 
 /// File name endings of the scans augscope opens.
@@ -39,6 +41,7 @@ impl Purpose {
             Purpose::DicomFolder => "Open DICOM folder",
             Purpose::Preset => "Open preset",
             Purpose::ExportFolder => "Export folder",
+            Purpose::SaveVolume => "Save augmented volume",
         }
     }
 
@@ -54,6 +57,9 @@ impl Purpose {
                 .iter()
                 .any(|e| lower.ends_with(&format!(".{e}"))),
             Purpose::Preset => lower.ends_with(".toml"),
+            Purpose::SaveVolume => [".nii", ".nii.gz", ".npy"]
+                .iter()
+                .any(|e| lower.ends_with(e)),
             Purpose::DicomFolder | Purpose::ExportFolder => false,
         }
     }
@@ -65,6 +71,7 @@ impl Purpose {
             Purpose::Label(img) => Command::Open(img.clone(), Some(p)),
             Purpose::Preset => Command::SetPreset(p.display().to_string()),
             Purpose::ExportFolder => Command::SetExportFolder(p),
+            Purpose::SaveVolume => Command::SaveAugmented(p),
         }
     }
 }
@@ -114,6 +121,10 @@ pub fn system_dialog(purpose: Purpose, tx: Sender<Command>) -> std::io::Result<(
                 }
                 Purpose::Preset => d.add_filter("preset", &["toml"]).pick_file(),
                 Purpose::DicomFolder | Purpose::ExportFolder => d.pick_folder(),
+                Purpose::SaveVolume => d
+                    .add_filter("NIfTI or NumPy", &["nii", "gz", "npy"])
+                    .set_file_name("augmented.nii.gz")
+                    .save_file(),
             };
             let cmd = match picked {
                 Some(p) => purpose.command(p),
@@ -144,6 +155,7 @@ pub struct BrowseRuntime {
 impl BrowseRuntime {
     /// Opens the browser for `purpose` in `start` (or the current folder).
     pub fn show(&mut self, purpose: Purpose, start: Option<&Path>, why: Option<String>) {
+        let save = purpose == Purpose::SaveVolume;
         let dir = start
             .map(|p| {
                 if p.is_dir() {
@@ -158,6 +170,9 @@ impl BrowseRuntime {
         self.open = Some(purpose);
         self.why = why;
         self.enter(dir);
+        if save {
+            self.typed = self.dir.join("augmented.nii.gz").display().to_string();
+        }
     }
 
     /// Lists `dir`.
@@ -210,6 +225,17 @@ impl BrowseRuntime {
             self.enter(p);
             return None;
         }
+        if purpose == Purpose::SaveVolume {
+            // A new file (or one to replace) in an existing folder.
+            if p.parent()
+                .is_some_and(|d| d.as_os_str().is_empty() || d.is_dir())
+            {
+                self.open = None;
+                return Some(purpose.command(p));
+            }
+            self.error = Some(format!("no such folder: {}", p.display()));
+            return None;
+        }
         if p.is_file() && !purpose.wants_folder() {
             self.open = None;
             return Some(purpose.command(p));
@@ -239,7 +265,7 @@ pub fn window(ctx: &egui::Context, b: &mut BrowseRuntime) -> Vec<Command> {
                 ui.weak(why);
             }
             ui.horizontal(|ui| {
-                if ui.button("⬆ Up").on_hover_text("the parent folder").clicked()
+                if ui.button("Up").on_hover_text("the parent folder").clicked()
                     && let Some(parent) = b.dir.parent()
                 {
                     let parent = parent.to_path_buf();
@@ -272,11 +298,14 @@ pub fn window(ctx: &egui::Context, b: &mut BrowseRuntime) -> Vec<Command> {
                         });
                     }
                     for (name, is_dir) in &b.entries {
-                        let text = if *is_dir { format!("📁 {name}") } else { name.clone() };
+                        let text = if *is_dir { format!("{name}/") } else { name.clone() };
                         let r = ui.selectable_label(false, text);
                         if r.clicked() {
                             if *is_dir {
                                 enter = Some(b.dir.join(name));
+                            } else if purpose == Purpose::SaveVolume {
+                                // A file to replace: its name goes to the path field.
+                                b.typed = b.dir.join(name).display().to_string();
                             } else {
                                 choose = Some(b.dir.join(name));
                             }
@@ -284,7 +313,13 @@ pub fn window(ctx: &egui::Context, b: &mut BrowseRuntime) -> Vec<Command> {
                     }
                 });
             if let Some(d) = enter {
+                let name = Path::new(&b.typed).file_name().map(|n| n.to_os_string());
                 b.enter(d);
+                if purpose == Purpose::SaveVolume
+                    && let Some(n) = name
+                {
+                    b.typed = b.dir.join(n).display().to_string();
+                }
             }
             if let Some(f) = choose {
                 b.open = None;
@@ -292,6 +327,9 @@ pub fn window(ctx: &egui::Context, b: &mut BrowseRuntime) -> Vec<Command> {
             }
             ui.separator();
             ui.horizontal(|ui| {
+                if purpose == Purpose::SaveVolume && ui.button("Save").clicked() {
+                    out.extend(b.use_typed(false));
+                }
                 if purpose.wants_folder() && ui.button("Use this folder").clicked() {
                     b.open = None;
                     out.push(purpose.command(b.dir.clone()));
@@ -301,11 +339,12 @@ pub fn window(ctx: &egui::Context, b: &mut BrowseRuntime) -> Vec<Command> {
                 }
                 ui.weak(match purpose {
                     Purpose::Scan | Purpose::Label(_) => {
-                        "NIfTI, NumPy, PNG, JPEG, TIFF, DICOM; a DICOM series: File → Open DICOM folder"
+                        "NIfTI, NumPy, PNG, JPEG, TIFF, DICOM; a DICOM series: File, Open DICOM folder"
                     }
                     Purpose::Preset => "augscope presets (.toml)",
                     Purpose::DicomFolder => "the folder that holds one series' files",
                     Purpose::ExportFolder => "where the batch is written",
+                    Purpose::SaveVolume => ".nii, .nii.gz or .npy; the label map goes beside it",
                 });
             });
         });

@@ -109,6 +109,99 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
     .context("cannot open the window")
 }
 
+/// Writes the augmented volume to `path` (float32) and its label map, in its own type, beside it
+/// (`NAME_label.EXT`); each file appears whole or not at all.
+fn save_augmented(
+    path: &Path,
+    image: &crate::volume::Volume,
+    label: Option<&crate::volume::Volume>,
+) -> Result<String, String> {
+    use crate::io::{self, SaveOptions};
+    io::save(path, image, &SaveOptions { keep_dtype: false }).map_err(|e| e.to_string())?;
+    let mut note = format!("saved {}", path.display());
+    if let Some(l) = label {
+        let lp = label_path_beside(path);
+        io::save(&lp, l, &SaveOptions { keep_dtype: true }).map_err(|e| e.to_string())?;
+        note.push_str(&format!(" and {}", lp.display()));
+    }
+    Ok(note)
+}
+
+/// `dir/NAME_label.EXT` beside `dir/NAME.EXT` (`.nii.gz` counts as one extension).
+pub fn label_path_beside(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let (stem, ext) = match name.strip_suffix(".nii.gz") {
+        Some(s) => (s.to_string(), "nii.gz".to_string()),
+        None => match name.rsplit_once('.') {
+            Some((s, e)) => (s.to_string(), e.to_string()),
+            None => (name.clone(), "nii.gz".to_string()),
+        },
+    };
+    path.with_file_name(format!("{stem}_label.{ext}"))
+}
+
+/// Where screenshots go: `~/Pictures` if it exists, else the home folder, else the current one.
+fn screenshot_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    home.as_ref()
+        .map(|h| h.join("Pictures"))
+        .filter(|p| p.is_dir())
+        .or(home)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Crops the window's screenshot to the views and writes it as a PNG; returns the path.
+fn save_screenshot(
+    shot: &egui::ColorImage,
+    views: Option<egui::Rect>,
+    pixels_per_point: f32,
+    scan: Option<&Path>,
+    dir: &Path,
+) -> Result<PathBuf, String> {
+    let [w, h] = shot.size;
+    let r = views.map_or(
+        egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(w as f32, h as f32)),
+        |r| egui::Rect::from_min_max(r.min * pixels_per_point, r.max * pixels_per_point),
+    );
+    let x0 = (r.min.x.max(0.0) as usize).min(w);
+    let y0 = (r.min.y.max(0.0) as usize).min(h);
+    let x1 = (r.max.x.max(0.0) as usize).clamp(x0, w);
+    let y1 = (r.max.y.max(0.0) as usize).clamp(y0, h);
+    if x1 == x0 || y1 == y0 {
+        return Err("the screenshot holds no views".into());
+    }
+    let mut rgba = Vec::with_capacity((x1 - x0) * (y1 - y0) * 4);
+    for y in y0..y1 {
+        for p in &shot.pixels[y * w + x0..y * w + x1] {
+            rgba.extend_from_slice(&p.to_array());
+        }
+    }
+    let stem = scan.and_then(|p| p.file_name()).map_or_else(
+        || "views".to_string(),
+        |n| {
+            let n = n.to_string_lossy();
+            n.trim_end_matches(".gz")
+                .trim_end_matches(".nii")
+                .to_string()
+        },
+    );
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let path = dir.join(format!("augscope-{stem}-{secs}.png"));
+    let (cw, ch) = ((x1 - x0) as u32, (y1 - y0) as u32);
+    crate::io::atomic_write(&path, "PNG", |f| {
+        use image::ImageEncoder as _;
+        image::codecs::png::PngEncoder::new(f)
+            .write_image(&rgba, cw, ch, image::ExtendedColorType::Rgba8)
+            .map_err(std::io::Error::other)
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
 /// What to open at start: the first file given, else the sample with its label map.
 pub fn initial_files(files: Vec<PathBuf>, label: Option<PathBuf>) -> (PathBuf, Option<PathBuf>) {
     match files.into_iter().next() {
@@ -170,6 +263,16 @@ pub enum Command {
     Pick(browse::Purpose),
     /// Show the built-in browser; `true` when the system's dialog failed to open.
     Browse(browse::Purpose, bool),
+    /// Write the augmented volume (and its label map beside it) to this path.
+    SaveAugmented(PathBuf),
+    /// What a save in the background came to: a note, or an error.
+    Saved(Result<String, String>),
+    /// Save a PNG of the views.
+    Screenshot,
+    /// The window's pixels, as the renderer read them.
+    ScreenshotTaken(Arc<egui::ColorImage>),
+    /// Show the keyboard and mouse help.
+    ShowHelp,
 }
 
 /// A loaded scan and where the views are.
@@ -260,6 +363,12 @@ pub struct Runtime {
     pub progress: Option<Progress>,
     /// The built-in file browser.
     pub browse: browse::BrowseRuntime,
+    pub help_open: bool,
+    /// A screenshot was asked for and has not arrived.
+    pub screenshot_pending: bool,
+    /// Where the views are in the window (points), for the screenshot.
+    pub views_rect: Option<egui::Rect>,
+    pub pixels_per_point: f32,
 }
 
 /// How far the whole-volume fill is.
@@ -365,6 +474,10 @@ impl App {
                 work_started: None,
                 progress: None,
                 browse: browse::BrowseRuntime::default(),
+                help_open: false,
+                screenshot_pending: false,
+                views_rect: None,
+                pixels_per_point: 1.0,
             },
         };
         if let Some((image, label)) = open {
@@ -460,7 +573,8 @@ impl App {
         }
     }
 
-    fn apply(&mut self, cmd: Command) {
+    /// Carries out one command (what the panels, menus and dialogs ask for).
+    pub fn apply(&mut self, cmd: Command) {
         let App { state, rt } = self;
         match cmd {
             Command::Open(image, label) => {
@@ -502,6 +616,48 @@ impl App {
                     );
                 }
             }
+            Command::SaveAugmented(path) => {
+                let full = rt.full.as_ref().filter(|f| f.generation == rt.generation);
+                match full {
+                    None => {
+                        rt.error =
+                            Some("nothing to save yet: the transform is still running".into())
+                    }
+                    Some(f) => {
+                        let (image, label) = (f.image.clone(), f.label.clone());
+                        let tx = rt.dialogs.0.clone();
+                        let spawned = std::thread::Builder::new()
+                            .name("augscope-save".into())
+                            .spawn(move || {
+                                let _ = tx.send(Command::Saved(save_augmented(
+                                    &path,
+                                    &image,
+                                    label.as_deref(),
+                                )));
+                            });
+                        if let Err(e) = spawned {
+                            rt.error = Some(format!("cannot start saving: {e}"));
+                        }
+                    }
+                }
+            }
+            Command::Saved(Ok(note)) => rt.note = Some(note),
+            Command::Saved(Err(e)) => rt.error = Some(e),
+            Command::Screenshot => rt.screenshot_pending = true,
+            Command::ScreenshotTaken(img) => {
+                let scan = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+                match save_screenshot(
+                    &img,
+                    rt.views_rect,
+                    rt.pixels_per_point,
+                    scan.as_deref(),
+                    &screenshot_dir(),
+                ) {
+                    Ok(p) => rt.note = Some(format!("screenshot saved: {}", p.display())),
+                    Err(e) => rt.error = Some(format!("screenshot not saved: {e}")),
+                }
+            }
+            Command::ShowHelp => rt.help_open = true,
             Command::Browse(purpose, failed) => {
                 let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());
                 let why = failed.then(|| {
@@ -669,6 +825,8 @@ impl App {
                     rt.error = None;
                     rt.note = l.note.clone();
                     state.push_recent(l.path.clone(), l.label_path.clone());
+                    let before = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+                    state.switch_scan(before.as_deref(), &l.path);
                     let views = slices::views(&l.image);
                     let cursor = l.image.shape.iter().map(|n| n / 2).collect();
                     if state.display.wl_path.as_deref() != Some(l.path.as_path())
@@ -1072,6 +1230,17 @@ impl eframe::App for App {
             grid::grid_window(ui, &mut self.state, &mut self.rt);
         }
         cmds.extend(browse::window(ui.ctx(), &mut self.rt.browse));
+        panels::help_window(ui.ctx(), &mut self.rt.help_open);
+        self.rt.pixels_per_point = ui.ctx().pixels_per_point();
+        if std::mem::take(&mut self.rt.screenshot_pending) {
+            // The pixels come back through the dialogs' channel once the frame is read.
+            let tx = self.rt.dialogs.0.clone();
+            let ctx = ui.ctx().clone();
+            ui.ctx().request_screenshot(move |img| {
+                let _ = tx.send(Command::ScreenshotTaken(img));
+                ctx.request_repaint();
+            });
+        }
         for c in cmds {
             self.apply(c);
         }

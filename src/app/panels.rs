@@ -31,6 +31,12 @@ pub fn shortcuts(ui: &egui::Ui, active_view: usize) -> Vec<Command> {
             egui::Key::Z,
         );
         let undo = egui::KeyboardShortcut::new(egui::Modifiers::COMMAND, egui::Key::Z);
+        if i.consume_key(egui::Modifiers::NONE, egui::Key::F1) {
+            out.push(Command::ShowHelp);
+        }
+        if i.consume_key(egui::Modifiers::NONE, egui::Key::F12) {
+            out.push(Command::Screenshot);
+        }
         if i.consume_shortcut(&redo_z) || i.consume_shortcut(&redo_y) {
             out.push(Command::Redo);
         } else if i.consume_shortcut(&undo) {
@@ -84,6 +90,13 @@ pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 }
                 if ui.button("Open the bundled sample").clicked() {
                     out.push(Command::Open(super::SAMPLE.into(), None));
+                }
+                if ui
+                    .add_enabled(has_scan, egui::Button::new("Save augmented volume…"))
+                    .on_hover_text("the transformed scan (float32) and its label map beside it")
+                    .clicked()
+                {
+                    out.push(Command::Pick(super::browse::Purpose::SaveVolume));
                 }
                 ui.separator();
                 if ui
@@ -174,6 +187,14 @@ pub fn menu_bar(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 }
                 if ui.button("What training will see…").clicked() {
                     out.push(Command::OpenGrid);
+                }
+                if ui.button("Screenshot of the views  (F12)").clicked() {
+                    out.push(Command::Screenshot);
+                }
+            });
+            ui.menu_button("Help", |ui| {
+                if ui.button("Keyboard and mouse  (F1)").clicked() {
+                    out.push(Command::ShowHelp);
                 }
             });
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
@@ -269,6 +290,58 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
     });
 }
 
+/// What the keyboard and mouse do, in the Help window.
+pub const SHORTCUTS: [(&str, &str); 16] = [
+    ("Ctrl+Z / Ctrl+Y", "undo / redo a parameter change"),
+    (
+        "wheel, Up / Down",
+        "next / previous slice of the view under the pointer",
+    ),
+    ("PgUp / PgDn", "ten slices on / back"),
+    ("Ctrl+wheel", "zoom the view"),
+    ("middle drag", "pan the view"),
+    ("double click", "fit the view again"),
+    ("click, left drag", "move the crosshair (all views follow)"),
+    ("right drag", "window (left/right) and level (up/down)"),
+    (
+        "Shift+drag on a slider",
+        "a tenth of the speed, for fine values",
+    ),
+    ("Tab, then Left / Right", "step the focused slider"),
+    ("double click a value", "type it"),
+    (
+        "drop files",
+        "open the first as the scan, the second as its label map",
+    ),
+    ("F12", "save a PNG of the views (in ~/Pictures)"),
+    ("F1", "this help"),
+    (
+        "Compare CPU vs GPU",
+        "both engines on the same plan, their |Δ| and times",
+    ),
+    (
+        "View, What training will see",
+        "a grid of draws of the preset",
+    ),
+];
+
+/// The Help window: every shortcut and mouse action.
+pub fn help_window(ctx: &egui::Context, open: &mut bool) {
+    egui::Window::new("Keyboard and mouse")
+        .open(open)
+        .collapsible(false)
+        .resizable(false)
+        .show(ctx, |ui| {
+            egui::Grid::new("shortcuts").striped(true).show(ui, |ui| {
+                for (keys, what) in SHORTCUTS {
+                    ui.label(RichText::new(keys).strong());
+                    ui.label(what);
+                    ui.end_row();
+                }
+            });
+        });
+}
+
 /// A duration in seconds as a person reads it: "0.8 s", "12 s", "2 min 05 s".
 fn secs(s: f64) -> String {
     if s < 10.0 {
@@ -308,7 +381,7 @@ pub fn readout(v: &crate::volume::Volume, h: &super::Hover) -> String {
     if let Some((o, a)) = h.label {
         s.push_str(&format!(" · label {}", num_short(o)));
         if let Some(a) = a {
-            s.push_str(&format!(" → {}", num_short(a)));
+            s.push_str(&format!(" -> {}", num_short(a)));
         }
     }
     s
@@ -365,10 +438,12 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
         .scan
         .as_ref()
         .map_or(vec![1.0; 3], |s| s.loaded.image.spacing_mm.clone());
+    // Narrower panels on a small screen: at 1280 px the views keep about 60 % of the width.
+    let w = ui.ctx().content_rect().width();
     egui::Panel::left("controls")
         .resizable(true)
-        .default_size(330.0)
-        .min_size(280.0)
+        .default_size((0.22 * w).clamp(270.0, 330.0))
+        .min_size(250.0)
         .show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| {
                 ui.spacing_mut().slider_width = 170.0;
@@ -729,24 +804,31 @@ fn elastic_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime, spacing: &[f64]) 
         } else {
             spacing.iter().map(|s| s.abs()).sum::<f64>() / spacing.len() as f64
         };
-        match readout {
-            Some((max, rms)) => {
-                ui.label(format!(
-                    "realised displacement{whose}: max {} vox ({} mm), RMS {} vox ({} mm)",
-                    num2(max),
-                    num2(max * mean_mm),
-                    num2(rms),
-                    num2(rms * mean_mm)
-                ))
-                .on_hover_text(
-                    "length of alpha·G_sigma(noise) over the grid; mm with the mean voxel spacing",
-                );
+        // Two lines whether the value is there or still computing, so that nothing below moves
+        // (and no click lands on the wrong control) while it is computed.
+        let line = ui.text_style_height(&egui::TextStyle::Body);
+        let h = 2.0 * line + ui.spacing().item_spacing.y;
+        ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
+            ui.set_min_height(h);
+            match readout {
+                Some((max, rms)) => {
+                    ui.label(format!(
+                        "realised displacement{whose}:\nmax {} vox ({} mm) · RMS {} vox ({} mm)",
+                        num2(max),
+                        num2(max * mean_mm),
+                        num2(rms),
+                        num2(rms * mean_mm)
+                    ))
+                    .on_hover_text(
+                        "length of alpha·G_sigma(noise) over the grid; mm with the mean voxel spacing",
+                    );
+                }
+                None if p.elastic => {
+                    ui.weak("realised displacement:\ncomputing…");
+                }
+                None => {}
             }
-            None if p.elastic => {
-                ui.weak("realised displacement: computing…");
-            }
-            None => {}
-        }
+        });
     });
     out
 }
@@ -1126,9 +1208,13 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
     if state.hide_info_panel {
         return;
     }
+    // A fixed width: a long done-list line wraps instead of widening the panel (and moving the
+    // views).
+    let w = ui.ctx().content_rect().width();
+    let width = (0.18 * w).clamp(220.0, 270.0);
     egui::Panel::right("info")
-        .resizable(true)
-        .default_size(270.0)
+        .resizable(false)
+        .exact_size(width)
         .show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| {
                 egui::CollapsingHeader::new("Scan")

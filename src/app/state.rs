@@ -498,10 +498,42 @@ pub struct State {
     /// The preset being edited in the preset editor; while it is there it is the preset in use
     /// (sampling, export, code), in place of `preset`.
     pub draft: Option<Preset>,
+    /// The translation last used on each scan (most recent first): it belongs to a scan's size
+    /// and content, so another scan starts from its own (or none), while every other parameter,
+    /// the augmentation being tuned, carries over.
+    pub scan_translation: Vec<(PathBuf, [f64; 3], Space)>,
 }
 
 impl State {
     pub const MAX_RECENT: usize = 8;
+
+    /// Keeps the translation of the scan at `from` and sets that of the scan at `to` (its own
+    /// from before, else none).
+    pub fn switch_scan(&mut self, from: Option<&std::path::Path>, to: &std::path::Path) {
+        if from == Some(to) {
+            return;
+        }
+        if let Some(from) = from {
+            self.scan_translation.retain(|(p, _, _)| p != from);
+            self.scan_translation.insert(
+                0,
+                (
+                    from.to_path_buf(),
+                    self.params.translate_vox,
+                    self.params.space,
+                ),
+            );
+            self.scan_translation.truncate(4 * Self::MAX_RECENT);
+        }
+        self.params.translate_vox = match self.scan_translation.iter().find(|(p, _, _)| p == to) {
+            // Saved in another unit: the translation is dropped rather than misread.
+            Some((_, t, space)) if *space == self.params.space => *t,
+            Some(_) => [0.0; 3],
+            // The first scan of a start keeps the saved parameters.
+            None if from.is_none() => self.params.translate_vox,
+            None => [0.0; 3],
+        };
+    }
 
     pub fn push_recent(&mut self, image: PathBuf, label: Option<PathBuf>) {
         self.recent.retain(|(p, _)| *p != image);
@@ -693,6 +725,27 @@ mod tests {
         let part: FilterParams =
             serde_json::from_str(r#"{"enabled": true, "sigma_vox": 3.0}"#).expect("loads");
         assert!(part.enabled && part.sigma_vox == 3.0 && part.median_size == 3);
+    }
+
+    #[test]
+    fn each_scan_keeps_its_own_translation() {
+        let (a, b) = (
+            std::path::Path::new("/a.nii"),
+            std::path::Path::new("/b.nii"),
+        );
+        let mut s = State::default();
+        s.params.translate_vox = [1.0, 2.0, 3.0];
+        s.params.alpha = 321.0;
+        s.switch_scan(None, a);
+        assert_eq!(s.params.translate_vox, [1.0, 2.0, 3.0]);
+        s.switch_scan(Some(a), b);
+        assert_eq!(s.params.translate_vox, [0.0; 3]);
+        assert_eq!(s.params.alpha, 321.0, "the augmentation carries over");
+        s.params.translate_vox = [0.0, -5.0, 0.0];
+        s.switch_scan(Some(b), a);
+        assert_eq!(s.params.translate_vox, [1.0, 2.0, 3.0]);
+        s.switch_scan(Some(a), b);
+        assert_eq!(s.params.translate_vox, [0.0, -5.0, 0.0]);
     }
 
     #[test]

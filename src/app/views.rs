@@ -58,13 +58,22 @@ fn view_ui(
     let mut out = vec![];
     // The title sits in a strip above the image, clear of the orientation letters.
     let header = Rect::from_min_max(rect.min, Pos2::new(rect.max.x, rect.min.y + 18.0));
-    ui.painter().text(
-        header.left_center() + Vec2::new(4.0, 0.0),
-        egui::Align2::LEFT_CENTER,
-        &v.title,
-        egui::FontId::proportional(13.0),
+    // One line, cut with "…" where the view is too narrow (the whole title on hover).
+    let font = egui::FontId::proportional(13.0);
+    let mut job =
+        egui::text::LayoutJob::simple_singleline(v.title.clone(), font, Color32::from_gray(220));
+    job.wrap = egui::text::TextWrapping::truncate_at_width((header.width() - 8.0).max(10.0));
+    let galley = ui.fonts_mut(|f| f.layout_job(job));
+    let elided = galley.elided;
+    ui.painter().galley(
+        header.left_top() + Vec2::new(4.0, (header.height() - galley.size().y) * 0.5),
+        galley,
         Color32::from_gray(220),
     );
+    if elided {
+        ui.interact(header, ui.scope_id().with(("title", v.key)), Sense::hover())
+            .on_hover_text(&v.title);
+    }
     let rect = Rect::from_min_max(Pos2::new(rect.min.x, header.max.y), rect.max);
     let resp = ui.interact(
         rect,
@@ -334,6 +343,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 (rows, views.len())
             };
             let full = ui.available_rect_before_wrap();
+            rt.views_rect = Some(full);
             let slider_h = 26.0;
             let cell = Vec2::new(
                 full.width() / n_cols as f32,
