@@ -404,3 +404,48 @@ fn help_lists_the_shortcuts() {
         assert!(h.query_all_by_label(keys).next().is_some(), "{keys}");
     }
 }
+
+/// Export batch: the format and type chosen in the dialog are what is written.
+#[test]
+fn export_writes_the_chosen_format_and_type() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let n = 6 * 8 * 7;
+    let mut v = Volume::new((0..n).map(|i| (i % 251) as f32).collect(), vec![6, 8, 7], 1);
+    v.dtype = augscope::DType::U8;
+    let img = dir.path().join("u8.nii.gz");
+    io::save(&img, &v, &SaveOptions { keep_dtype: true }).expect("scan");
+    let mut h = harness(img);
+    settle(&mut h);
+    h.state_mut().state.params.rotate_deg = [0.0, 0.0, 20.0];
+    settle(&mut h);
+    h.state_mut().apply(Command::OpenExport);
+    h.run_steps(3);
+    h.get_by_label("float32").click();
+    h.run_steps(1);
+    h.get_by_label("scan's type").click();
+    h.run_steps(1);
+    let out = dir.path().join("batch");
+    {
+        let s = &mut h.state_mut().state.export;
+        s.count = 2;
+        s.out_dir = out.display().to_string();
+        s.ext = "npy".into();
+    }
+    assert!(h.state().state.export.keep_dtype);
+    h.state_mut().apply(Command::StartExport);
+    settle(&mut h);
+    assert!(matches!(h.state().rt.export.last, Some(Ok(_))));
+    let files: Vec<PathBuf> = std::fs::read_dir(&out)
+        .expect("out")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "npy"))
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in files {
+        // NumPy's header names the type: |u1 is uint8.
+        let head = std::fs::read(&f).expect("npy");
+        let text = String::from_utf8_lossy(&head[..128.min(head.len())]).into_owned();
+        assert!(text.contains("'descr': '|u1'"), "{text}");
+    }
+}

@@ -38,7 +38,21 @@ pub struct ExportSettings {
     pub include_label: bool,
     /// Continue a batch in a folder that already holds its manifest.
     pub resume: bool,
+    /// Output format: `""` for the scan's own kind, else `nii.gz`, `nii`, `npy` or `png`
+    /// (`augscope batch --ext`).
+    pub ext: String,
+    /// Write in the scan's own type instead of float32 (`--dtype keep`).
+    pub keep_dtype: bool,
 }
+
+/// The export formats offered: (value of `ext`, shown as).
+pub const FORMATS: [(&str, &str); 5] = [
+    ("", "as the scan"),
+    ("nii.gz", "NIfTI .nii.gz"),
+    ("nii", "NIfTI .nii"),
+    ("npy", "NumPy .npy"),
+    ("png", "PNG (2D)"),
+];
 
 impl Default for ExportSettings {
     fn default() -> Self {
@@ -49,6 +63,8 @@ impl Default for ExportSettings {
             from_preset: false,
             include_label: true,
             resume: false,
+            ext: String::new(),
+            keep_dtype: false,
         }
     }
 }
@@ -177,8 +193,8 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
         precision: state.params.precision,
         shard: (0, 1),
         resume: s.resume,
-        ext: None,
-        keep_dtype: false,
+        ext: (!s.ext.is_empty()).then(|| s.ext.clone()),
+        keep_dtype: s.keep_dtype,
         progress: false,
         stop: stop.clone(),
         counter: counter.clone(),
@@ -225,6 +241,8 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                 from_preset,
                 include_label,
                 resume,
+                ext,
+                keep_dtype,
             } = &mut state.export;
             ui.add_enabled_ui(!running, |ui| {
                 egui::Grid::new("export").num_columns(2).show(ui, |ui| {
@@ -266,6 +284,28 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
                         ui.radio_value(from_preset, true, format!("preset {name}"))
                             .on_hover_text("drawn with the preset's probabilities and ranges");
+                    });
+                    ui.end_row();
+                    ui.label("format");
+                    ui.horizontal(|ui| {
+                        egui::ComboBox::from_id_salt("export format")
+                            .selected_text(
+                                FORMATS
+                                    .iter()
+                                    .find(|(e, _)| e == ext)
+                                    .map_or(ext.as_str(), |(_, n)| n),
+                            )
+                            .show_ui(ui, |ui| {
+                                for (e, name) in FORMATS {
+                                    ui.selectable_value(ext, e.to_string(), name);
+                                }
+                            });
+                        ui.selectable_value(keep_dtype, false, "float32")
+                            .on_hover_text("every image as float32 (label maps keep their type)");
+                        ui.selectable_value(keep_dtype, true, "scan's type")
+                            .on_hover_text(
+                                "the scan's own type, rounded and clamped as scipy does (--dtype keep)",
+                            );
                     });
                     ui.end_row();
                 });

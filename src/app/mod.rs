@@ -12,6 +12,7 @@ pub mod export;
 pub mod format;
 pub mod grid;
 pub mod latency;
+pub mod legend;
 pub mod overlay;
 pub mod panels;
 pub mod preflight;

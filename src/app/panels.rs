@@ -1148,6 +1148,15 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
         }
     });
     if let Some(s) = &rt.scan {
+        if let Some(l) = super::legend::histogram_ui(
+            ui,
+            &s.loaded.histogram,
+            level,
+            width,
+            d.colormap,
+        ) {
+            out.push(Command::SetWindow { level: l, width });
+        }
         // CT windows in HU for a CT; percentile windows for every other scan.
         ui.horizontal_wrapped(|ui| {
             for (name, w, l) in &s.loaded.windows {
@@ -1187,6 +1196,13 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
             ui.add(egui::Slider::new(&mut d.label_opacity, 0.0..=1.0).text("opacity"));
         });
     });
+    if let Some(s) = rt.scan.as_ref().filter(|s| !s.loaded.labels.is_empty())
+        && d.show_label
+    {
+        egui::CollapsingHeader::new("label legend")
+            .default_open(s.loaded.labels.len() <= 8)
+            .show(ui, |ui| super::legend::legend_ui(ui, &s.loaded.labels));
+    }
     ui.checkbox(&mut d.side_by_side, "original beside augmented");
     ui.checkbox(&mut d.difference, "difference map |aug − orig|");
     ui.checkbox(&mut d.crosshair, "crosshair");

@@ -48,6 +48,10 @@ pub struct Loaded {
     /// The window presets that suit the scan: the CT windows in Hounsfield units for a CT,
     /// percentile windows for every other scan. (name, width, level).
     pub windows: Vec<(String, f32, f32)>,
+    /// The image's histogram over `range`.
+    pub histogram: super::legend::Histogram,
+    /// The labels of the label map, with their names where the data set gives them.
+    pub labels: Vec<super::legend::LabelEntry>,
 }
 
 /// Whether a scan's values are Hounsfield units: air (about −1000 HU) is in it, which no MR,
@@ -1029,6 +1033,13 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
         (0.0, 0.0)
     };
     let windows = window_presets(&image.data, range);
+    let histogram = super::legend::Histogram::of(&image.data, range);
+    let labels = match (&label, &label_path) {
+        (Some(l), Some(lp)) => {
+            super::legend::label_entries(&l.data, &super::legend::label_names(lp))
+        }
+        _ => vec![],
+    };
     Ok(Loaded {
         image: Arc::new(image),
         label,
@@ -1039,6 +1050,8 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
         load_ms: t.elapsed().as_secs_f64() * 1e3,
         range,
         windows,
+        histogram,
+        labels,
     })
 }
 
