@@ -162,12 +162,27 @@ fn fs_main(in: VsOut) -> @location(0) vec4<f32> {
         rgb = colormap((fetch(image_tex, p, view.channel) - lo) * inv_w);
     }
     if (view.has_label == 1u && view.label_opacity > 0.0) {
-        // Labels are categorical: nearest texel, never interpolated.
+        // Labels are categorical: the label of the voxel that holds p, never a mixed value.
         let hi = vec2<i32>(view.size) - vec2<i32>(1);
         let t = clamp(vec2<i32>(floor(p)), vec2<i32>(0), hi);
         let id = textureLoad(label_tex, t, 0).r;
         if (id >= 0.5) {
-            rgb = mix(rgb, label_colour(u32(id + 0.5)), view.label_opacity);
+            // Drawn as the image is: flat squares with `nearest`, else with edges as smooth as
+            // the bilinear image (the share of the four nearest voxel centres holding this label).
+            var cover = 1.0;
+            if (view.nearest == 0u) {
+                let q = p - vec2<f32>(0.5);
+                let f = q - floor(q);
+                let a = clamp(vec2<i32>(floor(q)), vec2<i32>(0), hi);
+                let b = clamp(vec2<i32>(floor(q)) + vec2<i32>(1), vec2<i32>(0), hi);
+                let s00 = select(0.0, 1.0, abs(textureLoad(label_tex, vec2<i32>(a.x, a.y), 0).r - id) < 0.5);
+                let s10 = select(0.0, 1.0, abs(textureLoad(label_tex, vec2<i32>(b.x, a.y), 0).r - id) < 0.5);
+                let s01 = select(0.0, 1.0, abs(textureLoad(label_tex, vec2<i32>(a.x, b.y), 0).r - id) < 0.5);
+                let s11 = select(0.0, 1.0, abs(textureLoad(label_tex, vec2<i32>(b.x, b.y), 0).r - id) < 0.5);
+                let share = mix(mix(s00, s10, f.x), mix(s01, s11, f.x), f.y);
+                cover = smoothstep(0.25, 0.75, share);
+            }
+            rgb = mix(rgb, label_colour(u32(id + 0.5)), view.label_opacity * cover);
         }
     }
     if (view.has_mask == 1u && view.mask_opacity > 0.0) {

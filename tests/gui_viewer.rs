@@ -449,3 +449,46 @@ fn export_writes_the_chosen_format_and_type() {
         assert!(text.contains("'descr': '|u1'"), "{text}");
     }
 }
+
+/// "display as the sampling order": order 0 is drawn as "voxels as they are", order 1 as the
+/// bilinear display, pixel for pixel.
+#[test]
+fn display_follows_the_sampling_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (p, _) = scan(dir.path(), "small.nii", [6, 10, 8], 1);
+    let mut h = harness(p);
+    settle(&mut h);
+    let mut shot = |h: &mut Harness<'_, App>| {
+        h.run_steps(2);
+        h.render().expect("render")
+    };
+    let linear = shot(&mut h);
+    h.state_mut().state.display.nearest = true;
+    let nearest = shot(&mut h);
+    assert_ne!(
+        linear, nearest,
+        "nearest and bilinear display differ on a small scan"
+    );
+    h.state_mut().state.display.nearest = false;
+    h.state_mut().state.display.follow_order = true;
+    h.state_mut().state.params.order = augscope::augment::Order::Linear;
+    settle(&mut h);
+    let follow_linear = shot(&mut h);
+    h.state_mut().state.params.order = augscope::augment::Order::Nearest;
+    settle(&mut h);
+    let follow_nearest = shot(&mut h);
+    // The views alone (the controls differ: the order buttons and this checkbox).
+    let views = |img: &image::RgbaImage| {
+        let r = h.state().rt.views_rect.expect("views");
+        image::imageops::crop_imm(
+            img,
+            r.min.x as u32,
+            r.min.y as u32,
+            r.width() as u32,
+            r.height() as u32,
+        )
+        .to_image()
+    };
+    assert_eq!(views(&follow_linear), views(&linear));
+    assert_eq!(views(&follow_nearest), views(&nearest));
+}

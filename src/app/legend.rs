@@ -64,7 +64,10 @@ pub fn label_entries(data: &[f32], names: &[(u32, String)]) -> Vec<LabelEntry> {
         .map(|(value, voxels)| LabelEntry {
             value,
             voxels,
-            name: names.iter().find(|(v, _)| *v == value).map(|(_, n)| n.clone()),
+            name: names
+                .iter()
+                .find(|(v, _)| *v == value)
+                .map(|(_, n)| n.clone()),
         })
         .collect()
 }
@@ -75,7 +78,11 @@ pub fn label_names(label_path: &Path) -> Vec<(u32, String)> {
     if label_path == Path::new(super::SAMPLE_LABEL) {
         return vec![(1, "grey matter".into()), (2, "white matter".into())];
     }
-    let dirs = label_path.parent().into_iter().flat_map(|d| [Some(d), d.parent()]).flatten();
+    let dirs = label_path
+        .parent()
+        .into_iter()
+        .flat_map(|d| [Some(d), d.parent()])
+        .flatten();
     for d in dirs {
         let Ok(text) = std::fs::read_to_string(d.join("dataset.json")) else {
             continue;
@@ -139,7 +146,10 @@ pub fn colormap(map: Colormap, t: f32) -> Color32 {
                 [-5.435_456, 4.645_852_6, 26.312_435],
             ];
             std::array::from_fn(|c| {
-                C.iter().rev().fold(0.0, |acc, k| acc * x + k[c]).clamp(0.0, 1.0)
+                C.iter()
+                    .rev()
+                    .fold(0.0, |acc, k| acc * x + k[c])
+                    .clamp(0.0, 1.0)
             })
         }
     };
@@ -169,7 +179,12 @@ pub fn histogram_ui(
     let span = (h.hi - h.lo).max(f32::MIN_POSITIVE);
     let x_of = |v: f32| plot.min.x + (v - h.lo) / span * plot.width();
     let v_of = |x: f32| h.lo + (x - plot.min.x) / plot.width() * span;
-    let max = h.counts.iter().map(|&c| ((c + 1) as f32).ln()).fold(0.0f32, f32::max).max(1e-6);
+    let max = h
+        .counts
+        .iter()
+        .map(|&c| ((c + 1) as f32).ln())
+        .fold(0.0f32, f32::max)
+        .max(1e-6);
     let bw = plot.width() / h.counts.len() as f32;
     for (i, &c) in h.counts.iter().enumerate() {
         if c == 0 {
@@ -243,18 +258,23 @@ fn short(v: f32) -> String {
 /// The label legend: colour, value, name and share of the voxels of each label.
 pub fn legend_ui(ui: &mut egui::Ui, labels: &[LabelEntry]) {
     let total: u64 = labels.iter().map(|l| l.voxels).sum::<u64>().max(1);
-    egui::Grid::new("label legend").num_columns(3).show(ui, |ui| {
-        for l in labels {
-            let (r, _) = ui.allocate_exact_size(Vec2::splat(12.0), Sense::hover());
-            ui.painter().rect_filled(r, 2.0, label_colour(l.value));
-            ui.label(match &l.name {
-                Some(n) => format!("{} {n}", l.value),
-                None => format!("{}", l.value),
-            });
-            ui.weak(format!("{:.1} % of labelled voxels", 100.0 * l.voxels as f64 / total as f64));
-            ui.end_row();
-        }
-    });
+    egui::Grid::new("label legend")
+        .num_columns(3)
+        .show(ui, |ui| {
+            for l in labels {
+                let (r, _) = ui.allocate_exact_size(Vec2::splat(12.0), Sense::hover());
+                ui.painter().rect_filled(r, 2.0, label_colour(l.value));
+                ui.label(match &l.name {
+                    Some(n) => format!("{} {n}", l.value),
+                    None => format!("{}", l.value),
+                });
+                ui.weak(format!(
+                    "{:.1} % of labelled voxels",
+                    100.0 * l.voxels as f64 / total as f64
+                ));
+                ui.end_row();
+            }
+        });
 }
 
 #[cfg(test)]
@@ -272,8 +292,10 @@ mod tests {
     #[test]
     fn labels_are_counted_and_named() {
         let e = label_entries(&[0.0, 1.0, 2.0, 2.0, 7.0], &[(2, "liver".into())]);
-        let got: Vec<(u32, u64, Option<&str>)> =
-            e.iter().map(|l| (l.value, l.voxels, l.name.as_deref())).collect();
+        let got: Vec<(u32, u64, Option<&str>)> = e
+            .iter()
+            .map(|l| (l.value, l.voxels, l.name.as_deref()))
+            .collect();
         assert_eq!(got, [(1, 1, None), (2, 2, Some("liver")), (7, 1, None)]);
     }
 
@@ -288,7 +310,14 @@ mod tests {
         .expect("json");
         let mut n = label_names(&d.path().join("labelsTr/case_000.nii.gz"));
         n.sort();
-        assert_eq!(n, [(0, "background".into()), (1, "liver".into()), (2, "tumour".into())]);
+        assert_eq!(
+            n,
+            [
+                (0, "background".into()),
+                (1, "liver".into()),
+                (2, "tumour".into())
+            ]
+        );
     }
 
     #[test]
@@ -296,7 +325,10 @@ mod tests {
         assert_eq!(label_colour(1), Color32::from_rgb(242, 89, 51));
         assert_eq!(colormap(Colormap::Gray, 0.5), Color32::from_gray(128));
         // viridis runs from dark purple to yellow.
-        let (a, b) = (colormap(Colormap::Viridis, 0.0), colormap(Colormap::Viridis, 1.0));
+        let (a, b) = (
+            colormap(Colormap::Viridis, 0.0),
+            colormap(Colormap::Viridis, 1.0),
+        );
         assert!(a.b() > a.g() && b.r() > 200 && b.g() > 200);
     }
 }

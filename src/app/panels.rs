@@ -1148,13 +1148,9 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
         }
     });
     if let Some(s) = &rt.scan {
-        if let Some(l) = super::legend::histogram_ui(
-            ui,
-            &s.loaded.histogram,
-            level,
-            width,
-            d.colormap,
-        ) {
+        if let Some(l) =
+            super::legend::histogram_ui(ui, &s.loaded.histogram, level, width, d.colormap)
+        {
             out.push(Command::SetWindow { level: l, width });
         }
         // CT windows in HU for a CT; percentile windows for every other scan.
@@ -1206,10 +1202,14 @@ fn display_ui(ui: &mut egui::Ui, d: &mut super::Display, rt: &Runtime) -> Vec<Co
     ui.checkbox(&mut d.side_by_side, "original beside augmented");
     ui.checkbox(&mut d.difference, "difference map |aug − orig|");
     ui.checkbox(&mut d.crosshair, "crosshair");
-    ui.checkbox(&mut d.nearest, "voxels as they are (nearest)")
-        .on_hover_text(
-            "each voxel a flat square instead of bilinear display: tells order 0 from 3",
-        );
+    ui.add_enabled_ui(!d.follow_order, |ui| {
+        ui.checkbox(&mut d.nearest, "voxels as they are (nearest)")
+            .on_hover_text(
+                "each voxel a flat square instead of bilinear display: tells order 0 from 3",
+            );
+    });
+    ui.checkbox(&mut d.follow_order, "display as the sampling order")
+        .on_hover_text("nearest while the order is 0, bilinear otherwise");
     ui.checkbox(&mut d.deformation_grid, "deformation grid")
         .on_hover_text("the scan's voxel grid, every 8 voxels, where the transform moves it");
     ui.checkbox(&mut d.jacobian, "Jacobian")

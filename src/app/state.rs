@@ -455,6 +455,9 @@ pub struct Display {
     /// Voxels drawn as they are (flat squares) instead of bilinear: order 0 against order 3
     /// and small volumes are seen as they are.
     pub nearest: bool,
+    /// Display as the transform samples: nearest for order 0, bilinear otherwise (overrides
+    /// `nearest`).
+    pub follow_order: bool,
 }
 
 impl Default for Display {
@@ -474,6 +477,7 @@ impl Default for Display {
             control_grid: true,
             wl_path: None,
             nearest: false,
+            follow_order: false,
         }
     }
 }

@@ -280,7 +280,11 @@ fn look(state: &State, scan: &super::Scan, difference: bool) -> Look {
         } else {
             0.0
         },
-        nearest: d.nearest,
+        nearest: if d.follow_order {
+            state.params.order == crate::augment::Order::Nearest
+        } else {
+            d.nearest
+        },
     }
 }
 
