@@ -137,6 +137,9 @@ fn slice_keys_and_window_presets() {
     settle(&mut h);
     let after = h.state().rt.scan.as_ref().map(|s| s.cursor.clone());
     assert_ne!(before, after);
+    // The Display section sits low in the scrolling controls panel.
+    h.get_by_label("viridis").scroll_to_me();
+    h.run_steps(3);
     h.get_by_label("viridis").click();
     // An MR: percentile windows, no CT windows in HU.
     assert!(h.query_by_label("Bone").is_none());

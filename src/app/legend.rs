@@ -235,12 +235,13 @@ pub fn histogram_ui(
         short(lo),
         short(hi)
     ));
-    ui.horizontal(|ui| {
-        ui.weak(short(h.lo));
-        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-            ui.weak(short(h.hi));
-        });
-    });
+    // The axis' ends, under the ends of the bar.
+    let font = egui::TextStyle::Small.resolve(ui.style());
+    let (axis, _) = ui.allocate_exact_size(Vec2::new(size.x, font.size + 2.0), Sense::hover());
+    let weak = ui.visuals().weak_text_color();
+    let p = ui.painter_at(axis);
+    p.text(axis.left_top(), egui::Align2::LEFT_TOP, short(h.lo), font.clone(), weak);
+    p.text(axis.right_top(), egui::Align2::RIGHT_TOP, short(h.hi), font, weak);
     (resp.dragged() || resp.clicked())
         .then(|| resp.interact_pointer_pos())
         .flatten()
