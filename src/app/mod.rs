@@ -89,6 +89,8 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                         app.apply(Command::OpenGrid);
                     } else if let Some(name) = part.strip_prefix("preset=") {
                         app.state.preset = name.to_string();
+                    } else if part == "nearest" {
+                        app.state.display.nearest = true;
                     } else if part == "overlays" {
                         app.state.display.deformation_grid = true;
                         app.state.display.jacobian = true;
@@ -1141,6 +1143,13 @@ pub fn preset_params(spec: &str, base: Params) -> Params {
                 p.sigma_vox = *s;
             }
             ("seed", [n]) => p.seed = *n as u64,
+            ("order", [n]) => {
+                p.order = match *n as u8 {
+                    0 => crate::augment::Order::Nearest,
+                    3 => crate::augment::Order::Cubic,
+                    _ => crate::augment::Order::Linear,
+                }
+            }
             _ => {}
         }
     }
