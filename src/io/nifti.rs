@@ -1410,4 +1410,32 @@ mod tests {
         assert_eq!(&p.descrip[..3], b"abc");
         assert_eq!(p.vox_offset, h.vox_offset);
     }
+
+    #[test]
+    fn header2_bytes_round_trip() {
+        let h = NiftiHeader {
+            descrip: b"wide".to_vec(),
+            intent_name: *b"name\0\0\0\0\0\0\0\0\0\0\0\0",
+            dim_info: 57,
+            ..NiftiHeader::default()
+        };
+        let mut w = Nifti2Fields::widen(&h, [3, 70000, 2, 1, 1, 1, 1, 1]);
+        w.srow[0] = [0.1, 1.0 / 3.0, -7.25, 1e300];
+        w.scl_slope = 0.1;
+        w.vox_offset = 1 << 40;
+        w.intent_code = 1 << 20;
+        let b = header2_bytes(&h, &w);
+        assert_eq!(b.len(), HEADER2_LEN);
+        let p = parse_header2(&b).unwrap();
+        assert!(!p.big);
+        assert_eq!(p.wide, w);
+        assert_eq!(&p.header.descrip[..4], b"wide");
+        assert_eq!(
+            (p.header.intent_name, p.header.dim_info),
+            (h.intent_name, 57)
+        );
+        // Narrowed: dims saturate, an out-of-range code stays out of range.
+        assert_eq!(p.header.dim[1], u16::MAX);
+        assert_eq!(p.header.intent_code, i16::MAX);
+    }
 }
