@@ -4,6 +4,8 @@
 //! by nibabel itself; hostile NIfTI-2 headers must be one error line, never a panic.
 //! Arrays are `[z, y, x]`; NIfTI / nibabel index `(i, j, k)`.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
