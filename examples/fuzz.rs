@@ -214,6 +214,7 @@ fn corpus(root: &Path) -> Vec<(String, String, Vec<u8>)> {
         }
     }
     for (kind, rel) in [
+        ("nifti", "tests/fuzz/seeds/nifti2.nii"),
         ("dicom", "tests/data/dicom/MR_small.dcm"),
         ("dicom", "tests/data/dicom/CT_small.dcm"),
         ("jpeg", "tests/data/retina.jpg"),

@@ -88,6 +88,9 @@ pub struct Volume {
     pub dtype: DType,
     /// The NIfTI header the volume came from, so that a written file keeps every field.
     pub nifti_header: Option<Box<nifti::NiftiHeader>>,
+    /// The 64-bit fields of a NIfTI-2 header the volume came from (`nifti_header` then holds
+    /// them narrowed, with `sizeof_hdr` 540), so that it is written back as NIfTI-2 unchanged.
+    pub nifti2: Option<Box<crate::io::nifti::Nifti2Fields>>,
     /// Window centre and width from the file (DICOM), the GUI's default window/level.
     pub default_window: Option<(f64, f64)>,
     /// Whether the affine places the voxels in a patient's anatomy (NIfTI, DICOM), so that the
@@ -123,6 +126,7 @@ impl Volume {
             world_from_voxel: identity4(),
             dtype: DType::F32,
             nifti_header: None,
+            nifti2: None,
             default_window: None,
             oriented: false,
         }
@@ -176,6 +180,7 @@ impl Volume {
             world_from_voxel: self.world_from_voxel,
             dtype: self.dtype,
             nifti_header: self.nifti_header.clone(),
+            nifti2: self.nifti2.clone(),
             default_window: self.default_window,
             oriented: self.oriented,
         }
@@ -201,6 +206,7 @@ impl Volume {
             world_from_voxel: self.world_from_voxel,
             dtype: self.dtype,
             nifti_header: self.nifti_header.clone(),
+            nifti2: self.nifti2.clone(),
             default_window: self.default_window,
             oriented: self.oriented,
         }

@@ -1,13 +1,15 @@
-//! NIfTI-1 single-file `.nii` / `.nii.gz` read and write.
+//! NIfTI-1 and NIfTI-2 single-file `.nii` / `.nii.gz` read and write.
 //!
 //! Arrays are `[z, y, x]` (NIfTI `(k, j, i)`), 2D images `[y, x]`; the 4th NIfTI axis and RGB24
 //! colour are channels (DESIGN §2). Because NIfTI stores `i` fastest, the file order already is C
 //! order for `[z, y, x]` (and channel-major for `[t, z, y, x]`): no transpose is needed.
 //!
-//! The 348-byte header is parsed and validated here, by hand, in either byte order, before a
-//! single data byte is read: the `nifti` crate allocates whatever a header declares and panics on
-//! some hostile headers, so only its [`NiftiHeader`] type is used, to carry every header field
-//! from a read to a write. What the reader returns reproduces nibabel (`nib.load(p)`):
+//! The header (348 bytes for NIfTI-1, 540 for NIfTI-2) is parsed and validated here, by hand, in
+//! either byte order, before a single data byte is read: the `nifti` crate allocates whatever a
+//! header declares and panics on some hostile headers, so only its [`NiftiHeader`] type is used,
+//! to carry every header field from a read to a write. NIfTI-2's 64-bit dims, offsets and floats
+//! do not fit that type: a NIfTI-2 volume keeps them in `Volume::nifti2` ([`Nifti2Fields`]) and is
+//! written back as NIfTI-2. What the reader returns reproduces nibabel (`nib.load(p)`):
 //! `get_fdata()` for the values (scl_slope/scl_inter applied, slope 0 or non-finite meaning no
 //! scaling), `img.affine` for `world_from_voxel` and `header.get_zooms()` for the spacing,
 //! including the fixes nibabel applies silently on load (qfac not ±1 → 1, pixdim ≤ 0 → |pixdim| or
@@ -30,6 +32,13 @@ const FORMAT: &str = "NIfTI";
 const HEADER_LEN: usize = 348;
 /// Header plus the 4-byte extension flag: where a written file's voxels start.
 const DATA_OFFSET: usize = 352;
+/// `sizeof_hdr` of NIfTI-2.
+const HEADER2_LEN: usize = 540;
+/// Where a written NIfTI-2 file's voxels start.
+const DATA2_OFFSET: usize = 544;
+/// The magic of a single-file NIfTI-2 and the four bytes after it, which catch a file altered by
+/// a text-mode transfer.
+const MAGIC2: &[u8; 8] = b"n+2\0\r\n\x1a\n";
 /// NIfTI-1 stores dimensions as signed 16-bit integers.
 const MAX_DIM: usize = i16::MAX as usize;
 /// Deflate cannot expand data by more than about 1032:1, which bounds what a `.nii.gz` of a
@@ -120,9 +129,141 @@ impl Storage {
     }
 }
 
+/// The header version of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    /// NIfTI-1: a 348-byte header, 16-bit dims, 32-bit floats.
+    One,
+    /// NIfTI-2: a 540-byte header, 64-bit dims and offsets, 64-bit floats.
+    Two,
+}
+
+impl Version {
+    /// `sizeof_hdr`.
+    fn header_len(self) -> usize {
+        match self {
+            Version::One => HEADER_LEN,
+            Version::Two => HEADER2_LEN,
+        }
+    }
+
+    /// Header plus the 4-byte extension flag: where a written file's voxels start.
+    fn data_offset(self) -> usize {
+        self.header_len() + 4
+    }
+
+    /// nibabel's `quaternion_threshold`: three epsilons of the header's float type.
+    fn quaternion_threshold(self) -> f64 {
+        match self {
+            Version::One => 3.0 * f32::EPSILON as f64,
+            Version::Two => 3.0 * f64::EPSILON,
+        }
+    }
+}
+
+/// The numeric fields of a NIfTI header at NIfTI-2 width: 64-bit dims, offsets, slice indices
+/// and floats, 32-bit codes. Every NIfTI-1 value fits exactly, so reading and writing work on this
+/// form for both versions. A volume read from a NIfTI-2 file keeps it in `Volume::nifti2`, beside
+/// the narrowed [`NiftiHeader`] (`sizeof_hdr` 540, magic `n+2`), so that it is written back as
+/// NIfTI-2 without losing precision. The text fields (descrip, aux_file, intent_name) and
+/// dim_info are those of the [`NiftiHeader`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nifti2Fields {
+    pub datatype: i16,
+    pub bitpix: i16,
+    /// Signed, as in the file: a negative dim is reported, not wrapped.
+    pub dim: [i64; 8],
+    pub intent_p: [f64; 3],
+    pub pixdim: [f64; 8],
+    pub vox_offset: i64,
+    pub scl_slope: f64,
+    pub scl_inter: f64,
+    pub cal_max: f64,
+    pub cal_min: f64,
+    pub slice_duration: f64,
+    pub toffset: f64,
+    pub slice_start: i64,
+    pub slice_end: i64,
+    pub qform_code: i32,
+    pub sform_code: i32,
+    /// quatern_b, quatern_c, quatern_d.
+    pub quatern: [f64; 3],
+    /// qoffset_x, qoffset_y, qoffset_z.
+    pub qoffset: [f64; 3],
+    pub srow: [[f64; 4]; 3],
+    pub slice_code: i32,
+    pub xyzt_units: i32,
+    pub intent_code: i32,
+}
+
+impl Nifti2Fields {
+    /// The numbers of a NIfTI-1 header, widened (exactly). `dim` is passed separately because
+    /// NIfTI's `dim` is signed and `NiftiHeader::dim` is not.
+    fn widen(h: &NiftiHeader, dim: [i64; 8]) -> Nifti2Fields {
+        let f = |v: f32| v as f64;
+        Nifti2Fields {
+            datatype: h.datatype,
+            bitpix: h.bitpix,
+            dim,
+            intent_p: [f(h.intent_p1), f(h.intent_p2), f(h.intent_p3)],
+            pixdim: h.pixdim.map(f),
+            // Only a record: the reader checks NIfTI-1's float vox_offset itself.
+            vox_offset: h.vox_offset as i64,
+            scl_slope: f(h.scl_slope),
+            scl_inter: f(h.scl_inter),
+            cal_max: f(h.cal_max),
+            cal_min: f(h.cal_min),
+            slice_duration: f(h.slice_duration),
+            toffset: f(h.toffset),
+            slice_start: h.slice_start as i64,
+            slice_end: h.slice_end as i64,
+            qform_code: h.qform_code as i32,
+            sform_code: h.sform_code as i32,
+            quatern: [f(h.quatern_b), f(h.quatern_c), f(h.quatern_d)],
+            qoffset: [f(h.quatern_x), f(h.quatern_y), f(h.quatern_z)],
+            srow: [h.srow_x, h.srow_y, h.srow_z].map(|r| r.map(f)),
+            slice_code: h.slice_code as i32,
+            xyzt_units: h.xyzt_units as i32,
+            intent_code: h.intent_code as i32,
+        }
+    }
+
+    /// Stores these numbers in a NIfTI-1 header: floats rounded to f32, integers saturated to
+    /// the narrower type (an out-of-range code stays out of range, so it stays invalid).
+    fn narrow_into(&self, h: &mut NiftiHeader) {
+        let sat16 = |v: i64| v.clamp(i16::MIN as i64, i16::MAX as i64) as i16;
+        let sat8 = |v: i32| v.clamp(0, u8::MAX as i32) as u8;
+        let f = |v: f64| v as f32;
+        h.datatype = self.datatype;
+        h.bitpix = self.bitpix;
+        h.dim = self.dim.map(|d| d.clamp(0, u16::MAX as i64) as u16);
+        [h.intent_p1, h.intent_p2, h.intent_p3] = self.intent_p.map(f);
+        h.pixdim = self.pixdim.map(f);
+        h.vox_offset = self.vox_offset as f32;
+        h.scl_slope = f(self.scl_slope);
+        h.scl_inter = f(self.scl_inter);
+        h.cal_max = f(self.cal_max);
+        h.cal_min = f(self.cal_min);
+        h.slice_duration = f(self.slice_duration);
+        h.toffset = f(self.toffset);
+        h.slice_start = sat16(self.slice_start);
+        h.slice_end = sat16(self.slice_end);
+        h.qform_code = sat16(self.qform_code as i64);
+        h.sform_code = sat16(self.sform_code as i64);
+        [h.quatern_b, h.quatern_c, h.quatern_d] = self.quatern.map(f);
+        [h.quatern_x, h.quatern_y, h.quatern_z] = self.qoffset.map(f);
+        [h.srow_x, h.srow_y, h.srow_z] = self.srow.map(|r| r.map(f));
+        h.slice_code = sat8(self.slice_code);
+        h.xyzt_units = sat8(self.xyzt_units);
+        h.intent_code = sat16(self.intent_code as i64);
+    }
+}
+
 /// A validated header: what the data will look like, and where it lies.
 struct Layout {
     header: NiftiHeader,
+    wide: Nifti2Fields,
+    version: Version,
     big_endian: bool,
     storage: Storage,
     /// Spatial shape in array order.
@@ -139,10 +280,31 @@ struct Layout {
     scale: Option<(f64, f64)>,
 }
 
+/// A parsed header of either version, before [`layout`] validates it.
+struct Parsed {
+    header: NiftiHeader,
+    wide: Nifti2Fields,
+    version: Version,
+    big: bool,
+}
+
 /// Reads fields of a raw header in its byte order.
 struct Fields<'a> {
     b: &'a [u8],
     big: bool,
+}
+
+macro_rules! field {
+    ($name:ident, $t:ty) => {
+        fn $name(&self, off: usize) -> $t {
+            let a = self.arr::<{ std::mem::size_of::<$t>() }>(off);
+            if self.big {
+                <$t>::from_be_bytes(a)
+            } else {
+                <$t>::from_le_bytes(a)
+            }
+        }
+    };
 }
 
 impl Fields<'_> {
@@ -151,32 +313,56 @@ impl Fields<'_> {
         a.copy_from_slice(&self.b[off..off + N]);
         a
     }
-    fn i16(&self, off: usize) -> i16 {
-        let a = self.arr::<2>(off);
-        if self.big {
-            i16::from_be_bytes(a)
-        } else {
-            i16::from_le_bytes(a)
-        }
-    }
-    fn i32(&self, off: usize) -> i32 {
-        let a = self.arr::<4>(off);
-        if self.big {
-            i32::from_be_bytes(a)
-        } else {
-            i32::from_le_bytes(a)
-        }
-    }
-    fn f32(&self, off: usize) -> f32 {
-        let a = self.arr::<4>(off);
-        if self.big {
-            f32::from_be_bytes(a)
-        } else {
-            f32::from_le_bytes(a)
-        }
-    }
+    field!(i16, i16);
+    field!(i32, i32);
+    field!(i64, i64);
+    field!(f32, f32);
+    field!(f64, f64);
     fn f32s<const N: usize>(&self, off: usize) -> [f32; N] {
         std::array::from_fn(|i| self.f32(off + 4 * i))
+    }
+    fn f64s<const N: usize>(&self, off: usize) -> [f64; N] {
+        std::array::from_fn(|i| self.f64(off + 8 * i))
+    }
+}
+
+/// The header version and byte order, from `sizeof_hdr` (the first 4 bytes).
+fn sniff(b: &[u8]) -> Result<(Version, bool), String> {
+    if b.len() < 4 {
+        return Err(format!(
+            "truncated header ({} of {HEADER_LEN} bytes)",
+            b.len()
+        ));
+    }
+    let le = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let be = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    Ok(match (le, be) {
+        (348, _) => (Version::One, false),
+        (_, 348) => (Version::One, true),
+        (540, _) => (Version::Two, false),
+        (_, 540) => (Version::Two, true),
+        _ => {
+            return Err(format!(
+                "not a NIfTI-1 or NIfTI-2 file (sizeof_hdr is {le}, expected 348 or 540)"
+            ));
+        }
+    })
+}
+
+/// Parses a header of either version; `b` holds at least the whole header when the file does.
+fn parse_any(b: &[u8]) -> Result<Parsed, String> {
+    match sniff(b)?.0 {
+        Version::One => {
+            let (header, dim, big) = parse_header(b)?;
+            let wide = Nifti2Fields::widen(&header, dim.map(|d| d as i64));
+            Ok(Parsed {
+                header,
+                wide,
+                version: Version::One,
+                big,
+            })
+        }
+        Version::Two => parse_header2(b),
     }
 }
 
@@ -190,17 +376,9 @@ fn parse_header(b: &[u8]) -> Result<(NiftiHeader, [i16; 8], bool), String> {
             b.len()
         ));
     }
-    let le = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    let be = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-    let big = match (le, be) {
-        (348, _) => false,
-        (_, 348) => true,
-        (540, _) | (_, 540) => return Err("NIfTI-2 files are not supported".into()),
-        _ => {
-            return Err(format!(
-                "not a NIfTI-1 file (sizeof_hdr is {le}, expected 348)"
-            ));
-        }
+    let big = match sniff(b)? {
+        (Version::One, big) => big,
+        (Version::Two, _) => return Err("a NIfTI-2 header where NIfTI-1 was expected".into()),
     };
     let f = Fields { b, big };
     let magic = f.arr::<4>(344);
@@ -272,14 +450,104 @@ fn parse_header(b: &[u8]) -> Result<(NiftiHeader, [i16; 8], bool), String> {
     Ok((header, dim, big))
 }
 
+/// Parses the 540 bytes of a NIfTI-2 header (either byte order): the wide fields as they are,
+/// and a [`NiftiHeader`] holding them narrowed (`sizeof_hdr` 540, magic `n+2`, the fields NIfTI-2
+/// dropped left at 0), which marks the volume as NIfTI-2 and keeps its text fields.
+fn parse_header2(b: &[u8]) -> Result<Parsed, String> {
+    if b.len() < HEADER2_LEN {
+        return Err(format!(
+            "truncated NIfTI-2 header ({} of {HEADER2_LEN} bytes)",
+            b.len()
+        ));
+    }
+    let big = match sniff(b)? {
+        (Version::Two, big) => big,
+        (Version::One, _) => return Err("a NIfTI-1 header where NIfTI-2 was expected".into()),
+    };
+    let f = Fields { b, big };
+    let magic = f.arr::<4>(4);
+    match &magic {
+        b"n+2\0" => {}
+        b"ni2\0" => {
+            return Err(
+                "this is the header of a NIfTI-2 .hdr/.img pair; only single-file .nii is \
+                 supported"
+                    .into(),
+            );
+        }
+        _ => {
+            return Err(format!(
+                "bad NIfTI-2 magic {:?} (expected \"n+2\")",
+                String::from_utf8_lossy(&magic)
+            ));
+        }
+    }
+    // The 4 bytes after the magic catch a file altered by a text-mode transfer; all zero is
+    // what some writers leave (nibabel accepts both).
+    let eol = f.arr::<4>(8);
+    if eol != MAGIC2[4..] && eol != [0; 4] {
+        return Err(format!(
+            "NIfTI-2 end-of-line check bytes are {eol:?}, not [13, 10, 26, 10]: the file was \
+             altered by a text-mode transfer"
+        ));
+    }
+    let wide = Nifti2Fields {
+        datatype: f.i16(12),
+        bitpix: f.i16(14),
+        dim: std::array::from_fn(|i| f.i64(16 + 8 * i)),
+        intent_p: f.f64s(80),
+        pixdim: f.f64s(104),
+        vox_offset: f.i64(168),
+        scl_slope: f.f64(176),
+        scl_inter: f.f64(184),
+        cal_max: f.f64(192),
+        cal_min: f.f64(200),
+        slice_duration: f.f64(208),
+        toffset: f.f64(216),
+        slice_start: f.i64(224),
+        slice_end: f.i64(232),
+        qform_code: f.i32(344),
+        sform_code: f.i32(348),
+        quatern: f.f64s(352),
+        qoffset: f.f64s(376),
+        srow: [f.f64s(400), f.f64s(432), f.f64s(464)],
+        slice_code: f.i32(496),
+        xyzt_units: f.i32(500),
+        intent_code: f.i32(504),
+    };
+    let mut header = NiftiHeader {
+        sizeof_hdr: HEADER2_LEN as i32,
+        dim_info: b[524],
+        descrip: b[240..320].to_vec(),
+        aux_file: f.arr(320),
+        intent_name: f.arr(508),
+        magic,
+        endianness: if big {
+            Endianness::Big
+        } else {
+            Endianness::Little
+        },
+        ..NiftiHeader::default()
+    };
+    wide.narrow_into(&mut header);
+    Ok(Parsed {
+        header,
+        wide,
+        version: Version::Two,
+        big,
+    })
+}
+
 /// Checks a parsed header and works out shape, type, offset and size. `file_len` is the size of
 /// the (uncompressed) file when known.
-fn layout(
-    header: NiftiHeader,
-    dim: [i16; 8],
-    big: bool,
-    file_len: Option<u64>,
-) -> Result<Layout, String> {
+fn layout(p: Parsed, file_len: Option<u64>) -> Result<Layout, String> {
+    let Parsed {
+        header,
+        wide,
+        version,
+        big,
+    } = p;
+    let dim = wide.dim;
     let ndim_declared = dim[0];
     if !(1..=7).contains(&ndim_declared) {
         return Err(format!(
@@ -308,20 +576,22 @@ fn layout(
         return Err(format!("1D data (dim[1] = {}) is not an image", dim[1]));
     }
     let spatial = ndim.min(3);
-    if let Some(i) = (1..=spatial).find(|&i| !header.pixdim[i].is_finite()) {
+    if let Some(i) = (1..=spatial).find(|&i| !wide.pixdim[i].is_finite()) {
         return Err(format!(
             "pixdim[{i}] = {} is not a voxel size",
-            header.pixdim[i]
+            wide.pixdim[i]
         ));
     }
-    let storage = Storage::from_code(header.datatype)?;
-    let d = |i: usize| dim[i] as usize;
+    let storage = Storage::from_code(wide.datatype)?;
+    let too_large = || format!("dim {declared:?} is too large for this machine");
+    // Positive i64 dims; on a 32-bit machine they may not fit usize.
+    let d = |i: usize| usize::try_from(dim[i]).map_err(|_| too_large());
     let shape: Vec<usize> = if ndim == 2 {
-        vec![d(2), d(1)]
+        vec![d(2)?, d(1)?]
     } else {
-        vec![d(3), d(2), d(1)]
+        vec![d(3)?, d(2)?, d(1)?]
     };
-    let t = if ndim == 4 { d(4) } else { 1 };
+    let t = if ndim == 4 { d(4)? } else { 1 };
     if storage == Storage::Rgb24 && t > 1 {
         return Err(format!(
             "RGB24 data with a 4th dimension ({t}) is not supported"
@@ -331,25 +601,44 @@ fn layout(
     let count = shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| format!("dim {declared:?} is too large for this machine"))?;
+        .ok_or_else(too_large)?;
     let nbytes = (count as u64)
         .checked_mul(t as u64)
         .and_then(|n| n.checked_mul(storage.size() as u64))
         .ok_or_else(|| format!("dim {declared:?} overflows"))?;
-    let vox = header.vox_offset;
-    if !vox.is_finite() || vox < 0.0 {
-        return Err(format!("vox_offset {vox} is not a byte offset"));
-    }
+    let min_offset = version.data_offset() as u64;
     // Some writers leave vox_offset at 0; the data of a single file then starts after the
     // header and extension flag (nifti_clib does the same).
-    let offset = if vox == 0.0 {
-        DATA_OFFSET as u64
-    } else {
-        vox as u64
+    let offset = match version {
+        Version::One => {
+            let vox = header.vox_offset;
+            if !vox.is_finite() || vox < 0.0 {
+                return Err(format!("vox_offset {vox} is not a byte offset"));
+            }
+            if vox == 0.0 { min_offset } else { vox as u64 }
+        }
+        Version::Two => match u64::try_from(wide.vox_offset) {
+            Err(_) => {
+                return Err(format!(
+                    "vox_offset {} is not a byte offset",
+                    wide.vox_offset
+                ));
+            }
+            Ok(0) => min_offset,
+            Ok(v) => v,
+        },
     };
-    if offset < DATA_OFFSET as u64 {
+    if offset < min_offset {
+        let vox = match version {
+            Version::One => header.vox_offset.to_string(),
+            Version::Two => wide.vox_offset.to_string(),
+        };
         return Err(format!(
-            "vox_offset {vox} lies inside the header (a .nii needs at least 352)"
+            "vox_offset {vox} lies inside the header (a {} .nii needs at least {min_offset})",
+            match version {
+                Version::One => "NIfTI-1",
+                Version::Two => "NIfTI-2",
+            }
         ));
     }
     let end = offset
@@ -376,11 +665,13 @@ fn layout(
             .and_then(|n| n.checked_mul(4))
             .is_none()
     {
-        return Err(format!("dim {declared:?} is too large for this machine"));
+        return Err(too_large());
     }
-    let scale = scaling(&header)?;
+    let scale = scaling(wide.scl_slope, wide.scl_inter)?;
     Ok(Layout {
         header,
+        wide,
+        version,
         big_endian: big,
         storage,
         shape,
@@ -401,8 +692,7 @@ fn storage_name(s: Storage) -> &'static str {
 
 /// nibabel's `Nifti1Header.get_slope_inter`: slope 0 or non-finite means no scaling, a
 /// non-finite intercept with a valid slope is an error. `(1, 0)` is returned as `None`.
-fn scaling(h: &NiftiHeader) -> Result<Option<(f64, f64)>, String> {
-    let (slope, inter) = (h.scl_slope as f64, h.scl_inter as f64);
+fn scaling(slope: f64, inter: f64) -> Result<Option<(f64, f64)>, String> {
     if slope == 0.0 || !slope.is_finite() {
         return Ok(None);
     }
@@ -415,15 +705,15 @@ fn scaling(h: &NiftiHeader) -> Result<Option<(f64, f64)>, String> {
 }
 
 /// The spatial pixdims as nibabel's header check fixes them on load: 0 → 1, negative → |p|.
-fn fixed_pixdim(h: &NiftiHeader) -> [f64; 3] {
+fn fixed_pixdim(w: &Nifti2Fields) -> [f64; 3] {
     std::array::from_fn(|i| {
-        let p = h.pixdim[i + 1] as f64;
+        let p = w.pixdim[i + 1];
         if p == 0.0 { 1.0 } else { p.abs() }
     })
 }
 
 /// A valid NIFTI_XFORM code (1..=4), else 0, as nibabel's `_chk_xform_code` fixes it.
-fn xform_code(c: i16) -> i16 {
+fn xform_code(c: i32) -> i32 {
     if (0..=4).contains(&c) { c } else { 0 }
 }
 
@@ -434,18 +724,25 @@ fn xform_code(c: i16) -> i16 {
 /// pixdim[3])` centred on the middle voxel (`shape_zoom_affine` with the x flip). Note that this
 /// last case is nibabel's, not NIfTI method 1's `diag(pixdim)` at the corner.
 pub fn world_from_voxel(h: &NiftiHeader) -> Result<[[f64; 4]; 4], String> {
+    affine(
+        &Nifti2Fields::widen(h, h.dim.map(|d| d as i64)),
+        Version::One,
+    )
+}
+
+/// [`world_from_voxel`] of the wide fields, in f64 throughout; `version` sets the threshold
+/// below which the quaternion's `w` is taken as 0 (nibabel's, by the header's float type).
+fn affine(h: &Nifti2Fields, version: Version) -> Result<[[f64; 4]; 4], String> {
     let mut m = crate::volume::identity4();
     if xform_code(h.sform_code) > 0 {
-        for (row, s) in m.iter_mut().zip([h.srow_x, h.srow_y, h.srow_z]) {
-            for (r, v) in row.iter_mut().zip(s) {
-                *r = v as f64;
-            }
+        for (row, s) in m.iter_mut().zip(h.srow) {
+            row.copy_from_slice(&s);
         }
     } else if xform_code(h.qform_code) > 0 {
-        let (b, c, d) = (h.quatern_b as f64, h.quatern_c as f64, h.quatern_d as f64);
-        // fillpositive with nibabel's threshold of 3 float32 epsilons.
+        let [b, c, d] = h.quatern;
+        // fillpositive with nibabel's threshold.
         let w2 = 1.0 - (b * b + c * c + d * d);
-        let a = if w2.abs() < 3.0 * f32::EPSILON as f64 {
+        let a = if w2.abs() < version.quaternion_threshold() {
             0.0
         } else if w2 < 0.0 || w2.is_nan() {
             return Err(format!(
@@ -463,11 +760,11 @@ pub fn world_from_voxel(h: &NiftiHeader) -> Result<[[f64; 4]; 4], String> {
                 m[i][j] = r[i][j] * zoom[j];
             }
         }
-        m[0][3] = h.quatern_x as f64;
-        m[1][3] = h.quatern_y as f64;
-        m[2][3] = h.quatern_z as f64;
+        for (i, o) in h.qoffset.iter().enumerate() {
+            m[i][3] = *o;
+        }
     } else {
-        let ndim = (h.dim[0] as usize).clamp(1, 3);
+        let ndim = h.dim[0].clamp(1, 3) as usize;
         let zoom = fixed_pixdim(h);
         for i in 0..ndim {
             let z = if i == 0 { -zoom[0] } else { zoom[i] };
@@ -514,8 +811,8 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Reads a NIfTI-1 `.nii` or `.nii.gz` (gzip is recognised by its magic bytes, whatever the
-/// name). Values, shape, spacing and affine are what nibabel reports: `nib.load(p).get_fdata()`
+/// Reads a NIfTI-1 or NIfTI-2 `.nii` or `.nii.gz` (gzip is recognised by its magic bytes,
+/// whatever the name). Values, shape, spacing and affine are what nibabel reports: `nib.load(p).get_fdata()`
 /// with NIfTI axes reversed to `[z, y, x]`, `img.affine`, and `header.get_zooms()` in array order.
 /// 4D data becomes channels, RGB24 three channels. NaN and infinite voxels are kept as they are.
 pub fn read(path: &Path) -> Result<Volume, IoError> {
@@ -550,20 +847,26 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         Box::new(raw)
     };
 
-    let mut hbuf = [0u8; HEADER_LEN];
-    let n = read_full(&mut r, &mut hbuf).map_err(stream_err)?;
-    let (header, dim, big) = parse_header(&hbuf[..n]).map_err(err)?;
-    let lay = layout(header, dim, big, (!gz).then_some(file_len)).map_err(err)?;
+    // The NIfTI-1 length first; a NIfTI-2 header (sizeof_hdr 540) is read on to its end.
+    let mut hbuf = [0u8; HEADER2_LEN];
+    let mut n = read_full(&mut r, &mut hbuf[..HEADER_LEN]).map_err(stream_err)?;
+    if matches!(sniff(&hbuf[..n]), Ok((Version::Two, _))) {
+        n += read_full(&mut r, &mut hbuf[HEADER_LEN..]).map_err(stream_err)?;
+    }
+    let parsed = parse_any(&hbuf[..n]).map_err(err)?;
+    let lay = layout(parsed, (!gz).then_some(file_len)).map_err(err)?;
+    let header_len = lay.version.header_len() as u64;
+    let dim = &lay.wide.dim;
 
     // Skip extensions up to the data.
-    let gap = lay.offset - HEADER_LEN as u64;
+    let gap = lay.offset - header_len;
     let skipped =
         std::io::copy(&mut (&mut r).take(gap), &mut std::io::sink()).map_err(stream_err)?;
     if skipped < gap {
         return Err(err(format!(
             "vox_offset {} is beyond the end of the data ({} bytes)",
             lay.offset,
-            HEADER_LEN as u64 + skipped
+            header_len + skipped
         )));
     }
     let data = read_data(&mut r, &lay, gz.then_some(file_len)).map_err(|e| match e {
@@ -588,9 +891,9 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     }
 
     let ndim = lay.shape.len();
-    let zoom = fixed_pixdim(&lay.header);
+    let zoom = fixed_pixdim(&lay.wide);
     let spacing_mm = zoom[..ndim].iter().rev().copied().collect();
-    let world_from_voxel = world_from_voxel(&lay.header).map_err(err)?;
+    let world_from_voxel = affine(&lay.wide, lay.version).map_err(err)?;
     Ok(Volume {
         data,
         shape: lay.shape,
@@ -599,6 +902,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         world_from_voxel,
         dtype: lay.storage.dtype(),
         nifti_header: Some(Box::new(lay.header)),
+        nifti2: (lay.version == Version::Two).then(|| Box::new(lay.wide)),
         default_window: None,
         oriented: true,
     })
@@ -696,7 +1000,11 @@ fn decode(b: &[u8], d: DType, big: bool, scale: Option<(f64, f64)>, out: &mut Ve
 
 /// What to write: the header, how the voxels are stored and the scaling to undo.
 struct Plan {
+    /// The text fields, and for NIfTI-1 every field.
     header: NiftiHeader,
+    /// The numbers at full width (written as they are for NIfTI-2).
+    wide: Nifti2Fields,
+    version: Version,
     storage: Storage,
     scale: Option<(f64, f64)>,
 }
@@ -704,7 +1012,8 @@ struct Plan {
 /// Builds the output header: the input's header with every field kept (codes, sform, qform,
 /// descrip, units, intent, cal_min/max, …) and dims, pixdim, datatype, bitpix, scaling and
 /// vox_offset set for the data written; a fresh one (sform = `world_from_voxel`, code aligned)
-/// for a volume without one.
+/// for a volume without one. A volume read from a NIfTI-2 file is written as NIfTI-2 from its
+/// 64-bit fields, and so is one with an axis longer than NIfTI-1's 32767; any other as NIfTI-1.
 fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
     let ndim = vol.ndim();
     if !(2..=3).contains(&ndim) {
@@ -724,10 +1033,11 @@ fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
         .shape
         .iter()
         .chain([&vol.channels])
-        .find(|&&d| d > MAX_DIM || d == 0)
+        .find(|&&d| d == 0 || i64::try_from(d).is_err())
     {
         return Err(format!(
-            "axis length {d} does not fit NIfTI-1 (1 to {MAX_DIM})"
+            "axis length {d} does not fit NIfTI (1 to {})",
+            i64::MAX
         ));
     }
     let src = vol.nifti_header.as_deref();
@@ -739,15 +1049,23 @@ fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
         xyzt_units: UNITS_MM_SEC,
         ..NiftiHeader::default()
     });
-    let src_storage = src.and_then(|s| Storage::from_code(s.datatype).ok());
+    let src_nifti2 = src.is_some_and(|s| s.sizeof_hdr == HEADER2_LEN as i32);
+    // The source's numbers at full width: its NIfTI-2 fields when the header is NIfTI-2's and
+    // they were kept, else the NIfTI-1 header's widened.
+    let mut w = match vol.nifti2.as_deref() {
+        Some(w) if src_nifti2 => w.clone(),
+        _ => Nifti2Fields::widen(&h, h.dim.map(|d| d as i64)),
+    };
+    let src_storage = src.and_then(|_| Storage::from_code(w.datatype).ok());
     let (storage, scale) = if opts.keep_dtype {
         if src_storage == Some(Storage::Rgb24) && vol.channels == 3 && vol.dtype == DType::U8 {
             (Storage::Rgb24, None)
         } else {
             let st = Storage::Scalar(vol.dtype);
-            let kept = match src {
-                Some(s) if src_storage == Some(st) => scaling(s).ok().flatten(),
-                _ => None,
+            let kept = if src_storage == Some(st) {
+                scaling(w.scl_slope, w.scl_inter).ok().flatten()
+            } else {
+                None
             };
             (st, kept)
         }
@@ -757,67 +1075,85 @@ fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
     // Channels are a 4th axis (RGB24 holds its three in one voxel). A 4D NIfTI needs a 3rd
     // axis, so a 2D multi-channel image is written as one slice: [1, y, x] x channels.
     let four_d = vol.channels > 1 && storage != Storage::Rgb24;
-    let mut dim = [1u16; 8];
+    let mut dim = [1i64; 8];
     let spatial: Vec<usize> = if four_d && ndim == 2 {
         vec![vol.shape[1], vol.shape[0], 1]
     } else {
         vol.shape.iter().rev().copied().collect()
     };
-    dim[0] = (spatial.len() + four_d as usize) as u16;
+    dim[0] = (spatial.len() + four_d as usize) as i64;
     for (i, &s) in spatial.iter().enumerate() {
-        dim[i + 1] = s as u16;
+        dim[i + 1] = s as i64;
     }
     if four_d {
-        dim[4] = vol.channels as u16;
-    } else if ndim == 3 && vol.channels == 1 && src.is_some_and(|s| s.dim[0] >= 4) {
+        dim[4] = vol.channels as i64;
+    } else if ndim == 3 && vol.channels == 1 && src.is_some() && w.dim[0] >= 4 {
         // A 4D source of one volume, (x, y, z, 1) (what many pipelines write for a single
         // time point or channel), is written back with its 4th axis, as it was read.
         dim[0] = 4;
     }
-    h.dim = dim;
+    w.dim = dim;
+    // NIfTI-1 dims are 16-bit: a longer axis needs NIfTI-2.
+    let version = if src_nifti2 || dim.iter().any(|&d| d > MAX_DIM as i64) {
+        Version::Two
+    } else {
+        Version::One
+    };
     let spacing: Vec<f64> = vol.spacing_mm.iter().rev().copied().collect();
     for (i, &s) in spacing.iter().enumerate() {
-        h.pixdim[i + 1] = s as f32;
+        w.pixdim[i + 1] = s;
     }
     if fresh {
-        h.pixdim[0] = 1.0;
-        for p in &mut h.pixdim[spacing.len() + 1..] {
+        w.pixdim[0] = 1.0;
+        for p in &mut w.pixdim[spacing.len() + 1..] {
             *p = 1.0;
         }
     }
-    h.sizeof_hdr = HEADER_LEN as i32;
-    h.magic = *b"n+1\0";
-    h.vox_offset = DATA_OFFSET as f32;
-    h.datatype = storage.code();
-    h.bitpix = (storage.size() * 8) as i16;
-    let (slope, inter) = scale.unwrap_or((1.0, 0.0));
-    h.scl_slope = slope as f32;
-    h.scl_inter = inter as f32;
+    w.vox_offset = version.data_offset() as i64;
+    w.datatype = storage.code();
+    w.bitpix = (storage.size() * 8) as i16;
+    (w.scl_slope, w.scl_inter) = scale.unwrap_or((1.0, 0.0));
+    h.sizeof_hdr = version.header_len() as i32;
+    h.magic = match version {
+        Version::One => *b"n+1\0",
+        Version::Two => *b"n+2\0",
+    };
     h.endianness = Endianness::Little;
     h.descrip.resize(80, 0);
+    // The affine the file will hold, at the width it is written.
+    let written_affine = |w: &Nifti2Fields, h: &mut NiftiHeader| match version {
+        Version::One => {
+            w.narrow_into(h);
+            world_from_voxel(h)
+        }
+        Version::Two => affine(w, version),
+    };
     // The header's own affine must still place the voxels where the volume says; if the
     // volume's affine was changed (or never came from this header), the sform carries it and
     // a qform that no longer agrees is switched off.
-    let agrees = world_from_voxel(&h).is_ok_and(|m| same_affine(&m, &vol.world_from_voxel));
+    let agrees = written_affine(&w, &mut h).is_ok_and(|m| same_affine(&m, &vol.world_from_voxel));
     if fresh || !agrees {
-        let w = &vol.world_from_voxel;
-        if w.iter().flatten().any(|v| !v.is_finite()) {
+        let m = &vol.world_from_voxel;
+        if m.iter().flatten().any(|v| !v.is_finite()) {
             return Err("the volume's affine holds NaN or infinite values".into());
         }
-        h.srow_x = w[0].map(|v| v as f32);
-        h.srow_y = w[1].map(|v| v as f32);
-        h.srow_z = w[2].map(|v| v as f32);
+        for (row, m) in w.srow.iter_mut().zip(m) {
+            row.copy_from_slice(m);
+        }
         if !agrees {
-            h.sform_code = match (xform_code(h.sform_code), xform_code(h.qform_code)) {
+            w.sform_code = match (xform_code(w.sform_code), xform_code(w.qform_code)) {
                 (s, _) if s > 0 => s,
                 (_, q) if q > 0 => q,
-                _ => XFORM_ALIGNED_ANAT,
+                _ => XFORM_ALIGNED_ANAT as i32,
             };
-            h.qform_code = 0;
+            w.qform_code = 0;
         }
     }
+    w.narrow_into(&mut h);
     Ok(Plan {
         header: h,
+        wide: w,
+        version,
         storage,
         scale,
     })
@@ -887,6 +1223,55 @@ fn header_bytes(h: &NiftiHeader) -> Vec<u8> {
     b
 }
 
+/// The 540 header bytes of NIfTI-2, little-endian: the numbers from `w`, the text fields and
+/// dim_info from `h`.
+fn header2_bytes(h: &NiftiHeader, w: &Nifti2Fields) -> Vec<u8> {
+    let mut b = Vec::with_capacity(DATA2_OFFSET);
+    let f64s =
+        |b: &mut Vec<u8>, v: &[f64]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    let i64s =
+        |b: &mut Vec<u8>, v: &[i64]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    let i32s =
+        |b: &mut Vec<u8>, v: &[i32]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    b.extend_from_slice(&(HEADER2_LEN as i32).to_le_bytes());
+    b.extend_from_slice(MAGIC2);
+    b.extend_from_slice(&w.datatype.to_le_bytes());
+    b.extend_from_slice(&w.bitpix.to_le_bytes());
+    i64s(&mut b, &w.dim);
+    f64s(&mut b, &w.intent_p);
+    f64s(&mut b, &w.pixdim);
+    i64s(&mut b, &[w.vox_offset]);
+    f64s(
+        &mut b,
+        &[
+            w.scl_slope,
+            w.scl_inter,
+            w.cal_max,
+            w.cal_min,
+            w.slice_duration,
+            w.toffset,
+        ],
+    );
+    i64s(&mut b, &[w.slice_start, w.slice_end]);
+    let mut descrip = [0u8; 80];
+    let n = h.descrip.len().min(80);
+    descrip[..n].copy_from_slice(&h.descrip[..n]);
+    b.extend_from_slice(&descrip);
+    b.extend_from_slice(&h.aux_file);
+    i32s(&mut b, &[w.qform_code, w.sform_code]);
+    f64s(&mut b, &w.quatern);
+    f64s(&mut b, &w.qoffset);
+    for row in &w.srow {
+        f64s(&mut b, row);
+    }
+    i32s(&mut b, &[w.slice_code, w.xyzt_units, w.intent_code]);
+    b.extend_from_slice(&h.intent_name);
+    b.push(h.dim_info);
+    b.extend_from_slice(&[0u8; 15]);
+    debug_assert_eq!(b.len(), HEADER2_LEN);
+    b
+}
+
 /// Writes `.nii` or, when the name ends in `.gz`, `.nii.gz`, through a temporary file.
 /// The input's header is kept field by field (so nibabel's `img.affine` and 3D Slicer place the
 /// output where the input was). Voxels are float32 (`scl_slope` 1, `scl_inter` 0), or with
@@ -894,7 +1279,9 @@ fn header_bytes(h: &NiftiHeader) -> Vec<u8> {
 /// `(v - inter) / slope` are written and the scaling kept, as nibabel does for a scaled header.
 /// Several channels become a 4th axis (RGB24 again with `keep_dtype` if it was RGB24); a 2D
 /// multi-channel image is written as one slice, `[1, y, x]`. The file is little-endian whatever
-/// the input's byte order, and header extensions (bytes 352 to vox_offset) are not carried over.
+/// the input's byte order, and header extensions (between the header and vox_offset) are not
+/// carried over. A volume read from NIfTI-2, or with an axis longer than 32767, is written as
+/// NIfTI-2 (540-byte header, voxels from byte 544); any other as NIfTI-1.
 /// If the volume's affine no longer matches the header's, the sform takes the volume's affine and
 /// the qform is switched off (qform_code 0), so that every reader places the data alike.
 pub fn write(path: &Path, vol: &Volume, opts: &SaveOptions) -> Result<(), IoError> {
@@ -915,7 +1302,10 @@ pub fn write(path: &Path, vol: &Volume, opts: &SaveOptions) -> Result<(), IoErro
 }
 
 fn write_body(w: &mut impl Write, vol: &Volume, p: &Plan) -> std::io::Result<()> {
-    w.write_all(&header_bytes(&p.header))?;
+    match p.version {
+        Version::One => w.write_all(&header_bytes(&p.header))?,
+        Version::Two => w.write_all(&header2_bytes(&p.header, &p.wide))?,
+    }
     w.write_all(&[0u8; 4])?; // no extensions
     let n = vol.len_spatial();
     let mut buf: Vec<u8> = Vec::with_capacity(CHUNK_BYTES + 8);
@@ -1020,5 +1410,33 @@ mod tests {
         assert!(!big);
         assert_eq!(&p.descrip[..3], b"abc");
         assert_eq!(p.vox_offset, h.vox_offset);
+    }
+
+    #[test]
+    fn header2_bytes_round_trip() {
+        let h = NiftiHeader {
+            descrip: b"wide".to_vec(),
+            intent_name: *b"name\0\0\0\0\0\0\0\0\0\0\0\0",
+            dim_info: 57,
+            ..NiftiHeader::default()
+        };
+        let mut w = Nifti2Fields::widen(&h, [3, 70000, 2, 1, 1, 1, 1, 1]);
+        w.srow[0] = [0.1, 1.0 / 3.0, -7.25, 1e300];
+        w.scl_slope = 0.1;
+        w.vox_offset = 1 << 40;
+        w.intent_code = 1 << 20;
+        let b = header2_bytes(&h, &w);
+        assert_eq!(b.len(), HEADER2_LEN);
+        let p = parse_header2(&b).unwrap();
+        assert!(!p.big);
+        assert_eq!(p.wide, w);
+        assert_eq!(&p.header.descrip[..4], b"wide");
+        assert_eq!(
+            (p.header.intent_name, p.header.dim_info),
+            (h.intent_name, 57)
+        );
+        // Narrowed: dims saturate, an out-of-range code stays out of range.
+        assert_eq!(p.header.dim[1], u16::MAX);
+        assert_eq!(p.header.intent_code, i16::MAX);
     }
 }

@@ -141,6 +141,8 @@ def seeds():
         if kind:
             with open(path, "rb") as fh:
                 out.append((kind, name, fh.read()))
+    with open(os.path.join(ROOT, "tests", "fuzz", "seeds", "nifti2.nii"), "rb") as fh:
+        out.append(("nifti", "nifti2.nii", fh.read()))
     for name in ("MR_small.dcm", "CT_small.dcm"):
         with open(os.path.join(ROOT, "tests", "data", "dicom", name), "rb") as fh:
             out.append(("dicom", name, fh.read()))
