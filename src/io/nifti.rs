@@ -1035,10 +1035,11 @@ fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
         .chain([&vol.channels])
         .find(|&&d| d == 0 || i64::try_from(d).is_err())
     {
-        return Err(format!(
-            "axis length {d} does not fit NIfTI (1 to {})",
-            i64::MAX
-        ));
+        return Err(if d == 0 {
+            "an axis of length 0 cannot be written (NIfTI axes hold at least one voxel)".into()
+        } else {
+            format!("axis length {d} does not fit NIfTI-2 (at most {})", i64::MAX)
+        });
     }
     let src = vol.nifti_header.as_deref();
     let fresh = src.is_none();
