@@ -54,11 +54,8 @@ xdotool mousemove 150 700 click 5 click 5 click 5 click 5 click 5 click 5 click 
 sleep 1; xdotool mousemove 720 260; sleep 1; shot docs/viewer_4d.png; stop
 
 for o in 0 3; do
-  start "rotate=17,0,0;order=$o;nearest" assets/mni152_t1.nii.gz --label assets/mni152_tissue_labels.nii.gz
-  sleep 10
-  # Ctrl+wheel zooms the plane under the pointer (the augmented axial view).
-  xdotool mousemove 560 640 keydown ctrl click 4 click 4 click 4 click 4 click 4 click 4 keyup ctrl
-  sleep 2; shot docs/viewer_order$o.png; stop
+  start "rotate=17,0,0;order=$o;nearest;zoom=4" assets/mni152_t1.nii.gz --label assets/mni152_tissue_labels.nii.gz
+  sleep 10; shot docs/viewer_order$o.png; stop
 done
 
 start "rotate=8,0,0;elastic=700,10" assets/mni152_t1.nii.gz --label assets/mni152_tissue_labels.nii.gz

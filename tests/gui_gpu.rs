@@ -61,7 +61,9 @@ fn gpu_tour() {
     };
     let (big, _, _) =
         engine::apply_new(&CpuBackend::new(), &plan, &mni, None).expect("resample the sample");
-    let path = dir.join("mni_256x512x512.npy");
+    // The volume itself stays out of the tour folder (it is 512 MB).
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = tmp.path().join("mni_256x512x512.npy");
     io::save(&path, &big, &SaveOptions { keep_dtype: false }).expect("write the volume");
 
     let mut h = Harness::builder()
@@ -101,14 +103,14 @@ fn gpu_tour() {
         loop {
             h.step();
             let rt = &h.state().rt;
-            let gen = rt.generation;
+            let g = rt.generation;
             if shown.is_none()
-                && (rt.shown.as_ref().is_some_and(|s| s.generation == gen)
-                    || rt.full.as_ref().is_some_and(|f| f.generation == gen))
+                && (rt.shown.as_ref().is_some_and(|s| s.generation == g)
+                    || rt.full.as_ref().is_some_and(|f| f.generation == g))
             {
                 shown = Some(t.elapsed().as_secs_f64() * 1e3);
             }
-            if rt.full.as_ref().is_some_and(|f| f.generation == gen) && h.state().is_idle() {
+            if rt.full.as_ref().is_some_and(|f| f.generation == g) && h.state().is_idle() {
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(120), "no result");

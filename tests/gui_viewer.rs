@@ -458,7 +458,7 @@ fn display_follows_the_sampling_order() {
     let (p, _) = scan(dir.path(), "small.nii", [6, 10, 8], 1);
     let mut h = harness(p);
     settle(&mut h);
-    let mut shot = |h: &mut Harness<'_, App>| {
+    let shot = |h: &mut Harness<'_, App>| {
         h.run_steps(2);
         h.render().expect("render")
     };

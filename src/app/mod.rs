@@ -89,6 +89,8 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                         app.apply(Command::OpenGrid);
                     } else if let Some(name) = part.strip_prefix("preset=") {
                         app.state.preset = name.to_string();
+                    } else if let Some(z) = part.strip_prefix("zoom=") {
+                        app.rt.initial_zoom = z.parse().ok();
                     } else if part == "nearest" {
                         app.state.display.nearest = true;
                     } else if part == "overlays" {
@@ -372,6 +374,8 @@ pub struct Runtime {
     /// Where the views are in the window (points), for the screenshot.
     pub views_rect: Option<egui::Rect>,
     pub pixels_per_point: f32,
+    /// The zoom every view starts at (scripted screenshots).
+    pub initial_zoom: Option<f32>,
 }
 
 /// How far the whole-volume fill is.
@@ -481,6 +485,7 @@ impl App {
                 screenshot_pending: false,
                 views_rect: None,
                 pixels_per_point: 1.0,
+                initial_zoom: None,
             },
         };
         if let Some((image, label)) = open {
@@ -850,7 +855,11 @@ impl App {
                         }
                         state.display.wl_path = Some(l.path.clone());
                     }
-                    rt.nav = vec![Nav::default(); views.len()];
+                    let nav = Nav {
+                        zoom: rt.initial_zoom.unwrap_or(1.0),
+                        ..Nav::default()
+                    };
+                    rt.nav = vec![nav; views.len()];
                     rt.active_view = 0;
                     rt.scan = Some(Scan {
                         loaded: l,

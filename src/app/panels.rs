@@ -224,7 +224,11 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     .file_name()
                     .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
                 ui.label(RichText::new(name).strong());
-                ui.label(format!("{:?} × {} ch", v.shape, v.channels));
+                ui.label(match v.channels {
+                    1 => format!("{:?}", v.shape),
+                    _ if v.is_colour() => format!("{:?} × RGB", v.shape),
+                    n => format!("{:?} × {n} volumes", v.shape),
+                });
                 let busy = rt
                     .full
                     .as_ref()
@@ -1233,6 +1237,9 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
         .exact_size(width)
         .show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| {
+                // Nothing may widen the panel: long values are cut ("…", whole on hover).
+                ui.set_max_width(ui.available_width());
+                ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Truncate);
                 egui::CollapsingHeader::new("Scan")
                     .default_open(true)
                     .show(ui, |ui| {
@@ -1350,6 +1357,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             .scan
                             .as_ref()
                             .map_or(vec![], |s| s.loaded.image.spacing_mm.clone());
+                                ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Wrap);
                         egui::Grid::new("done").num_columns(2).show(ui, |ui| {
                             for d in done {
                                 ui.label(RichText::new(&d.transform).strong());
