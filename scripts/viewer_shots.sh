@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Screenshots of the viewer's own features, from the real window under Xvfb (software Vulkan):
 # docs/viewer_dicom.png (MR_small at its DICOM window), docs/viewer_4d.png (a 4D NIfTI with the
-# volume selector), docs/viewer_order0.png and docs/viewer_order3.png (order 0 against 3, zoomed,
-# voxels drawn as they are), docs/viewer_readout.png (the status bar's readout under the pointer),
-# docs/viewer_1280.png (the layout at 1280×720).
+# volume selector), docs/viewer_order.png (order 0 against 3, zoomed, voxels drawn as they are)
+# and docs/viewer_1280.png (the layout at 1280×720). The status bar's readout of the voxel under
+# the pointer shows in the first two.
 # Needs: xvfb mesa-vulkan-drivers libvulkan1 imagemagick xdotool, and python3 with nibabel (the 4D
 # scan is made from the sample). Usage: scripts/viewer_shots.sh [path/to/augscope]
 set -euo pipefail
@@ -55,11 +55,13 @@ sleep 1; xdotool mousemove 720 260; sleep 1; shot docs/viewer_4d.png; stop
 
 for o in 0 3; do
   start "rotate=17,0,0;order=$o;nearest;zoom=4" assets/mni152_t1.nii.gz --label assets/mni152_tissue_labels.nii.gz
-  sleep 10; shot docs/viewer_order$o.png; stop
+  sleep 10; shot "$TMP/order$o.png"; stop
+  # The augmented axial view, labelled.
+  convert "$TMP/order$o.png" -crop 316x438+373+507 +repage -fill '#ffaa3c' -pointsize 20 \
+    -annotate +10+30 "order $o" "$TMP/o$o.png"
 done
+convert "$TMP/o0.png" -size 6x438 xc:black "$TMP/o3.png" +append docs/viewer_order.png
 
-start "rotate=8,0,0;elastic=700,10" assets/mni152_t1.nii.gz --label assets/mni152_tissue_labels.nii.gz
-sleep 12; xdotool mousemove 600 600; sleep 1; shot docs/viewer_readout.png; stop
 
 W=1280 H=720 start "rotate=8,0,0" assets/mni152_t1.nii.gz --label assets/mni152_tissue_labels.nii.gz
 sleep 10; W=1280 H=720 shot docs/viewer_1280.png; stop

@@ -1237,9 +1237,8 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
         .exact_size(width)
         .show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| {
-                // Nothing may widen the panel: long values are cut ("…", whole on hover).
+                // Nothing may widen the panel: long text wraps, file names are cut ("…").
                 ui.set_max_width(ui.available_width());
-                ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Truncate);
                 egui::CollapsingHeader::new("Scan")
                     .default_open(true)
                     .show(ui, |ui| {
@@ -1273,10 +1272,16 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             });
                             if s.loaded.label_path.is_some() && s.loaded.label.is_none() {
                                 // Named but not used (another shape, unreadable): say so here too.
-                                ui.colored_label(ui.visuals().warn_fg_color, format!("{name} (ignored)"))
-                                    .on_hover_text(s.loaded.note.clone().unwrap_or_default());
+                                ui.add(
+                                    egui::Label::new(
+                                        RichText::new(format!("{name} (ignored)"))
+                                            .color(ui.visuals().warn_fg_color),
+                                    )
+                                    .truncate(),
+                                )
+                                .on_hover_text(s.loaded.note.clone().unwrap_or_default());
                             } else {
-                                ui.label(name);
+                                ui.add(egui::Label::new(&name).truncate()).on_hover_text(&name);
                             }
                             ui.end_row();
                         });
@@ -1357,8 +1362,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             .scan
                             .as_ref()
                             .map_or(vec![], |s| s.loaded.image.spacing_mm.clone());
-                                ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Wrap);
-                        egui::Grid::new("done").num_columns(2).show(ui, |ui| {
+                                egui::Grid::new("done").num_columns(2).show(ui, |ui| {
                             for d in done {
                                 ui.label(RichText::new(&d.transform).strong());
                                 ui.label(super::format::done_line(&d, &spacing))
