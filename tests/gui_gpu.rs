@@ -145,7 +145,11 @@ fn gpu_tour() {
     loop {
         h.step();
         let rt = &h.state().rt;
-        if rt.comparison.as_ref().is_some_and(|c| c.generation == rt.generation) {
+        if rt
+            .comparison
+            .as_ref()
+            .is_some_and(|c| c.generation == rt.generation)
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -240,8 +240,20 @@ pub fn histogram_ui(
     let (axis, _) = ui.allocate_exact_size(Vec2::new(size.x, font.size + 2.0), Sense::hover());
     let weak = ui.visuals().weak_text_color();
     let p = ui.painter_at(axis);
-    p.text(axis.left_top(), egui::Align2::LEFT_TOP, short(h.lo), font.clone(), weak);
-    p.text(axis.right_top(), egui::Align2::RIGHT_TOP, short(h.hi), font, weak);
+    p.text(
+        axis.left_top(),
+        egui::Align2::LEFT_TOP,
+        short(h.lo),
+        font.clone(),
+        weak,
+    );
+    p.text(
+        axis.right_top(),
+        egui::Align2::RIGHT_TOP,
+        short(h.hi),
+        font,
+        weak,
+    );
     (resp.dragged() || resp.clicked())
         .then(|| resp.interact_pointer_pos())
         .flatten()

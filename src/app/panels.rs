@@ -375,7 +375,7 @@ pub fn position(v: &crate::volume::Volume, index: &[usize]) -> String {
 /// The status bar's line for the voxel under the pointer: where it is and what it holds.
 pub fn readout(v: &crate::volume::Volume, h: &super::Hover) -> String {
     let vals = |x: &[f32]| {
-        let s: Vec<String> = x.iter().map(|v| format!("{}", num_short(*v))).collect();
+        let s: Vec<String> = x.iter().map(|v| num_short(*v)).collect();
         s.join(" ")
     };
     let mut s = format!("{} · original {}", position(v, &h.voxel), vals(&h.original));
@@ -396,7 +396,7 @@ fn num_short(x: f32) -> String {
     let a = x.abs();
     if x.fract() == 0.0 && a < 1e7 {
         format!("{x:.0}")
-    } else if !x.is_finite() || a >= 1e6 || a < 1e-3 {
+    } else if !x.is_finite() || !(1e-3..1e6).contains(&a) {
         format!("{x:.3e}")
     } else {
         let decimals = (3 - a.log10().floor() as i32).max(0) as usize;

@@ -324,7 +324,6 @@ impl Params {
                 Space::Mm => spacing_mm.iter().map(|s| s.abs()).collect(),
                 Space::Voxel => vec![],
             },
-            ..Plan::default()
         }
     }
 

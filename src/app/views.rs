@@ -42,6 +42,8 @@ struct ViewInput<'a> {
     look: Look,
     cursor: &'a [usize],
     crosshair: bool,
+    /// The view's index among the scan's views.
+    index: usize,
 }
 
 /// Draws one view into `rect`; returns the commands its interactions ask for.
@@ -50,12 +52,12 @@ fn view_ui(
     rect: Rect,
     v: ViewInput<'_>,
     nav: &mut Nav,
-    view_index: usize,
     active: &mut usize,
     has_wgpu: bool,
     hovered: &mut Option<(usize, usize, usize)>,
 ) -> Vec<Command> {
     let mut out = vec![];
+    let view_index = v.index;
     // The title sits in a strip above the image, clear of the orientation letters.
     let header = Rect::from_min_max(rect.min, Pos2::new(rect.max.x, rect.min.y + 18.0));
     // One line, cut with "…" where the view is too narrow (the whole title on hover).
@@ -395,6 +397,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                             look: look(state, scan, false),
                             cursor: &cursor,
                             crosshair: state.display.crosshair,
+                            index: vi,
                         })
                     } else {
                         aug.and_then(|s| s.image.get(vi).cloned()).map(|image| {
@@ -428,6 +431,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                 look: lk,
                                 cursor: &cursor,
                                 crosshair: state.display.crosshair,
+                                index: vi,
                             }
                         })
                     };
@@ -438,7 +442,6 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                 rect,
                                 input,
                                 &mut nav,
-                                vi,
                                 active,
                                 rt.has_wgpu,
                                 &mut hovered,
@@ -663,9 +666,9 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                             look: lk,
                             cursor: &scan.cursor,
                             crosshair: false,
+                            index: vi,
                         },
                         &mut nav,
-                        vi,
                         &mut active,
                         rt.has_wgpu,
                         &mut None,

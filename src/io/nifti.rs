@@ -1038,7 +1038,10 @@ fn plan(vol: &Volume, opts: &SaveOptions) -> Result<Plan, String> {
         return Err(if d == 0 {
             "an axis of length 0 cannot be written (NIfTI axes hold at least one voxel)".into()
         } else {
-            format!("axis length {d} does not fit NIfTI-2 (at most {})", i64::MAX)
+            format!(
+                "axis length {d} does not fit NIfTI-2 (at most {})",
+                i64::MAX
+            )
         });
     }
     let src = vol.nifti_header.as_deref();
