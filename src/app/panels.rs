@@ -1247,7 +1247,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             return;
                         };
                         let v = &s.loaded.image;
-                        egui::Grid::new("scan").num_columns(2).show(ui, |ui| {
+                        egui::Grid::new("scan").num_columns(2).max_col_width(0.62 * ui.available_width()).show(ui, |ui| {
                             ui.label("shape");
                             ui.label(format!("{:?}", v.shape));
                             ui.end_row();
@@ -1297,7 +1297,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             ui.label(RichText::new(n).color(ui.visuals().warn_fg_color));
                         }
                         let t = &f.timings;
-                        egui::Grid::new("timings").num_columns(2).show(ui, |ui| {
+                        egui::Grid::new("timings").num_columns(2).max_col_width(0.62 * ui.available_width()).show(ui, |ui| {
                             for (k, v) in [
                                 ("engine", f.backend.clone()),
                                 ("field", fmt_ms(rt, t.field_ms)),
@@ -1362,7 +1362,7 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                             .scan
                             .as_ref()
                             .map_or(vec![], |s| s.loaded.image.spacing_mm.clone());
-                                egui::Grid::new("done").num_columns(2).show(ui, |ui| {
+                                egui::Grid::new("done").num_columns(2).max_col_width(0.62 * ui.available_width()).show(ui, |ui| {
                             for d in done {
                                 ui.label(RichText::new(&d.transform).strong());
                                 ui.label(super::format::done_line(&d, &spacing))
