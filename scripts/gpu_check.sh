@@ -3,7 +3,7 @@
 # scipy fixture tests on the GPU, CLI checks (devices, CPU-vs-CUDA on the bundled MNI sample,
 # the out-of-memory fallback), `augscope bench`, and the peers (scipy/cupyx/torch) in the same call.
 #
-# Build here first (see benches/GPU_NOTES.md):
+# Build here first (`bash scripts/gpu_build.sh` does it):
 #   cargo build --release --no-default-features
 #   cargo test --release --no-run --no-default-features --message-format=json | (collect the
 #   test executables) and copy them with target/release/augscope and peers_bench.py into .gpu/
