@@ -1,6 +1,7 @@
-//! CPU engine benchmarks on the workload (48x240x240 float32): the full elastic + rotate +
-//! scale pipeline at order 1, its parts, and rotation alone. `cargo bench --bench apply`.
-//! The scipy comparison on the same workload is `benches/scipy_compare.py`.
+//! CPU engine benchmarks on the README's benchmark workload (48x240x240 float32): the full
+//! elastic + rotate + scale pipeline at order 1, its parts, and rotation alone.
+//! `cargo bench --bench apply`. The scipy comparison on the same workload is
+//! `benches/scipy_compare.py`.
 
 #![allow(clippy::unwrap_used)] // a benchmark on fixed, valid inputs
 

@@ -1,4 +1,4 @@
-"""augscope vs scipy on the issue's workload, timed in one run on one machine.
+"""augscope vs scipy on the README's benchmark workload ("Speed"), timed in one run on one machine.
 
 Workload: a 48x240x240 float32 volume, elastic (alpha 800, sigma 12) + rotation + scale, order 1,
 mode constant — the batchgenerators recipe in scipy (single-threaded, as batchgenerators runs):

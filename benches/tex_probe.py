@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Decision probe for the rotate-only resample (benches/GPU_NOTES.md, v6): can fewer or wider
-gathers beat the engine's 8 scalar loads per voxel?
+"""Decision probe for the rotate-only resample: can fewer or wider gathers beat the engine's 8
+scalar loads per voxel? (No: the results are in docs/performance.md, Decisions.)
 
 Runs on the GPU machine with cupy. The same order-1 rotation of a 256x512x512 f32 volume
 (constant mode, f64 coordinates, the interior fast path of kernels/boundary.cuh, fmad off as in

@@ -3,7 +3,7 @@
 # scipy fixture tests on the GPU, CLI checks (devices, CPU-vs-CUDA on the bundled MNI sample,
 # the out-of-memory fallback), `augscope bench`, and the peers (scipy/cupyx/torch) in the same call.
 #
-# Build here first (see benches/GPU_NOTES.md):
+# Build here first (`bash scripts/gpu_build.sh` does it):
 #   cargo build --release --no-default-features
 #   cargo test --release --no-run --no-default-features --message-format=json | (collect the
 #   test executables) and copy them with target/release/augscope and peers_bench.py into .gpu/
@@ -15,8 +15,10 @@ BIN=${BIN:-.gpu}
 OUT=${OUT:-gpu_out}
 STEPS=${STEPS:-tests,cli,bench,tune,ncu,peers}
 mkdir -p "$OUT"
-# The test binaries look for their fixtures under the path they were built in.
-if [[ ! -e /work/main && -w / ]]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+# The test binaries look for their fixtures under the path they were built in: SRC_DIR, else the
+# folder scripts/gpu_build.sh wrote to $BIN/build_root, else /work/main.
+SRC_DIR=${SRC_DIR:-$(cat "$BIN/build_root" 2>/dev/null || echo /work/main)}
+if [[ ! -e $SRC_DIR && -w / ]]; then mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$PWD" "$SRC_DIR"; fi
 log() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.txt"; }
 
 log "machine"

@@ -13,7 +13,9 @@ run() { AUGSCOPE_TOUR_DIR="$OUT" timeout "$1" "$TOUR" --ignored --nocapture gpu_
 if ! run 400; then
   # No Vulkan driver found where the loader looks: name NVIDIA's.
   echo "retry with NVIDIA's Vulkan ICD named" >>"$OUT/tour.log"
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  # NVIDIA_ROOT: where the machine mounts the driver's files (/usr/local/nvidia by default).
+  NV=${NVIDIA_ROOT:-/usr/local/nvidia}
+  export VK_DRIVER_FILES=$NV/share/vulkan/icd.d/nvidia_icd.json
+  export __EGL_VENDOR_LIBRARY_FILENAMES=$NV/share/glvnd/egl_vendor.d/10_nvidia.json
   run 300
 fi

@@ -2,7 +2,8 @@
 
 Label 1 = grey matter, 2 = white matter, 0 = background: a voxel takes the tissue with the larger
 probability where that probability exceeds 0.5. Run from the repository root:
-    python3 scripts/make_sample_labels.py /work/shared/data
+    python3 scripts/make_sample_labels.py ../shared/data
+(the project's shared data folder; that is also the default).
 """
 import sys
 

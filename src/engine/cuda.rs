@@ -841,16 +841,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 const BLOCK: u32 = 256;
-/// Output voxels per thread of the resample kernels (see [`resample_k`]). Measured on the H200
-/// (benches/GPU_NOTES.md, runs 12 and 18, also software-pipelined): 2 and 4 gain at most 3 % on
-/// the large rotate, lose on small volumes and compile several times slower.
+/// Output voxels per thread of the resample kernels (see [`resample_k`]). Measured on the H200,
+/// also software-pipelined (docs/performance.md, Decisions): 2 and 4 gain at most 3 % on the
+/// large rotate, lose on small volumes and compile several times slower.
 const RESAMPLE_K: usize = 1;
 /// Blocks per SM of the order-0/1 resample kernels: 5 caps them at 48 registers (62.5 %
 /// occupancy instead of 50 % at 64); rotate 256×512×512 0.80 → 0.59 ms on the H200.
 const RESAMPLE_MINB: usize = 5;
 /// Blocks per SM of the one-channel, label-free resample entries (`resample_plain*`, RS_PLAIN_MINB
 /// in kernels/resample.cu) for orders 0 and 1: 8 caps them at 32 registers (full occupancy); their
-/// edge path is a separate function, so only it spills (benches/GPU_NOTES.md, v6).
+/// edge path is a separate function, so only it spills. Rotate 256×512×512 0.61 → 0.46 ms on the
+/// H200.
 const RESAMPLE_PLAIN_MINB: usize = 8;
 /// The same for order 3: 4 blocks (64 registers) instead of the 255 registers and one block per
 /// SM of the uncapped cubic kernel.

@@ -52,7 +52,7 @@ VERSION = C.version("batchgenerators")
 REPORT = C.Report("batchgenerators", VERSION)
 DISTS = ["batchgenerators"]
 
-# The first five cases, kept from the first version of this check: rotation and scale at 1e-3.
+# Five cases held to a tighter bar: rotation and scale at 1e-3.
 STRICT = [
     # (rotation degrees per axis, scale, order, mode, cval)
     ((20.0, -10.0, 35.0), 1.15, 3, "constant", 0.0),
