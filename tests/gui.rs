@@ -15,6 +15,9 @@ use egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
 
+mod gui_common;
+use gui_common::settle;
+
 const SIZE: [f32; 2] = [1500.0, 940.0];
 
 /// One place for the snapshot tolerance: lavapipe builds differ by a few pixels in text edges.
@@ -37,25 +40,6 @@ fn harness(image: PathBuf, label: Option<PathBuf>) -> Harness<'static, App> {
 
 fn sample() -> Harness<'static, App> {
     harness(app::SAMPLE.into(), Some(app::SAMPLE_LABEL.into()))
-}
-
-/// Steps frames until the worker has answered everything and the views show the parameters.
-fn settle(h: &mut Harness<'_, App>) {
-    let start = Instant::now();
-    let mut idle_frames = 0;
-    while idle_frames < 3 {
-        h.step();
-        if h.state().is_idle() {
-            idle_frames += 1;
-        } else {
-            idle_frames = 0;
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "the app did not settle"
-        );
-    }
 }
 
 /// The slider with this label (egui's slider exposes the bar and its value box).

@@ -16,20 +16,8 @@ use augscope::engine::{self, cpu::CpuBackend};
 use augscope::io::{self, LoadOptions, SaveOptions};
 use egui_kittest::Harness;
 
-fn settle(h: &mut Harness<'_, App>, limit: Duration) {
-    let start = Instant::now();
-    let mut idle = 0;
-    while idle < 3 {
-        h.step();
-        if h.state().is_idle() {
-            idle += 1;
-        } else {
-            idle = 0;
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        assert!(start.elapsed() < limit, "the app did not settle");
-    }
-}
+mod gui_common;
+use gui_common::settle_within as settle;
 
 fn shot(h: &mut Harness<'_, App>, dir: &std::path::Path, name: &str) {
     h.run_steps(2);

@@ -4,7 +4,6 @@
 #![cfg(feature = "gui")]
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use augscope::app::App;
 use augscope::export::preview::{self, Model};
@@ -12,6 +11,9 @@ use augscope::io::{LoadOptions, SaveOptions, load, save};
 use eframe::egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
+
+mod gui_common;
+use gui_common::settle;
 
 fn scan(dir: &std::path::Path, shape: [usize; 3]) -> (PathBuf, PathBuf) {
     let n: usize = shape.iter().product();
@@ -43,21 +45,6 @@ fn scan(dir: &std::path::Path, shape: [usize; 3]) -> (PathBuf, PathBuf) {
     )
     .expect("write labels");
     (img, lab)
-}
-
-fn settle(h: &mut Harness<'_, App>) {
-    let start = Instant::now();
-    let mut idle = 0;
-    while idle < 3 {
-        h.step();
-        if h.state().is_idle() {
-            idle += 1;
-        } else {
-            idle = 0;
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(start.elapsed() < Duration::from_secs(300), "did not settle");
-    }
 }
 
 #[test]

@@ -16,6 +16,9 @@ use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
+mod gui_common;
+use gui_common::settle;
+
 const SIZE: [f32; 2] = [1500.0, 940.0];
 
 fn harness(image: PathBuf) -> Harness<'static, App> {
@@ -29,24 +32,6 @@ fn harness(image: PathBuf) -> Harness<'static, App> {
             app.state.params.backend = BackendChoice::Cpu;
             app
         })
-}
-
-fn settle(h: &mut Harness<'_, App>) {
-    let start = Instant::now();
-    let mut idle_frames = 0;
-    while idle_frames < 3 {
-        h.step();
-        if h.state().is_idle() {
-            idle_frames += 1;
-        } else {
-            idle_frames = 0;
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "the app did not settle"
-        );
-    }
 }
 
 /// A NIfTI scan of `shape` (`[z, y, x]`) with `channels` volumes whose voxel at linear index i of

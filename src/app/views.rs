@@ -145,20 +145,10 @@ fn view_ui(
         let t = to_texel(p);
         let col = (t.x.floor() as i64).clamp(0, img.width as i64 - 1) as usize;
         let row = (t.y.floor() as i64).clamp(0, img.height as i64 - 1) as usize;
-        let g = v.geom;
-        let mut c = v.cursor.to_vec();
-        if g.across < c.len() && g.down < c.len() {
-            c[g.across] = if g.across_flip {
-                img.width - 1 - col
-            } else {
-                col
-            };
-            c[g.down] = if g.down_flip {
-                img.height - 1 - row
-            } else {
-                row
-            };
-            out.push(Command::SetCursor(c));
+        if v.geom.across < v.cursor.len() && v.geom.down < v.cursor.len() {
+            out.push(Command::SetCursor(voxel_of(
+                v.geom, v.cursor, row, col, img,
+            )));
         }
     }
     // The image, through the shader.
