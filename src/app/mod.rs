@@ -89,6 +89,18 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
                         app.apply(Command::OpenGrid);
                     } else if let Some(name) = part.strip_prefix("preset=") {
                         app.state.preset = name.to_string();
+                    } else if let Some(p) = part.strip_prefix("png=") {
+                        // A PNG of the whole window once the work is done, then quit.
+                        app.rt.auto_png = Some(AutoPng {
+                            path: PathBuf::from(p),
+                            nudge: spec.split(';').any(|q| q.trim() == "nudge"),
+                            stage: 0,
+                            idle_since: None,
+                        });
+                    } else if part == "compare" {
+                        app.state.show_compare = true;
+                    } else if part == "backend=cuda" {
+                        app.state.params.backend = BackendChoice::Cuda(0);
                     } else if let Some(z) = part.strip_prefix("zoom=") {
                         app.rt.initial_zoom = z.parse().ok();
                     } else if part == "nearest" {
@@ -376,6 +388,21 @@ pub struct Runtime {
     pub pixels_per_point: f32,
     /// The zoom every view starts at (scripted screenshots).
     pub initial_zoom: Option<f32>,
+    /// A scripted PNG of the window, taken when the work is done (then the app quits).
+    pub auto_png: Option<AutoPng>,
+    pub quit: bool,
+}
+
+/// A scripted screenshot: once the app has been idle for a second (and, with `nudge`, after one
+/// more rotation step of 1.5° has been computed, so that the timings show a slider step), the
+/// whole window goes to `path` and the app closes.
+#[derive(Clone, Debug)]
+pub struct AutoPng {
+    pub path: PathBuf,
+    pub nudge: bool,
+    /// 0 waiting, 1 nudged and waiting, 2 screenshot asked for.
+    pub stage: u8,
+    pub idle_since: Option<Instant>,
 }
 
 /// How far the whole-volume fill is.
@@ -486,6 +513,8 @@ impl App {
                 views_rect: None,
                 pixels_per_point: 1.0,
                 initial_zoom: None,
+                auto_png: None,
+                quit: false,
             },
         };
         if let Some((image, label)) = open {
@@ -581,6 +610,39 @@ impl App {
         }
     }
 
+    /// Advances a scripted screenshot ([`AutoPng`]).
+    fn auto_png(&mut self, ctx: &egui::Context) {
+        let idle = self.is_idle()
+            && self.rt.scan.is_some()
+            && (!self.state.show_compare
+                || self
+                    .rt
+                    .comparison
+                    .as_ref()
+                    .is_some_and(|c| c.generation == self.rt.generation));
+        let Some(a) = self.rt.auto_png.as_mut() else {
+            return;
+        };
+        if !idle || a.stage == 2 {
+            a.idle_since = None;
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+            return;
+        }
+        let since = *a.idle_since.get_or_insert_with(Instant::now);
+        ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        if since.elapsed().as_secs_f64() < 1.0 {
+            return;
+        }
+        a.idle_since = None;
+        if a.nudge && a.stage == 0 {
+            a.stage = 1;
+            self.state.params.rotate_deg[0] += 1.5;
+        } else {
+            a.stage = 2;
+            self.rt.screenshot_pending = true;
+        }
+    }
+
     /// Carries out one command (what the panels, menus and dialogs ask for).
     pub fn apply(&mut self, cmd: Command) {
         let App { state, rt } = self;
@@ -652,6 +714,17 @@ impl App {
             Command::Saved(Ok(note)) => rt.note = Some(note),
             Command::Saved(Err(e)) => rt.error = Some(e),
             Command::Screenshot => rt.screenshot_pending = true,
+            Command::ScreenshotTaken(img) if rt.auto_png.as_ref().is_some_and(|a| a.stage == 2) => {
+                let path = rt.auto_png.take().map(|a| a.path).unwrap_or_default();
+                let dir = path.parent().unwrap_or(Path::new("."));
+                match save_screenshot(&img, None, 1.0, Some(&path), dir) {
+                    Ok(written) => {
+                        let _ = std::fs::rename(&written, &path);
+                    }
+                    Err(e) => eprintln!("augscope: error: screenshot not saved: {e}"),
+                }
+                rt.quit = true;
+            }
             Command::ScreenshotTaken(img) => {
                 let scan = rt.scan.as_ref().map(|s| s.loaded.path.clone());
                 match save_screenshot(
@@ -1251,6 +1324,10 @@ impl eframe::App for App {
         cmds.extend(browse::window(ui.ctx(), &mut self.rt.browse));
         panels::help_window(ui.ctx(), &mut self.rt.help_open);
         self.rt.pixels_per_point = ui.ctx().pixels_per_point();
+        self.auto_png(ui.ctx());
+        if self.rt.quit {
+            ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
+        }
         if std::mem::take(&mut self.rt.screenshot_pending) {
             // The pixels come back through the dialogs' channel once the frame is read.
             let tx = self.rt.dialogs.0.clone();
