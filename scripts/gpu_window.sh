@@ -19,6 +19,8 @@ export LD_LIBRARY_PATH=$L:${LD_LIBRARY_PATH:-}
 [ -e /usr/bin/xkbcomp ] || ln -s "$X/usr/bin/xkbcomp" /usr/bin/xkbcomp
 sed "s#/usr/lib/x86_64-linux-gnu#$L#" "$X/usr/share/vulkan/icd.d/lvp_icd.x86_64.json" >"$X/lvp.json"
 export VK_DRIVER_FILES=$X/lvp.json
+# libxkbcommon reads its keymaps from the unpacked xkb-data.
+export XKB_CONFIG_ROOT=$X/usr/share/X11/xkb
 "$X/usr/bin/Xvfb" :7 -screen 0 1920x1080x24 -xkbdir "$X/usr/share/X11/xkb" -nolisten tcp \
   >"$OUT/xvfb.log" 2>&1 &
 XPID=$!
