@@ -84,6 +84,18 @@ pub fn check() -> Result<(), String> {
     if let Some(l) = libs.iter().find(|l| !loads(l.soname)) {
         return Err(missing(l));
     }
+    // libxkbcommon needs the keyboard descriptions (winit panics without them).
+    let xkb = std::env::var_os("XKB_CONFIG_ROOT").map_or_else(
+        || std::path::PathBuf::from("/usr/share/X11/xkb"),
+        Into::into,
+    );
+    if !xkb.join("rules").is_dir() {
+        return Err(format!(
+            "the window needs the keyboard descriptions in {} and they are missing: install \
+             xkb-data (Debian/Ubuntu) or xkeyboard-config (Fedora), or set XKB_CONFIG_ROOT",
+            xkb.display()
+        ));
+    }
     if !loads(VULKAN.soname) && !loads(EGL.soname) {
         return Err(format!(
             "the window needs Vulkan ({}) or OpenGL ES (libEGL.so.1) and neither can be loaded: \
