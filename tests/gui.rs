@@ -16,7 +16,7 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
 
 mod gui_common;
-use gui_common::settle;
+use gui_common::{result_image, settle};
 
 const SIZE: [f32; 2] = [1500.0, 940.0];
 
@@ -783,15 +783,7 @@ fn filter_panel_gaussian_before_the_transform() {
     settle(&mut h);
     h.state_mut().state.params.rotate_deg = [15.0, 0.0, -5.0];
     settle(&mut h);
-    let unfiltered = h
-        .state()
-        .rt
-        .full
-        .as_ref()
-        .expect("result")
-        .image
-        .data
-        .clone();
+    let unfiltered = result_image(&h);
     h.get_by_label("Filter (off)").click();
     h.run_steps(2);
     h.get_by_label("filter enabled").click();

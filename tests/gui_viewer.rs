@@ -17,7 +17,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
 mod gui_common;
-use gui_common::settle;
+use gui_common::{result_image, settle};
 
 const SIZE: [f32; 2] = [1500.0, 940.0];
 
@@ -186,15 +186,7 @@ fn the_units_switch_to_mm_and_back() {
     h.state_mut().state.params.translate_vox = [2.0, -4.0, 1.0];
     h.state_mut().state.params.sigma_vox = 6.0;
     settle(&mut h);
-    let before = h
-        .state()
-        .rt
-        .full
-        .as_ref()
-        .expect("result")
-        .image
-        .data
-        .clone();
+    let before = result_image(&h);
     h.get_by_label("mm").click();
     settle(&mut h);
     let p = &h.state().state.params;
@@ -204,15 +196,7 @@ fn the_units_switch_to_mm_and_back() {
     assert_eq!(plan.space, Space::Mm);
     assert_eq!(plan.spacing_mm, vec![3.0, 1.5, 1.0]);
     // The same translation in mm: the same voxels.
-    let after = h
-        .state()
-        .rt
-        .full
-        .as_ref()
-        .expect("result")
-        .image
-        .data
-        .clone();
+    let after = result_image(&h);
     assert_eq!(before, after);
     h.get_by_label_contains("Translation (mm;");
     h.get_by_label("voxels").click();

@@ -27,3 +27,15 @@ pub fn settle_within(h: &mut Harness<'_, App>, limit: Duration) {
 pub fn settle(h: &mut Harness<'_, App>) {
     settle_within(h, Duration::from_secs(300));
 }
+
+/// The voxels of the whole transformed volume on screen.
+pub fn result_image(h: &Harness<'_, App>) -> Vec<f32> {
+    h.state()
+        .rt
+        .full
+        .as_ref()
+        .expect("a result")
+        .image
+        .data
+        .clone()
+}
