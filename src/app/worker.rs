@@ -853,11 +853,11 @@ impl WorkerLoop {
             None => {
                 self.send(Reply::Filling(c.generation));
                 let cpu = self.cpu.clone();
-                let last = std::cell::Cell::new(Instant::now());
+                let last = std::cell::Cell::new(None::<Instant>);
                 let r = fill_volume(&cpu, &c.plan, image, label, &|done, total| {
-                    // A few updates a second are enough for a progress bar.
-                    if done > 0 && last.get().elapsed().as_millis() >= 100 {
-                        last.set(Instant::now());
+                    // After the first plane, then a few updates a second.
+                    if done > 0 && last.get().is_none_or(|t| t.elapsed().as_millis() >= 100) {
+                        last.set(Some(Instant::now()));
                         self.send(Reply::Progress {
                             generation: c.generation,
                             done,
