@@ -49,24 +49,25 @@ const MAX_LABELS: usize = 64;
 
 /// The labels (> 0) present in `data`, with names from `names`.
 pub fn label_entries(data: &[f32], names: &[(u32, String)]) -> Vec<LabelEntry> {
-    let mut counts = std::collections::BTreeMap::<u32, u64>::new();
+    // Label values are small integers: one counter each, in one pass.
+    const MAX_VALUE: usize = 4096;
+    let mut counts = vec![0u64; MAX_VALUE];
     for &v in data {
-        if v >= 0.5 && v.is_finite() {
-            *counts.entry((v + 0.5) as u32).or_default() += 1;
-            if counts.len() > MAX_LABELS {
-                break;
-            }
+        if v >= 0.5 && v < MAX_VALUE as f32 - 0.5 {
+            counts[(v + 0.5) as usize] += 1;
         }
     }
     counts
         .into_iter()
+        .enumerate()
+        .filter(|&(_, n)| n > 0)
         .take(MAX_LABELS)
         .map(|(value, voxels)| LabelEntry {
-            value,
+            value: value as u32,
             voxels,
             name: names
                 .iter()
-                .find(|(v, _)| *v == value)
+                .find(|(v, _)| *v as usize == value)
                 .map(|(_, n)| n.clone()),
         })
         .collect()
