@@ -1,0 +1,356 @@
+//! `augscope apply`: one transform of one scan, written whole or not at all.
+
+use super::*;
+
+pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    // Refuse to overwrite any input, before reading anything.
+    let inputs: Vec<&PathBuf> = [Some(&a.input), a.label.as_ref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let outputs: Vec<&PathBuf> = [
+        Some(&a.output),
+        a.label_out.as_ref(),
+        a.save_coords.as_ref(),
+        a.report.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for o in &outputs {
+        for i in &inputs {
+            if resolved(o) == resolved(i) {
+                return Err(usage(format!(
+                    "output would overwrite an input: {}",
+                    o.display()
+                )));
+            }
+        }
+    }
+    for (k, o) in outputs.iter().enumerate() {
+        if outputs[..k].iter().any(|p| resolved(p) == resolved(o)) {
+            return Err(usage(format!(
+                "the same path is given for two outputs: {}",
+                o.display()
+            )));
+        }
+    }
+    // Output formats must be known before any work is done.
+    io::Format::from_path(&a.output)?;
+    if let Some(l) = &a.label_out {
+        io::Format::from_path(l)?;
+    }
+    if a.save_coords.is_some() && !a.model.is_own() {
+        return Err(usage(format!(
+            "--save-coords gives augscope's coordinates; {} resamples its own way (see the \
+             report's model_steps): leave out --as or --save-coords",
+            a.model.label()
+        )));
+    }
+    if let Some(c) = &a.save_coords
+        && !c.to_string_lossy().to_ascii_lowercase().ends_with(".npy")
+    {
+        return Err(usage(format!(
+            "--save-coords writes a .npy file: {}",
+            c.display()
+        )));
+    }
+
+    let load_opts = LoadOptions {
+        channels_first: a.channels,
+    };
+    let image = io::load(&a.input, &load_opts)?;
+    let label = match &a.label {
+        Some(p) => {
+            let l = io::load(p, &LoadOptions::default())?;
+            if l.shape != image.shape {
+                return Err(usage(format!(
+                    "label map shape {:?} differs from the image shape {:?}: {}",
+                    l.shape,
+                    image.shape,
+                    p.display()
+                )));
+            }
+            Some(l)
+        }
+        None => None,
+    };
+    let t_read = t0.elapsed().as_secs_f64() * 1e3;
+
+    let plan = Plan {
+        flip: a.flip.clone().map(|v| v.0).unwrap_or_default(),
+        rotate_rad: a.rotate.clone().map(|v| v.0).unwrap_or_default(),
+        scale: a.scale.clone().map(|v| v.0).unwrap_or_default(),
+        translate: a.translate.clone().map(|v| v.0).unwrap_or_default(),
+        elastic: a.elastic.map(|(alpha, sigma)| Elastic {
+            alpha,
+            sigma,
+            seed: a.seed,
+        }),
+        order: a.order,
+        mode: a.mode,
+        cval: a.cval,
+        out_shape: None,
+        space: a.space,
+        spacing_mm: match a.space {
+            Space::Mm => image.spacing_mm.clone(),
+            Space::Voxel => vec![],
+        },
+    };
+    plan.validate(image.ndim())?;
+
+    if !a.model.is_own() {
+        return apply_as(&a, &image, label.as_ref(), &plan, t0, t_read);
+    }
+    let mut selected = engine::cuda::select(&a.backend, a.precision);
+    if let Some(note) = &selected.note {
+        eprintln!("augscope: {note}");
+    }
+    let t1 = Instant::now();
+    let (out, out_label, timings, oom) = engine::cuda::apply_new_with_fallback(
+        selected.backend.as_ref(),
+        &plan,
+        &image,
+        label.as_ref(),
+    )
+    .context("the transform failed")?;
+    let mut backend_name = selected.backend.name();
+    if let Some(note) = oom {
+        eprintln!("augscope: {note}");
+        backend_name = "cpu".into();
+        selected.note = Some(note);
+    }
+    // The GPU that ran the transform also gives the coordinates and the displacement readout,
+    // from its cached field.
+    let gpu = match &a.backend {
+        BackendSpec::Cuda(ids) if backend_name.starts_with("cuda") => {
+            engine::cuda::CudaBackend::new(ids, a.precision).ok()
+        }
+        _ => None,
+    };
+    let t_compute = t1.elapsed().as_secs_f64() * 1e3;
+
+    let t2 = Instant::now();
+    let save = SaveOptions {
+        keep_dtype: a.dtype == "keep",
+    };
+    let mut staged = Staged::default();
+    staged.write(&a.output, |t| io::save(t, &out, &save))?;
+    if let (Some(p), Some(l)) = (&a.label_out, &out_label) {
+        staged.write(p, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
+    }
+    let mut disp = None;
+    let mut jacobian = None;
+    if a.save_coords.is_some() || a.report.is_some() {
+        let map = plan.compose(&image.shape)?;
+        let gpu_stats = gpu
+            .as_ref()
+            .and_then(|g| g.displacement_stats(&plan, &map.out_shape).ok());
+        // The coordinates feed both --save-coords and the report's Jacobian readout.
+        let gpu_coords = gpu
+            .as_ref()
+            .and_then(|g| g.coordinates(&plan, &image.shape).ok());
+        let cpu = engine::cpu::CpuBackend::new();
+        let need_cpu_field = gpu_stats.is_none() || gpu_coords.is_none();
+        let field = if need_cpu_field {
+            cpu.field(&plan, &map.out_shape).map(|(f, _)| f)
+        } else {
+            None
+        };
+        // |alpha| |G|: voxels in voxel space, millimetres in mm space (see `Space`); the other
+        // unit is bounded by the smallest and largest voxel size.
+        let alpha = plan.elastic.map_or(0.0, |e| e.alpha);
+        let stats = gpu_stats
+            .flatten()
+            .or_else(|| field.as_ref().map(|f| f.displacement_stats(alpha)));
+        if let Some((max_v, rms_v)) = stats {
+            let min_sp = image
+                .spacing_mm
+                .iter()
+                .cloned()
+                .fold(f64::INFINITY, f64::min);
+            let max_sp = image.spacing_mm.iter().cloned().fold(0.0, f64::max);
+            disp = Some(match plan.space {
+                Space::Voxel => serde_json::json!({
+                    "max_vox": max_v, "rms_vox": rms_v,
+                    "max_mm_range": [max_v * min_sp, max_v * max_sp],
+                    "rms_mm_range": [rms_v * min_sp, rms_v * max_sp],
+                }),
+                Space::Mm => serde_json::json!({
+                    "max_mm": max_v, "rms_mm": rms_v,
+                    "max_vox_range": [max_v / max_sp, max_v / min_sp],
+                    "rms_vox_range": [rms_v / max_sp, rms_v / min_sp],
+                }),
+            });
+        }
+        let coords = match gpu_coords {
+            Some(c) => c,
+            None => engine::cpu::coordinates(&map, field.as_deref()),
+        };
+        // The field is no longer needed: free it (and the engine's cached copy) before the
+        // determinant takes its volume.
+        drop((field, cpu));
+        if let Some(p) = &a.save_coords {
+            let mut shape = vec![map.ndim];
+            shape.extend_from_slice(&map.out_shape);
+            staged.write(p, |t| io::npy::write(t, &coords, &shape, crate::DType::F32))?;
+        }
+        if a.report.is_some() {
+            // det(∂x/∂p) of the saved coordinates; mirroring (a flip) is not counted as folding.
+            let det = engine::jacobian::determinant(&coords, map.ndim, &map.out_shape);
+            let s = engine::jacobian::stats_for_map(&det, &map);
+            jacobian = Some(serde_json::json!({
+                "min": s.min, "max": s.max, "folded_fraction": s.folded_fraction,
+                "orientation": engine::jacobian::orientation(&map),
+            }));
+        }
+    }
+    let t_write = t2.elapsed().as_secs_f64() * 1e3;
+
+    if let Some(p) = &a.report {
+        let report = serde_json::json!({
+            "input": a.input, "output": a.output,
+            "label": a.label, "label_output": a.label_out,
+            "shape": image.shape, "channels": image.channels,
+            "space": plan.space, "spacing_mm": image.spacing_mm,
+            "plan": plan, "done": plan.done_list(),
+            "backend": backend_name, "backend_note": selected.note,
+            "precision": a.precision,
+            "timings_ms": { "engine": timings, "read": t_read, "compute": t_compute, "write": t_write,
+                             "total": t0.elapsed().as_secs_f64() * 1e3 },
+            "displacement": disp,
+            "jacobian": jacobian,
+            "model": a.model.id(),
+            "model_steps": preview::own_step(a.model).into_iter().collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
+        staged.write(p, |t| {
+            io::atomic_write(t, "JSON report", |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })
+        })?;
+    }
+    staged.commit()
+}
+
+/// Outputs of one command, written all or none: each is written whole under a hidden name in
+/// its own folder, and the names are swapped in only when every output is written. Whatever is
+/// not committed is removed when this is dropped, so a failure leaves no output and replaces no
+/// existing file.
+#[derive(Default)]
+struct Staged {
+    pending: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Staged {
+    /// Where to write `path` for now (same folder and extension, so the format is the same).
+    fn path(&mut self, path: &Path) -> PathBuf {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".augscope-{}-{name}", std::process::id()));
+        self.pending.push((tmp.clone(), path.to_path_buf()));
+        tmp
+    }
+
+    /// Writes `path` through `write` at its staged name; an error names `path`.
+    fn write(
+        &mut self,
+        path: &Path,
+        write: impl FnOnce(&Path) -> Result<(), io::IoError>,
+    ) -> Result<(), io::IoError> {
+        let tmp = self.path(path);
+        write(&tmp).map_err(|e| match e {
+            io::IoError::Write { format, why, .. } => io::IoError::Write {
+                format,
+                why,
+                path: path.to_path_buf(),
+            },
+            other => other,
+        })
+    }
+
+    /// Renames every staged output into place (on a failure the outputs not yet renamed are
+    /// removed when `self` drops).
+    fn commit(mut self) -> anyhow::Result<()> {
+        while !self.pending.is_empty() {
+            let (tmp, path) = self.pending.remove(0);
+            if let Err(e) = std::fs::rename(&tmp, &path) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(usage(format!("cannot write {}: {e}", path.display())));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.pending {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// `apply --as LIBRARY`: the library's model on the CPU engine, written as `apply` writes.
+pub(super) fn apply_as(
+    a: &ApplyArgs,
+    image: &crate::Volume,
+    label: Option<&crate::Volume>,
+    plan: &Plan,
+    t0: Instant,
+    t_read: f64,
+) -> anyhow::Result<()> {
+    if !matches!(a.backend, BackendSpec::Auto | BackendSpec::Cpu) {
+        eprintln!(
+            "augscope: {} runs on the CPU engine (--backend is not used)",
+            a.model.label()
+        );
+    }
+    let t1 = Instant::now();
+    let p = preview::preview(a.model, image, label, plan).context("the transform failed")?;
+    let t_compute = t1.elapsed().as_secs_f64() * 1e3;
+    let t2 = Instant::now();
+    let mut staged = Staged::default();
+    let save = SaveOptions {
+        keep_dtype: a.dtype == "keep",
+    };
+    staged.write(&a.output, |t| io::save(t, &p.image, &save))?;
+    if let (Some(path), Some(l)) = (&a.label_out, &p.label) {
+        staged.write(path, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
+    }
+    let t_write = t2.elapsed().as_secs_f64() * 1e3;
+    if let Some(path) = &a.report {
+        let report = serde_json::json!({
+            "input": a.input, "output": a.output,
+            "label": a.label, "label_output": a.label_out,
+            "shape": image.shape, "channels": image.channels,
+            "space": plan.space, "spacing_mm": image.spacing_mm,
+            "plan": plan, "done": plan.done_list(),
+            "backend": "cpu",
+            "timings_ms": { "read": t_read, "compute": t_compute, "write": t_write,
+                             "total": t0.elapsed().as_secs_f64() * 1e3 },
+            "displacement": p.displacement.map(|(max_v, rms_v)| serde_json::json!({
+                "max_vox": max_v, "rms_vox": rms_v,
+            })),
+            "model": p.model.id(),
+            "model_steps": p.steps,
+            "control_grid": p.control_grid.as_ref().map(|g| serde_json::json!({
+                "shape": g.shape, "origin_vox": g.origin, "spacing_vox": g.spacing,
+            })),
+        });
+        let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
+        staged.write(path, |t| {
+            io::atomic_write(t, "JSON report", |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })
+        })?;
+    }
+    staged.commit()?;
+    for s in &p.steps {
+        eprintln!("augscope: as {}: {s}", p.model.label());
+    }
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! `augscope devices`: the CUDA devices, the kernel cache.
+
+use super::*;
+
+pub(super) fn devices(json: bool, clear_cache: bool) -> anyhow::Result<()> {
+    if clear_cache {
+        let Some(dir) = engine::kernel_cache::dir() else {
+            return write_text(None, "kernels: no disk cache to clear\n", "device report");
+        };
+        let n = engine::kernel_cache::clear(&dir)
+            .map_err(|e| usage(format!("cannot clear {}: {e}", dir.display())))?;
+        return write_text(
+            None,
+            &format!(
+                "kernels: removed {n} compiled kernels from {}\n",
+                dir.display()
+            ),
+            "device report",
+        );
+    }
+    let report = engine::device::discover();
+    let text = if json {
+        serde_json::to_string_pretty(&report).context("cannot encode the report")?
+    } else {
+        report.to_string()
+    };
+    write_text(None, &format!("{text}\n"), "device report")
+}

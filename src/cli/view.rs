@@ -1,0 +1,17 @@
+//! The GUI (`augscope view`, or no subcommand).
+
+use super::*;
+
+pub(super) fn view(args: ViewArgs) -> anyhow::Result<()> {
+    #[cfg(feature = "gui")]
+    {
+        crate::app::run(args.files, args.label)
+    }
+    #[cfg(not(feature = "gui"))]
+    {
+        let _ = args;
+        Err(usage(
+            "this augscope was built without the GUI (feature `gui`); use a subcommand, see --help",
+        ))
+    }
+}
