@@ -90,7 +90,7 @@ pub struct Volume {
     pub nifti_header: Option<Box<nifti::NiftiHeader>>,
     /// The 64-bit fields of a NIfTI-2 header the volume came from (`nifti_header` then holds
     /// them narrowed, with `sizeof_hdr` 540), so that it is written back as NIfTI-2 unchanged.
-    pub nifti2: Option<Box<crate::io::nifti::Nifti2Fields>>,
+    pub nifti2: Option<Box<Nifti2Fields>>,
     /// Window centre and width from the file (DICOM), the GUI's default window/level.
     pub default_window: Option<(f64, f64)>,
     /// Whether the affine places the voxels in a patient's anatomy (NIfTI, DICOM), so that the
@@ -263,4 +263,39 @@ impl Volume {
         }
         codes
     }
+}
+
+/// The numeric fields of a NIfTI header at NIfTI-2 width: 64-bit dims, offsets, slice indices
+/// and floats, 32-bit codes. Every NIfTI-1 value fits exactly, so reading and writing work on this
+/// form for both versions. A volume read from a NIfTI-2 file keeps it in `Volume::nifti2`, beside
+/// the narrowed [`nifti::NiftiHeader`] (`sizeof_hdr` 540, magic `n+2`), so that it is written back as
+/// NIfTI-2 without losing precision. The text fields (descrip, aux_file, intent_name) and
+/// dim_info are those of the [`nifti::NiftiHeader`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nifti2Fields {
+    pub datatype: i16,
+    pub bitpix: i16,
+    /// Signed, as in the file: a negative dim is reported, not wrapped.
+    pub dim: [i64; 8],
+    pub intent_p: [f64; 3],
+    pub pixdim: [f64; 8],
+    pub vox_offset: i64,
+    pub scl_slope: f64,
+    pub scl_inter: f64,
+    pub cal_max: f64,
+    pub cal_min: f64,
+    pub slice_duration: f64,
+    pub toffset: f64,
+    pub slice_start: i64,
+    pub slice_end: i64,
+    pub qform_code: i32,
+    pub sform_code: i32,
+    /// quatern_b, quatern_c, quatern_d.
+    pub quatern: [f64; 3],
+    /// qoffset_x, qoffset_y, qoffset_z.
+    pub qoffset: [f64; 3],
+    pub srow: [[f64; 4]; 3],
+    pub slice_code: i32,
+    pub xyzt_units: i32,
+    pub intent_code: i32,
 }
