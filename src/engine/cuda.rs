@@ -27,11 +27,11 @@ use rayon::prelude::*;
 
 use super::boundary::{Mode, SPLINE_PREPAD};
 use super::device::{self, DeviceContext, MemStats, driver_error};
+use super::gaussian::gaussian_kernel;
 use super::{
     Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job_region,
 };
 use crate::augment::{CoordMap, Order, Plan};
-use crate::filter::gaussian::gaussian_kernel;
 use crate::volume::Volume;
 
 /// The shared header with the boundary rules and samplers.

@@ -5,8 +5,8 @@
 
 use rayon::prelude::*;
 
+use super::gaussian::{gaussian_kernel, gaussian_zero};
 use super::noise::{fill_noise, fill_noise_run};
-use crate::filter::gaussian::{gaussian_kernel, gaussian_zero};
 
 /// Smoothed unit noise, `components[k][i]` for axis `k` and C-order output index `i`.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod field;
+pub mod gaussian;
 pub mod jacobian;
 pub mod kernel_cache;
 pub mod noise;

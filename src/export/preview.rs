@@ -285,7 +285,7 @@ fn monai_field(shape: &[usize], sigma: f64, seed: u64) -> Vec<Vec<f32>> {
             fill_noise(seed, k as u32, 0, &mut c);
             let mut tmp = vec![0f32; n];
             for axis in 0..shape.len() {
-                crate::filter::gaussian::correlate_axis_zero(&c, &mut tmp, shape, axis, &w);
+                crate::engine::gaussian::correlate_axis_zero(&c, &mut tmp, shape, axis, &w);
                 std::mem::swap(&mut c, &mut tmp);
             }
             c
@@ -373,7 +373,7 @@ fn monai(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Preview,
 /// The mean over an axis of `n` voxels of the summed squared weights of scipy's gaussian
 /// (truncate 4, taps outside the axis read 0): the snippet's `_mean_square_weight`.
 fn mean_square_weight(n: usize, sigma: f64) -> f64 {
-    let w = crate::filter::gaussian::gaussian_kernel(sigma, 4.0);
+    let w = crate::engine::gaussian::gaussian_kernel(sigma, 4.0);
     let radius = w.len() / 2;
     let mut c = vec![0.0; w.len() + 1];
     for (i, v) in w.iter().enumerate() {

@@ -7,11 +7,9 @@
 //! One parameter struct, [`Filter`], and two interpreters: [`apply_cpu`] here and the CUDA
 //! engine in `cuda`.
 
-pub mod bench;
 pub mod cuda;
 pub mod febds;
 pub mod fft;
-pub mod gaussian;
 pub mod intensity;
 pub mod median;
 pub mod separable;

@@ -12,6 +12,8 @@
 //! the wall time of `Backend::apply` from the host input to the host output, pinned staging
 //! included. Medians over `reps` runs after `warmup` runs.
 
+pub mod filters;
+
 use std::time::Instant;
 
 use serde::Serialize;
@@ -35,7 +37,7 @@ pub struct BenchOptions {
     pub cpu_reps: usize,
     /// The spatial pipeline rows (over `shapes`).
     pub spatial: bool,
-    /// The filter rows (`crate::filter::bench`: fixed shapes).
+    /// The filter rows (`filters`: fixed shapes).
     pub filters: bool,
     /// Interpolation order of the pipelines (order 1 unless asked).
     pub order: Order,
@@ -446,7 +448,7 @@ pub fn run(
     }
     if opts.filters {
         let ord = gpu.as_ref().map(|g| g.ordinals()[0]);
-        let rows = crate::filter::bench::rows(
+        let rows = filters::rows(
             ord,
             opts.precision,
             reps,

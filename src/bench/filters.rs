@@ -9,9 +9,9 @@
 
 use std::time::Instant;
 
-use super::{Boundary, FebdsMethod, Filter, apply_cpu, cuda};
-use crate::bench::{BenchRow, median};
+use super::{BenchRow, median};
 use crate::engine::{EngineError, Precision};
+use crate::filter::{Boundary, FebdsMethod, Filter, apply_cpu, cuda};
 
 /// The volume of the 3D rows.
 pub const VOLUME_SHAPE: [usize; 3] = [256, 512, 512];
@@ -217,7 +217,7 @@ mod tests {
     fn the_synthetic_mammogram_is_12_bit_and_has_spots() {
         let img = synthetic_mammogram([256, 208]);
         assert!(img.iter().all(|&v| (0.0..=4095.0).contains(&v)));
-        let mask = super::super::febds::febds(&img, [256, 208], FebdsMethod::Dog);
+        let mask = crate::filter::febds::febds(&img, [256, 208], FebdsMethod::Dog);
         assert!(mask.contains(&1.0));
     }
 
