@@ -10,7 +10,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::engine::boundary::Mode;
+mod mode;
+pub use mode::Mode;
 
 /// Interpolation order: 0 nearest, 1 linear, 3 cubic B-spline (scipy prefilter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

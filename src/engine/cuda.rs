@@ -46,7 +46,7 @@ pub enum Family {
     Field,
     /// `pad_f32`, `prefilter_axis_f32`, `to_store_f32`.
     Prefilter,
-    /// The filters (`sep_line_f32`, `median_f32`, …); host code in `crate::filter::cuda`.
+    /// The filters (`sep_line_f32`, `median_f32`, …); their host code is `src/filter/cuda.rs`.
     Filter,
 }
 
