@@ -4,6 +4,21 @@
 # resampled to 256×512×512. The X server, its libraries and lavapipe are Debian packages unpacked
 # into /opt/x (never over the system's own); the GUI binary comes in .x2/augscope. Each run takes
 # its own PNG of the window (AUGSCOPE_SHOT png=…) and quits. Results go to $OUT.
+#
+# Filled here, on Debian 12 (two folders, carried in two calls back to back: one call may carry
+# 64 MiB, and a warm machine keeps /opt/x between calls):
+#   .x1: apt-get download libllvm15 libz3-4 mesa-vulkan-drivers
+#   .x2: apt-get download xvfb xserver-common x11-xkb-utils xkb-data x11-common libxfont2
+#        libfontenc1 libpixman-1-0 libxkbfile1 libunwind8 libxau6 libxdmcp6 libxaw7 libxt6 libxmu6
+#        libxpm4 libsm6 libice6 libx11-6 libx11-data libx11-xcb1 libxcb1 libxext6 libxrender1
+#        libxfixes3 libxrandr2 libxi6 libxcursor1 libxkbcommon0 libxkbcommon-x11-0 libxcb-xkb1
+#        libxcb-dri3-0 libxcb-present0 libxcb-randr0 libxcb-shm0 libxcb-sync1 libxcb-xfixes0
+#        libxshmfence1 libwayland-client0 libdrm2 libdrm-amdgpu1 libdrm-common libelf1 libedit2
+#        libfreetype6 libbz2-1.0 libpng16-16 libbrotli1
+#        plus the stripped GUI binary as .x2/augscope and the headless one as .x2/augscope-headless;
+#   .gl: the Vulkan loader (see the device notes).
+# First call: for f in .x1/*.deb; do dpkg -x $f /opt/x; done (carry .x1); second: this script
+# (carry .x2 and .gl).
 set -u
 OUT=${OUT:-gpu_out}
 X=/opt/x
