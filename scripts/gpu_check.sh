@@ -16,8 +16,8 @@ OUT=${OUT:-gpu_out}
 STEPS=${STEPS:-tests,cli,bench,tune,ncu,peers}
 mkdir -p "$OUT"
 # The test binaries look for their fixtures under the path they were built in: SRC_DIR, else the
-# folder scripts/gpu_build.sh wrote to $BIN/build_root, else /work/main.
-SRC_DIR=${SRC_DIR:-$(cat "$BIN/build_root" 2>/dev/null || echo /work/main)}
+# folder scripts/gpu_build.sh wrote to $BIN/build_root, else this checkout.
+SRC_DIR=${SRC_DIR:-$(cat "$BIN/build_root" 2>/dev/null || echo "$PWD")}
 if [[ ! -e $SRC_DIR && -w / ]]; then mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$PWD" "$SRC_DIR"; fi
 log() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.txt"; }
 

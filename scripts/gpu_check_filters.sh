@@ -12,8 +12,8 @@ BIN=${BIN:-.gpu}
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 # The test binaries look for their fixtures under the path they were built in: SRC_DIR, else the
-# folder scripts/gpu_build.sh wrote to $BIN/build_root, else /work/main.
-SRC_DIR=${SRC_DIR:-$(cat "$BIN/build_root" 2>/dev/null || echo /work/main)}
+# folder scripts/gpu_build.sh wrote to $BIN/build_root, else this checkout.
+SRC_DIR=${SRC_DIR:-$(cat "$BIN/build_root" 2>/dev/null || echo "$PWD")}
 if [[ ! -e $SRC_DIR && -w / ]]; then mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$PWD" "$SRC_DIR"; fi
 log() { echo "== $* ($(date +%T))" | tee -a "$OUT/filters_summary.txt"; }
 
