@@ -169,19 +169,31 @@ fn screenshot_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Crops the window's screenshot to the views and writes it as a PNG; returns the path.
-fn save_screenshot(
-    shot: &egui::ColorImage,
-    views: Option<egui::Rect>,
-    pixels_per_point: f32,
-    scan: Option<&Path>,
-    dir: &Path,
-) -> Result<PathBuf, String> {
-    let [w, h] = shot.size;
-    let r = views.map_or(
-        egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(w as f32, h as f32)),
-        |r| egui::Rect::from_min_max(r.min * pixels_per_point, r.max * pixels_per_point),
+/// A new screenshot's path in [`screenshot_dir`]: `augscope-<scan>-<unix seconds>.png`.
+fn screenshot_path(scan: Option<&Path>) -> PathBuf {
+    let stem = scan.and_then(|p| p.file_name()).map_or_else(
+        || "views".to_string(),
+        |n| {
+            let n = n.to_string_lossy();
+            n.trim_end_matches(".gz")
+                .trim_end_matches(".nii")
+                .to_string()
+        },
     );
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    screenshot_dir().join(format!("augscope-{stem}-{secs}.png"))
+}
+
+/// Writes `crop` (in pixels; the whole image when `None`) of the window's screenshot to `path`
+/// as a PNG, whole or not at all.
+fn write_png(shot: &egui::ColorImage, crop: Option<egui::Rect>, path: &Path) -> Result<(), String> {
+    let [w, h] = shot.size;
+    let r = crop.unwrap_or(egui::Rect::from_min_size(
+        egui::Pos2::ZERO,
+        egui::vec2(w as f32, h as f32),
+    ));
     let x0 = (r.min.x.max(0.0) as usize).min(w);
     let y0 = (r.min.y.max(0.0) as usize).min(h);
     let x1 = (r.max.x.max(0.0) as usize).clamp(x0, w);
@@ -195,28 +207,14 @@ fn save_screenshot(
             rgba.extend_from_slice(&p.to_array());
         }
     }
-    let stem = scan.and_then(|p| p.file_name()).map_or_else(
-        || "views".to_string(),
-        |n| {
-            let n = n.to_string_lossy();
-            n.trim_end_matches(".gz")
-                .trim_end_matches(".nii")
-                .to_string()
-        },
-    );
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let path = dir.join(format!("augscope-{stem}-{secs}.png"));
     let (cw, ch) = ((x1 - x0) as u32, (y1 - y0) as u32);
-    crate::io::atomic_write(&path, "PNG", |f| {
+    crate::io::atomic_write(path, "PNG", |f| {
         use image::ImageEncoder as _;
         image::codecs::png::PngEncoder::new(f)
             .write_image(&rgba, cw, ch, image::ExtendedColorType::Rgba8)
             .map_err(std::io::Error::other)
     })
-    .map_err(|e| e.to_string())?;
-    Ok(path)
+    .map_err(|e| e.to_string())
 }
 
 /// What to open at start: the first file given, else the sample with its label map.
@@ -288,6 +286,8 @@ pub enum Command {
     Screenshot,
     /// The window's pixels, as the renderer read them.
     ScreenshotTaken(Arc<egui::ColorImage>),
+    /// Close the window (after a scripted screenshot).
+    Quit,
     /// Show the keyboard and mouse help.
     ShowHelp,
 }
@@ -391,6 +391,8 @@ pub struct Runtime {
     /// A scripted PNG of the window, taken when the work is done (then the app quits).
     pub auto_png: Option<AutoPng>,
     pub quit: bool,
+    /// Wakes the UI when a background thread (a save, a screenshot) has sent its answer.
+    pub egui_ctx: egui::Context,
 }
 
 /// A scripted screenshot: once the app has been idle for a second (and, with `nudge`, after one
@@ -462,6 +464,7 @@ impl App {
             }
             None => false,
         };
+        let egui_ctx = cc.egui_ctx.clone();
         let ctx = cc.egui_ctx.clone();
         let (worker, error) = match Worker::spawn(move || ctx.request_repaint()) {
             Ok(w) => (Some(w), None),
@@ -515,6 +518,7 @@ impl App {
                 initial_zoom: None,
                 auto_png: None,
                 quit: false,
+                egui_ctx,
             },
         };
         if let Some((image, label)) = open {
@@ -696,6 +700,7 @@ impl App {
                     Some(f) => {
                         let (image, label) = (f.image.clone(), f.label.clone());
                         let tx = rt.dialogs.0.clone();
+                        let ctx = rt.egui_ctx.clone();
                         let spawned = std::thread::Builder::new()
                             .name("augscope-save".into())
                             .spawn(move || {
@@ -704,6 +709,7 @@ impl App {
                                     &image,
                                     label.as_deref(),
                                 )));
+                                ctx.request_repaint();
                             });
                         if let Err(e) = spawned {
                             rt.error = Some(format!("cannot start saving: {e}"));
@@ -714,30 +720,44 @@ impl App {
             Command::Saved(Ok(note)) => rt.note = Some(note),
             Command::Saved(Err(e)) => rt.error = Some(e),
             Command::Screenshot => rt.screenshot_pending = true,
-            Command::ScreenshotTaken(img) if rt.auto_png.as_ref().is_some_and(|a| a.stage == 2) => {
-                let path = rt.auto_png.take().map(|a| a.path).unwrap_or_default();
-                let dir = path.parent().unwrap_or(Path::new("."));
-                match save_screenshot(&img, None, 1.0, Some(&path), dir) {
-                    Ok(written) => {
-                        let _ = std::fs::rename(&written, &path);
-                    }
-                    Err(e) => eprintln!("augscope: error: screenshot not saved: {e}"),
-                }
-                rt.quit = true;
-            }
             Command::ScreenshotTaken(img) => {
-                let scan = rt.scan.as_ref().map(|s| s.loaded.path.clone());
-                match save_screenshot(
-                    &img,
-                    rt.views_rect,
-                    rt.pixels_per_point,
-                    scan.as_deref(),
-                    &screenshot_dir(),
-                ) {
-                    Ok(p) => rt.note = Some(format!("screenshot saved: {}", p.display())),
-                    Err(e) => rt.error = Some(format!("screenshot not saved: {e}")),
+                // A scripted screenshot is the whole window and ends the app; F12's is the views.
+                let scripted = rt.auto_png.as_ref().is_some_and(|a| a.stage == 2);
+                let (path, crop) = match rt.auto_png.take().filter(|_| scripted) {
+                    Some(a) => (a.path, None),
+                    None => {
+                        let ppp = rt.pixels_per_point;
+                        let scan = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+                        let crop = rt
+                            .views_rect
+                            .map(|r| egui::Rect::from_min_max(r.min * ppp, r.max * ppp));
+                        (screenshot_path(scan.as_deref()), crop)
+                    }
+                };
+                // Encoding a PNG takes tens of milliseconds: not on the UI thread.
+                let tx = rt.dialogs.0.clone();
+                let ctx = rt.egui_ctx.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("augscope-screenshot".into())
+                    .spawn(move || {
+                        let r = write_png(&img, crop, &path)
+                            .map(|()| format!("screenshot saved: {}", path.display()))
+                            .map_err(|e| format!("screenshot not saved: {e}"));
+                        if scripted {
+                            if let Err(e) = &r {
+                                eprintln!("augscope: error: {e}");
+                            }
+                            let _ = tx.send(Command::Quit);
+                        } else {
+                            let _ = tx.send(Command::Saved(r));
+                        }
+                        ctx.request_repaint();
+                    });
+                if let Err(e) = spawned {
+                    rt.error = Some(format!("cannot start saving the screenshot: {e}"));
                 }
             }
+            Command::Quit => rt.quit = true,
             Command::ShowHelp => rt.help_open = true,
             Command::Browse(purpose, failed) => {
                 let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());

@@ -10,14 +10,6 @@ use crate::export::preview::Model;
 use super::state::{BackendChoice, Colormap, FilterKind, FilterParams, FilterStage, Params, State};
 use super::{Command, Runtime};
 
-/// Window presets (name, width, level) in HU.
-pub const WINDOW_PRESETS: [(&str, f32, f32); 4] = [
-    ("CT-Brain", 100.0, 50.0),
-    ("Abdomen", 350.0, 40.0),
-    ("Lung", 1400.0, -500.0),
-    ("Bone", 1000.0, 400.0),
-];
-
 /// Keyboard: undo/redo, and slices of the active view with PgUp/PgDn and the arrow keys.
 pub fn shortcuts(ui: &egui::Ui, active_view: usize) -> Vec<Command> {
     let mut out = vec![];

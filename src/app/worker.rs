@@ -54,6 +54,14 @@ pub struct Loaded {
     pub labels: Vec<super::legend::LabelEntry>,
 }
 
+/// The CT window presets (name, width, level) in HU.
+pub const CT_WINDOWS: [(&str, f32, f32); 4] = [
+    ("CT-Brain", 100.0, 50.0),
+    ("Abdomen", 350.0, 40.0),
+    ("Lung", 1400.0, -500.0),
+    ("Bone", 1000.0, 400.0),
+];
+
 /// Whether a scan's values are Hounsfield units: air (about −1000 HU) is in it, which no MR,
 /// PET or photograph holds.
 pub fn looks_like_ct(range: (f32, f32)) -> bool {
@@ -63,7 +71,7 @@ pub fn looks_like_ct(range: (f32, f32)) -> bool {
 /// The window presets of a scan with value range `range` (see [`Loaded::windows`]).
 pub fn window_presets(data: &[f32], range: (f32, f32)) -> Vec<(String, f32, f32)> {
     if looks_like_ct(range) {
-        return super::panels::WINDOW_PRESETS
+        return CT_WINDOWS
             .iter()
             .map(|(n, w, l)| (n.to_string(), *w, *l))
             .collect();
