@@ -7,14 +7,13 @@
 pub mod augment;
 pub mod bench;
 pub mod cli;
+pub mod core;
 pub mod engine;
 pub mod export;
 pub mod filter;
 pub mod io;
-pub mod volume;
 
 #[cfg(feature = "gui")]
 pub mod app;
 
-pub use augment::{Elastic, Mode, Order, Plan};
-pub use volume::{DType, Volume};
+pub use crate::core::{DType, Elastic, Mode, Order, Plan, Volume};

@@ -20,7 +20,7 @@ use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use augscope::augment::Plan;
+use augscope::augment::{DoneList, Plan};
 use augscope::augment::preset::{self as presets, Preset};
 use augscope::engine::cuda::{CudaBackend, DeviceArrays};
 use augscope::engine::{self, BackendSpec, EngineError, Job, Precision};

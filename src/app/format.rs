@@ -134,6 +134,7 @@ fn filter_line(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::augment::DoneList;
 
     #[test]
     fn numbers_are_short() {

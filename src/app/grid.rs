@@ -23,7 +23,7 @@ use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::CudaBackend;
 use crate::engine::field::ElasticField;
 use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 use super::overlay::{self, OverlayEngine, ViewOverlay};
 use super::slices::{self, DisplaySlice, ViewGeom};

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::engine::{BackendSpec, Precision};
 use crate::io::{self, SaveOptions};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 use super::slices;
 use super::state::{BackendChoice, Params};

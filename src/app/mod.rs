@@ -130,8 +130,8 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
 /// (`NAME_label.EXT`); each file appears whole or not at all.
 fn save_augmented(
     path: &Path,
-    image: &crate::volume::Volume,
-    label: Option<&crate::volume::Volume>,
+    image: &crate::core::volume::Volume,
+    label: Option<&crate::core::volume::Volume>,
 ) -> Result<String, String> {
     use crate::io::{self, SaveOptions};
     io::save(path, image, &SaveOptions { keep_dtype: false }).map_err(|e| e.to_string())?;

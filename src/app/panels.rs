@@ -351,7 +351,7 @@ fn secs(s: f64) -> String {
 }
 
 /// An array index and, for a scan placed in the world, its position in mm.
-pub fn position(v: &crate::volume::Volume, index: &[usize]) -> String {
+pub fn position(v: &crate::core::volume::Volume, index: &[usize]) -> String {
     let idx: Vec<String> = index.iter().map(|i| i.to_string()).collect();
     let mut s = format!("[{}]", idx.join(", "));
     if v.oriented {
@@ -365,7 +365,7 @@ pub fn position(v: &crate::volume::Volume, index: &[usize]) -> String {
 }
 
 /// The status bar's line for the voxel under the pointer: where it is and what it holds.
-pub fn readout(v: &crate::volume::Volume, h: &super::Hover) -> String {
+pub fn readout(v: &crate::core::volume::Volume, h: &super::Hover) -> String {
     let vals = |x: &[f32]| {
         let s: Vec<String> = x.iter().map(|v| num_short(*v)).collect();
         s.join(" ")

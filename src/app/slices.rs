@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 /// One view of a volume: the plane normal to `normal` (3D) or the whole image (2D).
 #[derive(Clone, Debug, PartialEq)]
@@ -241,7 +241,7 @@ pub fn percentiles(data: &[f32], qs: &[f64]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::identity4;
+    use crate::core::volume::identity4;
 
     fn vol_with(codes_affine: [[f64; 4]; 4]) -> Volume {
         let mut v = Volume::new(vec![0.0; 2 * 3 * 4], vec![2, 3, 4], 1);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::augment::DoneList;
 use crate::augment::preset::Preset;
 use crate::augment::{Elastic, Mode, Order, Plan, Space};
 use crate::engine::{BackendSpec, Precision};

@@ -591,7 +591,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
             let geom = &scan.views[vi];
             let idx = geom.normal.map_or(0, |a| scan.cursor[a]);
             let sp = &scan.loaded.image.spacing_mm;
-            let cut = |v: &crate::volume::Volume| {
+            let cut = |v: &crate::core::volume::Volume| {
                 super::slices::extract(&v.data, &v.shape, v.channels, sp, geom, idx)
             };
             let cpu = cut(&c.cpu);

@@ -27,7 +27,7 @@ use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Tim
 use crate::export::preview::{self, ControlGrid, Model};
 use crate::filter::{Boundary, FebdsMethod, Filter};
 use crate::io::{self, LoadOptions};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 use super::slices::{self, DisplaySlice, ViewGeom};
 use super::state::FilterStage;

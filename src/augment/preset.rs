@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Done, Elastic, Mode, Order, Plan, Space};
+use super::{Done, DoneList, Elastic, Mode, Order, Plan, Space};
 
 /// The only preset format version this build reads.
 pub const PRESET_VERSION: u32 = 1;

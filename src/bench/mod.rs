@@ -22,7 +22,7 @@ use crate::augment::{Elastic, Mode, Order, Plan};
 use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::{self, CudaBackend};
 use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Timings};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 /// What to run.
 #[derive(Clone, Debug)]

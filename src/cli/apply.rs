@@ -1,5 +1,6 @@
 //! `augscope apply`: one transform of one scan, written whole or not at all.
 
+use crate::augment::DoneList;
 use super::*;
 
 pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {

@@ -8,7 +8,7 @@
 //! spline boundary mode (`_get_spline_boundary_mode`: constant and wrap taps fold as mirror,
 //! grid-constant taps outside the grid read cval).
 
-pub use crate::augment::Mode;
+pub use crate::core::mode::Mode;
 
 /// Padding scipy adds on each side before prefiltering for `nearest` and `grid-constant`.
 pub const SPLINE_PREPAD: usize = 12;

@@ -466,7 +466,7 @@ struct Taps<const D: usize, const N: usize> {
 
 impl<'a> Sampler<'a> {
     /// The sampler of a label map: order 0, cval 0 (background), the plan's mode.
-    pub fn label(l: &'a crate::volume::Volume, mode: Mode) -> Self {
+    pub fn label(l: &'a crate::core::volume::Volume, mode: Mode) -> Self {
         Sampler {
             data: &l.data,
             shape: l.shape.clone(),
@@ -797,13 +797,13 @@ fn split_rows(buf: &mut [f32], n: usize, row_len: usize) -> Vec<Vec<&mut [f32]>>
 /// transform, see `export::preview`): `x = map(q, field(q))` as in [`CoordMap::input_coord`].
 /// The outputs take the input's header; their grid is `map.out_shape`.
 pub fn resample_map(
-    image: &crate::volume::Volume,
-    label: Option<&crate::volume::Volume>,
+    image: &crate::core::volume::Volume,
+    label: Option<&crate::core::volume::Volume>,
     map: &CoordMap,
     field: Option<&ElasticField>,
     sampling: (Order, Mode, f32),
     label_mode: Mode,
-) -> (crate::volume::Volume, Option<crate::volume::Volume>) {
+) -> (crate::core::volume::Volume, Option<crate::core::volume::Volume>) {
     let (order, mode, cval) = sampling;
     let n: usize = map.out_shape.iter().product();
     let plan = Plan {

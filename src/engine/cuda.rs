@@ -27,12 +27,12 @@ use rayon::prelude::*;
 
 use super::boundary::{Mode, SPLINE_PREPAD};
 use super::device::{self, DeviceContext, MemStats, driver_error};
-use super::gaussian::gaussian_kernel;
+use crate::core::gaussian::gaussian_kernel1d;
 use super::{
     Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings, check_job_region,
 };
 use crate::augment::{CoordMap, Order, Plan};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 /// The shared header with the boundary rules and samplers.
 pub const BOUNDARY_CUH: &str = include_str!("../../kernels/boundary.cuh");
@@ -165,7 +165,7 @@ pub fn sampler_defines(mode: Mode, order: Order, ndim: usize, store: Precision) 
 /// 8 for the tiled kernels (their weights come as a parameter, zero-padded: one build serves 8
 /// radii), or the radius itself above `FIELD_TILED_MAX_R` (the direct kernel, weights baked in).
 pub fn field_build_radius(sigma: f64) -> usize {
-    let r = gaussian_kernel(sigma, 4.0).len() / 2;
+    let r = gaussian_kernel1d(sigma, 0, 4.0).len() / 2;
     if r <= FIELD_TILED_MAX_R {
         r.div_ceil(8) * 8
     } else {
@@ -174,19 +174,19 @@ pub fn field_build_radius(sigma: f64) -> usize {
 }
 
 /// Defines of a field build (kernels/field.cu): the build radius, and above
-/// `FIELD_TILED_MAX_R` the weights `w_0..w_R` of `gaussian_kernel(sigma, 4)` as f32 literals.
+/// `FIELD_TILED_MAX_R` the weights `w_0..w_R` of `gaussian_kernel1d(sigma, 0, 4)` as f32 literals.
 pub fn field_defines(sigma: f64) -> Vec<String> {
     let r = field_build_radius(sigma);
     let mut d = vec![format!("-DFIELD_R={r}")];
     if r > FIELD_TILED_MAX_R {
-        let w = gaussian_kernel(sigma, 4.0);
+        let w = gaussian_kernel1d(sigma, 0, 4.0);
         let lits: Vec<String> = w[r..].iter().map(|&v| format!("{:e}f", v as f32)).collect();
         d.push(format!("-DFIELD_W={}", lits.join(",")));
     }
     d
 }
 
-/// Weights of the tiled field kernels: `w_0..w_R` of `gaussian_kernel(sigma, 4)` in f32, zero
+/// Weights of the tiled field kernels: `w_0..w_R` of `gaussian_kernel1d(sigma, 0, 4)` in f32, zero
 /// beyond R. Must match `struct FieldWeights` in kernels/field.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -199,7 +199,7 @@ unsafe impl DeviceRepr for FieldWeights {}
 
 /// The [`FieldWeights`] of `sigma` (tiled kernels; zeros when the radius exceeds them).
 pub fn field_weights(sigma: f64) -> FieldWeights {
-    let w = gaussian_kernel(sigma, 4.0);
+    let w = gaussian_kernel1d(sigma, 0, 4.0);
     let r = w.len() / 2;
     let mut out = FieldWeights { w: [0.0; 128] };
     if r <= FIELD_TILED_MAX_R {
@@ -3326,12 +3326,12 @@ fn one_line(s: &str) -> String {
 pub fn apply_new_with_fallback(
     backend: &dyn Backend,
     plan: &Plan,
-    image: &crate::volume::Volume,
-    label: Option<&crate::volume::Volume>,
+    image: &crate::core::volume::Volume,
+    label: Option<&crate::core::volume::Volume>,
 ) -> Result<
     (
-        crate::volume::Volume,
-        Option<crate::volume::Volume>,
+        crate::core::volume::Volume,
+        Option<crate::core::volume::Volume>,
         Timings,
         Option<String>,
     ),
@@ -3360,8 +3360,8 @@ fn retry_on_cpu(
     backend: &dyn Backend,
     why: &str,
     plan: &Plan,
-    image: &crate::volume::Volume,
-    label: Option<&crate::volume::Volume>,
+    image: &crate::core::volume::Volume,
+    label: Option<&crate::core::volume::Volume>,
 ) -> Result<NewResult, EngineError> {
     let cpu = super::cpu::CpuBackend::new();
     let (a, b, t) = super::apply_new(&cpu, plan, image, label)?;
@@ -3372,8 +3372,8 @@ fn retry_on_cpu(
 /// One result of [`apply_many_new_with_fallback`]: the image, the label map, the timings and the
 /// out-of-memory note when the job was retried on the CPU.
 pub type NewResult = (
-    crate::volume::Volume,
-    Option<crate::volume::Volume>,
+    crate::core::volume::Volume,
+    Option<crate::core::volume::Volume>,
     Timings,
     Option<String>,
 );
@@ -3384,8 +3384,8 @@ pub fn apply_many_new_with_fallback(
     backend: &dyn Backend,
     items: &[(
         &Plan,
-        &crate::volume::Volume,
-        Option<&crate::volume::Volume>,
+        &crate::core::volume::Volume,
+        Option<&crate::core::volume::Volume>,
     )],
 ) -> Vec<Result<NewResult, EngineError>> {
     let shapes: Vec<Vec<usize>> = items
@@ -3423,7 +3423,7 @@ pub fn apply_many_new_with_fallback(
         .zip(items.iter().zip(&shapes))
         .map(|((r, (o, l)), (&(plan, image, label), shape))| match r {
             Ok(t) => {
-                let mk = |src: &crate::volume::Volume, data: Vec<f32>| {
+                let mk = |src: &crate::core::volume::Volume, data: Vec<f32>| {
                     super::output_volume(src, shape, data)
                 };
                 let lab = match (label, l) {
@@ -3513,7 +3513,7 @@ mod tests {
         assert_eq!(field_build_radius(12.0), 48);
         assert_eq!(field_build_radius(12.2), 56);
         assert_eq!(field_build_radius(0.1), 0);
-        let w = gaussian_kernel(2.0, 4.0);
+        let w = gaussian_kernel1d(2.0, 0, 4.0);
         let p = field_weights(2.0);
         for (j, &v) in p.w.iter().enumerate() {
             let want = if j <= 8 { w[8 + j] as f32 } else { 0.0 };
@@ -3522,7 +3522,7 @@ mod tests {
         // Above the tiled kernels: the weights baked into the build.
         let d = field_defines(45.0);
         assert_eq!(d[0], "-DFIELD_R=180");
-        let w = gaussian_kernel(45.0, 4.0);
+        let w = gaussian_kernel1d(45.0, 0, 4.0);
         let lits: Vec<f32> = d[1]
             .trim_start_matches("-DFIELD_W=")
             .split(',')

@@ -5,7 +5,8 @@
 
 use rayon::prelude::*;
 
-use super::gaussian::{gaussian_kernel, gaussian_zero};
+use super::gaussian::gaussian_zero;
+use crate::core::gaussian::gaussian_kernel1d;
 use super::noise::{fill_noise, fill_noise_run};
 
 /// Smoothed unit noise, `components[k][i]` for axis `k` and C-order output index `i`.
@@ -76,7 +77,7 @@ impl ElasticField {
             .map(|a| sigma_vox[a])
             .collect();
         let plane_len: usize = plane_shape.iter().product();
-        let w: Vec<f32> = gaussian_kernel(sigma_vox[axis], 4.0)
+        let w: Vec<f32> = gaussian_kernel1d(sigma_vox[axis], 0, 4.0)
             .iter()
             .map(|&v| v as f32)
             .collect();
@@ -152,7 +153,7 @@ impl ElasticField {
         // Per axis: the full f32 kernel, its radius and the slab range around q.
         let kern: Vec<(Vec<f32>, usize, usize, usize)> = (0..3)
             .map(|a| {
-                let wa: Vec<f32> = gaussian_kernel(sigma_vox[a], 4.0)
+                let wa: Vec<f32> = gaussian_kernel1d(sigma_vox[a], 0, 4.0)
                     .iter()
                     .map(|&v| v as f32)
                     .collect();

@@ -7,20 +7,7 @@
 
 use rayon::prelude::*;
 
-/// scipy's `_gaussian_kernel1d(sigma, 0, radius)` with `radius = int(truncate * sigma + 0.5)`:
-/// weights `exp(-x^2 / 2 sigma^2)` for `x` in `-radius..=radius`, normalised to sum 1.
-pub fn gaussian_kernel(sigma: f64, truncate: f64) -> Vec<f64> {
-    let radius = (truncate * sigma + 0.5) as i64;
-    if sigma <= 0.0 || radius == 0 {
-        return vec![1.0];
-    }
-    let s2 = sigma * sigma;
-    let w: Vec<f64> = (-radius..=radius)
-        .map(|x| (-0.5 / s2 * (x * x) as f64).exp())
-        .collect();
-    let sum: f64 = w.iter().sum();
-    w.into_iter().map(|v| v / sum).collect()
-}
+use crate::core::gaussian::gaussian_kernel1d;
 
 /// Columns handled together on a non-contiguous axis (the tile's `n` input rows stay in L2).
 const TILE: usize = 256;
@@ -293,7 +280,7 @@ fn symmetric_accumulate(out: &mut [f32], pad: &[f32], w: &[f32], c: usize, s: us
 pub fn gaussian_zero(data: &mut Vec<f32>, scratch: &mut Vec<f32>, shape: &[usize], sigma: &[f64]) {
     scratch.resize(data.len(), 0.0);
     for (axis, &s) in sigma.iter().enumerate() {
-        let w = gaussian_kernel(s, 4.0);
+        let w = gaussian_kernel1d(s, 0, 4.0);
         if w.len() == 1 {
             continue;
         }
@@ -308,10 +295,10 @@ mod tests {
 
     #[test]
     fn kernel_matches_scipy_radius_and_normalisation() {
-        let k = gaussian_kernel(2.0, 4.0);
+        let k = gaussian_kernel1d(2.0, 0, 4.0);
         assert_eq!(k.len(), 17);
         assert!((k.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-        assert_eq!(gaussian_kernel(0.1, 4.0), vec![1.0]);
+        assert_eq!(gaussian_kernel1d(0.1, 0, 4.0), vec![1.0]);
     }
 
     #[test]
@@ -320,7 +307,7 @@ mod tests {
         let shape = [5usize, 7, 9];
         let n: usize = shape.iter().product();
         let src: Vec<f32> = (0..n).map(|i| ((i * 37) % 11) as f32 / 11.0).collect();
-        let w = gaussian_kernel(1.5, 4.0);
+        let w = gaussian_kernel1d(1.5, 0, 4.0);
         let r = (w.len() / 2) as isize;
         for axis in 0..3 {
             let mut dst = vec![0f32; n];

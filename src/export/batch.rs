@@ -25,7 +25,7 @@ use serde_json::json;
 use crate::augment::preset::{Preset, PresetError};
 use crate::engine::{self, BackendSpec, EngineError, Precision};
 use crate::io::{self, Format, IoError, LoadOptions, SaveOptions};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 use super::preview::{self, Model};
 

@@ -39,7 +39,7 @@ use crate::engine::boundary::Mode;
 use crate::engine::cpu::resample_map;
 use crate::engine::field::ElasticField;
 use crate::engine::noise::{fill_noise, fill_normal, noise_value};
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 /// Whose model of the transform to run.
 #[derive(
@@ -373,7 +373,7 @@ fn monai(image: &Volume, label: Option<&Volume>, plan: &Plan) -> Result<Preview,
 /// The mean over an axis of `n` voxels of the summed squared weights of scipy's gaussian
 /// (truncate 4, taps outside the axis read 0): the snippet's `_mean_square_weight`.
 fn mean_square_weight(n: usize, sigma: f64) -> f64 {
-    let w = crate::engine::gaussian::gaussian_kernel(sigma, 4.0);
+    let w = crate::core::gaussian::gaussian_kernel1d(sigma, 0, 4.0);
     let radius = w.len() / 2;
     let mut c = vec![0.0; w.len() + 1];
     for (i, v) in w.iter().enumerate() {

@@ -24,7 +24,8 @@ use cudarc::cufft::sys::{cufftType, float2};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::febds::{self, Method};
-use super::separable::{TRUNCATE, gaussian_kernel1d};
+use super::separable::TRUNCATE;
+use crate::core::gaussian::gaussian_kernel1d;
 use super::{Boundary, Filter};
 use crate::engine::boundary::Mode;
 use crate::engine::cuda::{

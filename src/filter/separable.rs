@@ -16,6 +16,7 @@
 
 use rayon::prelude::*;
 
+use crate::core::gaussian::gaussian_kernel1d;
 use crate::engine::boundary::{Mode, fold_tap};
 
 /// scipy's `truncate` default: kernels reach `int(4 sigma + 0.5)` voxels.
@@ -36,31 +37,6 @@ pub fn filter_tap(i: i64, n: usize, mode: Mode) -> Option<usize> {
         m => m,
     };
     fold_tap(i, n, m)
-}
-
-/// scipy's `_gaussian_kernel1d(sigma, order, radius)` for order 0 or 2, with
-/// `radius = int(truncate * sigma + 0.5)`: `phi(x) = exp(-x^2 / 2 sigma^2)` normalised to sum 1,
-/// times `(x^2 / sigma^4 - 1 / sigma^2)` for order 2 (the second derivative). Symmetric, so
-/// correlation and convolution agree.
-pub fn gaussian_kernel1d(sigma: f64, order: u32, truncate: f64) -> Vec<f64> {
-    let radius = (truncate * sigma + 0.5) as i64;
-    let s2 = sigma * sigma;
-    let phi: Vec<f64> = (-radius..=radius)
-        .map(|x| (-0.5 / s2 * (x * x) as f64).exp())
-        .collect();
-    let sum: f64 = phi.iter().sum();
-    let phi = phi.into_iter().map(|v| v / sum);
-    match order {
-        0 => phi.collect(),
-        _ => phi
-            .zip(-radius..=radius)
-            .map(|(p, x)| {
-                let x2 = (x * x) as f64;
-                // scipy's polynomial q(x) = -1/s2 + x^2/s2^2, evaluated the same way.
-                (-1.0 / s2 + x2 * (1.0 / s2 * (1.0 / s2))) * p
-            })
-            .collect(),
-    }
 }
 
 /// Correlates `src` (C order, `shape`) along `axis` with the symmetric odd-length `weights`

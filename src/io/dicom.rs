@@ -15,7 +15,7 @@ use dicom_dictionary_std::tags;
 use dicom_object::{DefaultDicomObject, Tag};
 
 use super::IoError;
-use crate::volume::{DType, Volume};
+use crate::core::volume::{DType, Volume};
 
 const FORMAT: &str = "DICOM";
 
@@ -501,7 +501,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     let origin = slices[0].position.unwrap_or([0.0; 3]);
     // LPS -> RAS: negate x and y.
     let sign = [-1.0, -1.0, 1.0];
-    let mut affine = crate::volume::identity4();
+    let mut affine = crate::core::volume::identity4();
     for r in 0..3 {
         affine[r][0] = sign[r] * row_dir[r] * sp_col;
         affine[r][1] = sign[r] * col_dir[r] * sp_row;

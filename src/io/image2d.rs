@@ -8,7 +8,7 @@ use std::path::Path;
 use image::{DynamicImage, ImageBuffer, ImageReader, Luma, Rgb};
 
 use super::{IoError, atomic_write};
-use crate::volume::{DType, Volume};
+use crate::core::volume::{DType, Volume};
 
 const FORMAT: &str = "image";
 const PNG: &str = "PNG";

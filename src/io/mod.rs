@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::volume::Volume;
+use crate::core::volume::Volume;
 
 /// A file that could not be read or written. Messages say what failed and why, and end with the
 /// path.

@@ -25,7 +25,7 @@ use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 
 use super::{IoError, SaveOptions, atomic_write};
-use crate::volume::{DType, Volume};
+use crate::core::volume::{DType, Volume};
 
 const FORMAT: &str = "NIfTI";
 /// `sizeof_hdr` of NIfTI-1.
@@ -161,7 +161,7 @@ impl Version {
     }
 }
 
-pub use crate::volume::Nifti2Fields;
+pub use crate::core::volume::Nifti2Fields;
 
 impl Nifti2Fields {
     /// The numbers of a NIfTI-1 header, widened (exactly). `dim` is passed separately because
@@ -700,7 +700,7 @@ pub fn world_from_voxel(h: &NiftiHeader) -> Result<[[f64; 4]; 4], String> {
 /// [`world_from_voxel`] of the wide fields, in f64 throughout; `version` sets the threshold
 /// below which the quaternion's `w` is taken as 0 (nibabel's, by the header's float type).
 fn affine(h: &Nifti2Fields, version: Version) -> Result<[[f64; 4]; 4], String> {
-    let mut m = crate::volume::identity4();
+    let mut m = crate::core::volume::identity4();
     if xform_code(h.sform_code) > 0 {
         for (row, s) in m.iter_mut().zip(h.srow) {
             row.copy_from_slice(&s);

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::{IoError, SaveOptions, atomic_write};
-use crate::volume::{DType, Volume};
+use crate::core::volume::{DType, Volume};
 
 const FORMAT: &str = "NumPy";
 

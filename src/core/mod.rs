@@ -1,0 +1,18 @@
+//! The pure core: the data every other layer speaks in. A [`Volume`] and its grid, the boundary
+//! [`Mode`]s, a [`Plan`] composed into a [`CoordMap`], the [`FieldSpec`] of an elastic field, the
+//! 1D gaussian kernel, and what a caller asks of the engines ([`Precision`], [`BackendSpec`]).
+//!
+//! This folder imports nothing else of the crate.
+
+pub mod field;
+pub mod gaussian;
+pub mod mode;
+pub mod plan;
+pub mod spec;
+pub mod volume;
+
+pub use field::FieldSpec;
+pub use mode::Mode;
+pub use plan::{CoordMap, Elastic, Order, Plan, PlanError, Space};
+pub use spec::{BackendSpec, Precision};
+pub use volume::{DType, Volume};
