@@ -8,10 +8,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 
 use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::core::volume::Volume;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
 use augscope::engine::{Backend, Job, Outputs};
-use augscope::volume::Volume;
 
 const SHAPE: [usize; 3] = [48, 240, 240];
 

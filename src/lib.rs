@@ -11,6 +11,7 @@ pub mod core;
 pub mod engine;
 pub mod export;
 pub mod filter;
+pub mod gpu;
 pub mod io;
 
 #[cfg(feature = "gui")]

@@ -20,8 +20,8 @@ use numpy::{IntoPyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use augscope::augment::{DoneList, Plan};
 use augscope::augment::preset::{self as presets, Preset};
+use augscope::augment::{DoneList, Plan};
 use augscope::engine::cuda::{CudaBackend, DeviceArrays};
 use augscope::engine::{self, BackendSpec, EngineError, Job, Precision};
 use augscope::export::preview::{self, Model};
@@ -204,8 +204,8 @@ fn apply<'py>(
                 });
                 return Ok((p.image, p.label, info));
             }
-            let selected = engine::cuda::select(&spec, prec);
-            let (out, out_lab, timings, oom) = engine::cuda::apply_new_with_fallback(
+            let selected = engine::select::select(&spec, prec);
+            let (out, out_lab, timings, oom) = engine::select::apply_new_with_fallback(
                 selected.backend.as_ref(),
                 &plan,
                 &img,
@@ -382,7 +382,7 @@ fn set_threads(n: usize, rebuild: bool) {
 /// The CUDA devices, as `augscope devices --json`.
 #[pyfunction]
 fn devices() -> PyResult<String> {
-    serde_json::to_string(&engine::device::discover())
+    serde_json::to_string(&augscope::gpu::device::discover())
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 

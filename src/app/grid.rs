@@ -19,11 +19,11 @@ use eframe::egui;
 
 use crate::augment::preset::{Preset, Sample};
 use crate::augment::{Plan, Space};
+use crate::core::volume::Volume;
 use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::CudaBackend;
 use crate::engine::field::ElasticField;
 use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision};
-use crate::core::volume::Volume;
 
 use super::overlay::{self, OverlayEngine, ViewOverlay};
 use super::slices::{self, DisplaySlice, ViewGeom};

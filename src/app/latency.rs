@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::core::volume::Volume;
 use crate::engine::{BackendSpec, Precision};
 use crate::io::{self, SaveOptions};
-use crate::core::volume::Volume;
 
 use super::slices;
 use super::state::{BackendChoice, Params};
@@ -348,7 +348,7 @@ pub fn grid(
             path.display()
         ));
     }
-    let devices = crate::engine::device::discover();
+    let devices = crate::gpu::device::discover();
     let choice = window_choice(&opts.backend);
     let backend = choice.spec(!devices.devices.is_empty());
     let shape_txt = shape_text(&image.shape);

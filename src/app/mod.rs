@@ -32,7 +32,7 @@ use anyhow::Context as _;
 use eframe::egui;
 
 use crate::augment::Plan;
-use crate::engine::device::{DevicesReport, MemStats};
+use crate::gpu::device::{DevicesReport, MemStats};
 
 use slices::{DisplaySlice, ViewGeom};
 pub use state::{BackendChoice, Colormap, Display, History, Params, State};

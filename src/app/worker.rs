@@ -20,14 +20,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::augment::Plan;
+use crate::core::volume::Volume;
 use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::CudaBackend;
-use crate::engine::device::{DevicesReport, MemStats};
 use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Timings};
 use crate::export::preview::{self, ControlGrid, Model};
 use crate::filter::{Boundary, FebdsMethod, Filter};
+use crate::gpu::device::{DevicesReport, MemStats};
 use crate::io::{self, LoadOptions};
-use crate::core::volume::Volume;
 
 use super::slices::{self, DisplaySlice, ViewGeom};
 use super::state::FilterStage;
@@ -558,7 +558,7 @@ impl WorkerLoop {
 
     fn run(mut self) {
         // The device report can take a moment (driver loading): off the UI thread, once.
-        self.send(Reply::Devices(engine::device::discover()));
+        self.send(Reply::Devices(crate::gpu::device::discover()));
         loop {
             let (load, compute, mask, compare) = {
                 let mut s = self.shared.lock();
@@ -849,7 +849,7 @@ impl WorkerLoop {
             }));
         }
         let result = match gpu {
-            Some(b) => engine::cuda::apply_new_with_fallback(b.as_ref(), &c.plan, image, label)
+            Some(b) => engine::select::apply_new_with_fallback(b.as_ref(), &c.plan, image, label)
                 .map(|(img, lab, t, fallback)| {
                     let name = if fallback.is_some() {
                         "cpu".to_string()

@@ -5,8 +5,8 @@ pub mod preset;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::core::plan::{CoordMap, Elastic, Order, Plan, PlanError, Space, limits};
 pub use crate::core::mode::Mode;
+pub use crate::core::plan::{CoordMap, Elastic, Order, Plan, PlanError, Space, limits};
 
 /// One transform that fired, with its values (the "done list").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -85,5 +85,4 @@ impl DoneList for Plan {
         }
         done
     }
-
 }

@@ -19,10 +19,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::augment::{Elastic, Mode, Order, Plan};
+use crate::core::volume::Volume;
 use crate::engine::cpu::CpuBackend;
 use crate::engine::cuda::{self, CudaBackend};
 use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Timings};
-use crate::core::volume::Volume;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -236,7 +236,7 @@ pub fn run(
     };
     if let Some(g) = &gpu {
         let ord = g.ordinals()[0];
-        report.device = crate::engine::device::discover()
+        report.device = crate::gpu::device::discover()
             .devices
             .into_iter()
             .find(|d| d.ordinal == ord)

@@ -1,7 +1,7 @@
 //! `augscope apply`: one transform of one scan, written whole or not at all.
 
-use crate::augment::DoneList;
 use super::*;
+use crate::augment::DoneList;
 
 pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
@@ -104,12 +104,12 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     if !a.model.is_own() {
         return apply_as(&a, &image, label.as_ref(), &plan, t0, t_read);
     }
-    let mut selected = engine::cuda::select(&a.backend, a.precision);
+    let mut selected = engine::select::select(&a.backend, a.precision);
     if let Some(note) = &selected.note {
         eprintln!("augscope: {note}");
     }
     let t1 = Instant::now();
-    let (out, out_label, timings, oom) = engine::cuda::apply_new_with_fallback(
+    let (out, out_label, timings, oom) = engine::select::apply_new_with_fallback(
         selected.backend.as_ref(),
         &plan,
         &image,

@@ -4,10 +4,10 @@ use super::*;
 
 pub(super) fn devices(json: bool, clear_cache: bool) -> anyhow::Result<()> {
     if clear_cache {
-        let Some(dir) = engine::kernel_cache::dir() else {
+        let Some(dir) = crate::gpu::kernel_cache::dir() else {
             return write_text(None, "kernels: no disk cache to clear\n", "device report");
         };
-        let n = engine::kernel_cache::clear(&dir)
+        let n = crate::gpu::kernel_cache::clear(&dir)
             .map_err(|e| usage(format!("cannot clear {}: {e}", dir.display())))?;
         return write_text(
             None,
@@ -18,7 +18,7 @@ pub(super) fn devices(json: bool, clear_cache: bool) -> anyhow::Result<()> {
             "device report",
         );
     }
-    let report = engine::device::discover();
+    let report = crate::gpu::device::discover();
     let text = if json {
         serde_json::to_string_pretty(&report).context("cannot encode the report")?
     } else {

@@ -33,7 +33,6 @@ pub fn gaussian_kernel1d(sigma: f64, order: u32, truncate: f64) -> Vec<f64> {
     }
 }
 
-
 /// The order-0 kernel of the elastic field (`truncate = 4`), memoised per sigma: a field of one
 /// sigma asks for the same weights on every axis and every sample.
 pub fn field_weights(sigma: f64) -> Arc<[f64]> {

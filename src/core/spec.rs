@@ -54,4 +54,3 @@ impl std::str::FromStr for BackendSpec {
         }
     }
 }
-

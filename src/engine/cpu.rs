@@ -803,7 +803,10 @@ pub fn resample_map(
     field: Option<&ElasticField>,
     sampling: (Order, Mode, f32),
     label_mode: Mode,
-) -> (crate::core::volume::Volume, Option<crate::core::volume::Volume>) {
+) -> (
+    crate::core::volume::Volume,
+    Option<crate::core::volume::Volume>,
+) {
     let (order, mode, cval) = sampling;
     let n: usize = map.out_shape.iter().product();
     let plan = Plan {

@@ -6,8 +6,8 @@
 use rayon::prelude::*;
 
 use super::gaussian::gaussian_zero;
-use crate::core::gaussian::gaussian_kernel1d;
 use super::noise::{fill_noise, fill_noise_run};
+use crate::core::gaussian::gaussian_kernel1d;
 
 /// Smoothed unit noise, `components[k][i]` for axis `k` and C-order output index `i`.
 #[derive(Clone, Debug, PartialEq)]

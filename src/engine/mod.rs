@@ -6,18 +6,17 @@
 pub mod boundary;
 pub mod cpu;
 pub mod cuda;
-pub mod device;
 pub mod field;
 pub mod gaussian;
 pub mod jacobian;
-pub mod kernel_cache;
 pub mod noise;
+pub mod select;
 pub mod spline;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::core::spec::{BackendSpec, Precision};
 use crate::core::plan::{Plan, PlanError};
+pub use crate::core::spec::{BackendSpec, Precision};
 use crate::core::volume::Volume;
 
 /// What an engine could not do.
@@ -37,6 +36,18 @@ pub enum EngineError {
     GpuLimit(String),
     #[error("CUDA error: {0}")]
     Cuda(String),
+}
+
+impl From<crate::gpu::GpuError> for EngineError {
+    fn from(e: crate::gpu::GpuError) -> Self {
+        use crate::gpu::GpuError;
+        match e {
+            GpuError::Unavailable(s) => EngineError::CudaUnavailable(s),
+            GpuError::OutOfMemory(s) => EngineError::OutOfMemory(s),
+            GpuError::Shape(s) => EngineError::Shape(s),
+            GpuError::Cuda(s) => EngineError::Cuda(s),
+        }
+    }
 }
 
 /// Wall-clock timings of one `apply`, in milliseconds.
@@ -195,5 +206,5 @@ pub struct Selected {
 /// Picks an engine: an explicit request first, else the best available, else the CPU. A CUDA
 /// request that cannot be met falls back to the CPU engine with a note, never an error.
 pub fn select_backend(spec: &BackendSpec) -> Selected {
-    cuda::select(spec, Precision::default())
+    select::select(spec, Precision::default())
 }

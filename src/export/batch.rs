@@ -23,9 +23,9 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::augment::preset::{Preset, PresetError};
+use crate::core::volume::Volume;
 use crate::engine::{self, BackendSpec, EngineError, Precision};
 use crate::io::{self, Format, IoError, LoadOptions, SaveOptions};
-use crate::core::volume::Volume;
 
 use super::preview::{self, Model};
 
@@ -573,7 +573,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     } else {
         BackendSpec::Cpu
     };
-    let selected = engine::cuda::select(&spec, opts.precision);
+    let selected = engine::select::select(&spec, opts.precision);
     let backend_name = selected.backend.name();
     let backend_note = selected.note.clone();
     let n_compute = match &spec {
@@ -765,7 +765,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
                             work.len(),
                             preview::own_step(opts.model).into_iter().collect(),
                         );
-                        engine::cuda::apply_many_new_with_fallback(backend, &work)
+                        engine::select::apply_many_new_with_fallback(backend, &work)
                     } else {
                         work.iter()
                             .map(|(plan, img, lab)| {

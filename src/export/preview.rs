@@ -35,11 +35,11 @@ use std::fmt;
 use rayon::prelude::*;
 
 use crate::augment::{CoordMap, Elastic, Order, Plan, PlanError, Space};
+use crate::core::volume::Volume;
 use crate::engine::boundary::Mode;
 use crate::engine::cpu::resample_map;
 use crate::engine::field::ElasticField;
 use crate::engine::noise::{fill_noise, fill_normal, noise_value};
-use crate::core::volume::Volume;
 
 /// Whose model of the transform to run.
 #[derive(

@@ -1,5 +1,5 @@
 //! The filters on CUDA: host side of `kernels/filter.cu` (NVRTC through
-//! [`crate::engine::cuda::compile`], [`Family::Filter`]), interpreting the same [`Filter`] as
+//! [`crate::gpu::nvrtc::compile`], [`Family::Filter`]), interpreting the same [`Filter`] as
 //! [`super::apply_cpu`] and giving the same numbers to f32 rounding (the median exactly).
 //!
 //! Arrays are `[z, y, x]` (2D `[y, x]`); channels and batch items are one more leading axis, so
@@ -14,7 +14,7 @@
 //! download. The `fft` method's FFT runs on the GPU through cuFFT (cudarc, f32 R2C/C2R, plans
 //! cached per shape); where libcufft cannot be loaded, on the CPU (augscope's own
 //! radix-2/Bluestein in `super::fft`, f64).
-#![allow(unsafe_code)] // Kernel launches are FFI (cudarc's `launch` is unsafe); each block says what it checked. The rest of the CUDA code is in engine/cuda.rs.
+#![allow(unsafe_code)] // Kernel launches are FFI (cudarc's `launch` is unsafe); each block says what it checked. The runtime under them is `crate::gpu`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -25,14 +25,14 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKern
 
 use super::febds::{self, Method};
 use super::separable::TRUNCATE;
-use crate::core::gaussian::gaussian_kernel1d;
 use super::{Boundary, Filter};
+use crate::core::gaussian::gaussian_kernel1d;
 use crate::engine::boundary::Mode;
-use crate::engine::cuda::{
-    Borrowed, DeviceEngine, Family, compile, device_engine, load_module, mode_defines,
-};
-use crate::engine::device::{Reservation, driver_error};
+use crate::engine::cuda::{DeviceEngine, device_engine};
 use crate::engine::{EngineError, Precision};
+use crate::gpu::buffer::Borrowed;
+use crate::gpu::device::Reservation;
+use crate::gpu::nvrtc::{Family, compile, mode_defines};
 
 /// Threads of the contiguous-axis tile (LINE_T in kernels/filter.cu).
 const LINE_T: usize = 256;
@@ -111,12 +111,6 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
     Ok(n)
 }
 
-/// Kernels compiled for (device, define set, entry), loaded once per process.
-fn cache() -> &'static Mutex<HashMap<String, CudaFunction>> {
-    static C: OnceLock<Mutex<HashMap<String, CudaFunction>>> = OnceLock::new();
-    C.get_or_init(Mutex::default)
-}
-
 /// One device's view for one filter call.
 struct Gpu {
     eng: Arc<DeviceEngine>,
@@ -126,18 +120,14 @@ struct Gpu {
     held: Vec<Reservation>,
 }
 
+/// A one-dimensional launch of `n` threads.
 fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
-    let blocks = n.div_ceil(256).max(1);
-    if blocks > i32::MAX as usize {
-        return Err(EngineError::Shape(format!(
-            "{n} voxels are too many for one launch"
-        )));
-    }
-    Ok(LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    })
+    Ok(crate::gpu::launch::grid_1d(n)?)
+}
+
+/// A driver error as an engine error.
+fn driver_error(what: &str, e: cudarc::driver::DriverError) -> EngineError {
+    crate::gpu::device::driver_error(what, e).into()
 }
 
 impl Gpu {
@@ -145,18 +135,9 @@ impl Gpu {
         &self.eng.dev.stream
     }
 
+    /// A filter kernel, from the device's store of loaded kernels.
     fn function(&self, defines: &[String], name: &str) -> Result<CudaFunction, EngineError> {
-        let key = format!("{}|{}|{name}", self.ordinal, defines.join(" "));
-        let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = c.get(&key) {
-            return Ok(f.clone());
-        }
-        let (module, _) = load_module(&self.eng.dev, Family::Filter, defines)?;
-        let f = module
-            .load_function(name)
-            .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
-        c.insert(key, f.clone());
-        Ok(f)
+        Ok(self.eng.dev.function(Family::Filter, defines, name)?)
     }
 
     /// A zeroed f32 buffer of `n` values, counted by the device's tracker.

@@ -1,6 +1,5 @@
-//! CUDA devices: discovery (`augscope devices`), memory statistics, the per-device context and
-//! the simulated memory limit. The FFI probes live in [`super::cuda`], the one module allowed
-//! `unsafe`; everything here is safe code over them.
+//! CUDA devices: discovery (`augscope devices`), memory statistics, the per-device context with
+//! its stream and its loaded kernels, and the simulated memory limit.
 //!
 //! Memory statistics are the driver's free/total plus what augscope itself holds on the device:
 //! `reserved_bytes` (every device buffer augscope holds, caches included) and `allocated_bytes`
@@ -13,8 +12,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, sys::CUresult};
 use serde::Serialize;
 
-use super::EngineError;
-use super::cuda;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use cudarc::driver::CudaFunction;
+
+use super::nvrtc::{self, Family, load_module, module_key, modules, shared_module};
+use super::{GpuError, lock};
 
 /// Environment variable that caps augscope's own device memory (bytes, or with a K/M/G suffix),
 /// to test the out-of-memory fallback on any GPU.
@@ -154,9 +158,9 @@ impl fmt::Display for DevicesReport {
 
 /// Lists the devices, never panicking: a missing driver or NVRTC is reported, not raised.
 pub fn discover() -> DevicesReport {
-    let nvrtc = cuda::nvrtc_version();
+    let nvrtc = nvrtc::nvrtc_version();
     let mem_limit_bytes = mem_limit_from_env().ok().flatten();
-    let driver = cuda::driver_version();
+    let driver = nvrtc::driver_version();
     let mut devices = vec![];
     let mut errors = vec![];
     if driver.is_ok() {
@@ -213,12 +217,12 @@ pub fn driver_message(e: &DriverError) -> String {
     }
 }
 
-/// A driver error as an engine error; out-of-memory becomes [`EngineError::OutOfMemory`].
-pub fn driver_error(what: &str, e: DriverError) -> EngineError {
+/// A driver error in augscope's words; out-of-memory becomes [`GpuError::OutOfMemory`].
+pub fn driver_error(what: &str, e: DriverError) -> GpuError {
     if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        EngineError::OutOfMemory(format!("{what}: {}", driver_message(&e)))
+        GpuError::OutOfMemory(format!("{what}: {}", driver_message(&e)))
     } else {
-        EngineError::Cuda(format!("{what}: {}", driver_message(&e)))
+        GpuError::Cuda(format!("{what}: {}", driver_message(&e)))
     }
 }
 
@@ -265,13 +269,13 @@ impl MemTracker {
     }
 
     /// Accounts for `bytes` more device memory, or refuses with `OutOfMemory` past the cap.
-    pub fn reserve(self: &Arc<Self>, bytes: usize, what: &str) -> Result<Reservation, EngineError> {
+    pub fn reserve(self: &Arc<Self>, bytes: usize, what: &str) -> Result<Reservation, GpuError> {
         let now = self.reserved.fetch_add(bytes, Ordering::SeqCst) + bytes;
         if let Some(l) = self.limit
             && now > l
         {
             self.reserved.fetch_sub(bytes, Ordering::SeqCst);
-            return Err(EngineError::OutOfMemory(format!(
+            return Err(GpuError::OutOfMemory(format!(
                 "{what} needs {bytes} bytes, which would bring augscope to {now} bytes on the device, \
                  over the {l}-byte limit set by {MEM_LIMIT_ENV}"
             )));
@@ -379,16 +383,18 @@ pub struct DeviceContext {
     pub arch: Option<&'static str>,
     pub compute_capability: (i32, i32),
     pinned_bytes: AtomicUsize,
+    /// The kernels loaded on this device, by family, define set and entry name.
+    functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
 impl DeviceContext {
     /// Opens device `ordinal`, checking for the driver first (cudarc panics without one).
-    pub fn open(ordinal: usize) -> Result<Self, EngineError> {
-        cuda::driver_version().map_err(EngineError::CudaUnavailable)?;
+    pub fn open(ordinal: usize) -> Result<Self, GpuError> {
+        nvrtc::driver_version().map_err(GpuError::Unavailable)?;
         let n = CudaContext::device_count()
             .map_err(|e| driver_error("cannot count CUDA devices", e))?;
         if ordinal >= n.max(0) as usize {
-            return Err(EngineError::CudaUnavailable(if n <= 0 {
+            return Err(GpuError::Unavailable(if n <= 0 {
                 "the driver reports no CUDA device".into()
             } else {
                 format!("cuda:{ordinal} does not exist (this machine has {n} device(s))")
@@ -402,7 +408,7 @@ impl DeviceContext {
         let cc = ctx
             .compute_capability()
             .map_err(|e| driver_error("cannot read the compute capability", e))?;
-        let limit = mem_limit_from_env().map_err(EngineError::CudaUnavailable)?;
+        let limit = mem_limit_from_env().map_err(GpuError::Unavailable)?;
         Ok(DeviceContext {
             ordinal,
             name: ctx.name().unwrap_or_else(|_| "unknown".into()),
@@ -412,6 +418,7 @@ impl DeviceContext {
             stream,
             tracker: Arc::new(MemTracker::new(limit)),
             pinned_bytes: AtomicUsize::new(0),
+            functions: Mutex::default(),
         })
     }
 
@@ -430,6 +437,53 @@ impl DeviceContext {
         }
     }
 
+    /// A kernel of `family` built with `defines` (the whole define set), compiled (or read from
+    /// the disk cache) and loaded on first use, then kept: every entry of its module is kept at
+    /// once, so that its siblings (the other passes of a family) never compile it again.
+    pub fn function(
+        &self,
+        family: Family,
+        defines: &[String],
+        name: &str,
+    ) -> Result<CudaFunction, GpuError> {
+        let key = function_key(family, defines, name);
+        if let Some(f) = lock(&self.functions).get(&key) {
+            return Ok(f.clone());
+        }
+        let (module, entries) = load_module(self, family, defines)?;
+        let f = module
+            .load_function(name)
+            .map_err(|e| driver_error(&format!("kernel {name} is missing"), e))?;
+        let mut map = lock(&self.functions);
+        for e in entries {
+            if let Ok(g) = module.load_function(&e) {
+                map.insert(function_key(family, defines, &e), g);
+            }
+        }
+        map.insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// Starts compiling the module of `name` on another thread, unless it is loaded already, so
+    /// that NVRTC builds it while this thread builds or runs others; [`Self::function`] then
+    /// finds it compiled (or waits for the compile under way).
+    pub fn prefetch(&self, family: Family, defines: &[String], name: &str) {
+        if lock(&self.functions).contains_key(&function_key(family, defines, name)) {
+            return;
+        }
+        let arch = self.arch;
+        if lock(modules()).contains_key(&module_key(family, defines, arch)) {
+            return;
+        }
+        let build = defines.to_vec();
+        // A thread that cannot start is no error: the module compiles when it is first used.
+        let _ = std::thread::Builder::new()
+            .name("augscope-nvrtc".into())
+            .spawn(move || {
+                let _ = shared_module(family, &build, arch);
+            });
+    }
+
     pub(crate) fn set_pinned_bytes(&self, b: usize) {
         self.pinned_bytes.store(b, Ordering::SeqCst);
     }
@@ -440,6 +494,11 @@ impl Drop for DeviceContext {
         // Buffers free themselves on their stream; wait so that nothing outlives the scope.
         let _ = self.stream.synchronize();
     }
+}
+
+/// The key of a loaded kernel on a device.
+fn function_key(family: Family, defines: &[String], name: &str) -> String {
+    format!("{family:?}|{}|{name}", defines.join(" "))
 }
 
 /// NVRTC's `sm_XY` target for a compute capability (`None`: NVRTC's default).
@@ -477,10 +536,7 @@ mod tests {
     fn tracker_enforces_the_limit_and_releases() {
         let t = Arc::new(MemTracker::new(Some(1000)));
         let a = t.reserve(600, "a").unwrap();
-        assert!(matches!(
-            t.reserve(500, "b"),
-            Err(EngineError::OutOfMemory(_))
-        ));
+        assert!(matches!(t.reserve(500, "b"), Err(GpuError::OutOfMemory(_))));
         assert_eq!(t.reserved_bytes(), 600);
         {
             let _u = t.in_use(600);

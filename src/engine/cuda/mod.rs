@@ -1,0 +1,409 @@
+//! The CUDA engine (cudarc): the same [`Plan`] as the CPU engine, in fused kernels compiled at run
+//! time by NVRTC from `kernels/*.cu`, once per device and define set, and cached.
+//!
+//! Arrays are `[z, y, x]` (2D `[y, x]`), channels leading, as everywhere in augscope. The kernels
+//! evaluate DESIGN §3 in one pass per output volume (flip → elastic → affine → boundary → order
+//! 0/1/3, image and label together); the unit elastic field is made on the device with the noise
+//! generated inside the first smoothing pass and cached by (seed, sigma, shape), so moving alpha or
+//! anything else never recomputes it. Coordinates are f64 (as on the CPU, so order-0 rounding and
+//! tap choice agree) and tap sums f32; the sampler and the prefilter are compiled with fmad off, the
+//! compute-bound field passes with FFMA: the numbers are the CPU engine's to f32 rounding.
+//!
+//! Without a driver, a device or NVRTC, nothing here panics: cudarc panics when its libraries are
+//! missing, so every entry point probes them first ([`driver_version`], [`nvrtc_version`]).
+#![allow(unsafe_code)] // Kernel launches are FFI: cudarc's `launch` is unsafe because it cannot check a kernel's signature against its arguments; each block says what it checked. The runtime under them (buffers, pinned memory, NVRTC, the probes) is `crate::gpu`.
+
+mod device;
+mod field;
+mod kernels;
+mod many;
+mod single;
+
+pub use crate::gpu::nvrtc::{
+    BOUNDARY_CUH, Family, ModuleImage, compile, compile_module, compile_module_in, driver_version,
+    load_module, mode_defines, nvrtc_version,
+};
+pub use device::{
+    DeviceArrays, DeviceEngine, d2d_bandwidth, device_engine, free_caches, mem_stats, release_all,
+};
+pub use kernels::{
+    FieldWeights, PadParams, ResampleParams, compile_all, field_build_radius, field_defines,
+    field_weights, resample_defines, resample_params, sampler_defines, warm_field_kernels,
+};
+pub use many::{ManyKey, SigmaGroup, field_slots, many_key};
+
+use device::*;
+use field::*;
+use kernels::*;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use rayon::prelude::*;
+
+use super::boundary::SPLINE_PREPAD;
+use super::{Backend, EngineError, Job, Outputs, Precision, Timings, check_job_region};
+
+use crate::core::gaussian::gaussian_kernel1d;
+use crate::core::{CoordMap, Mode, Order, Plan, Volume};
+use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, ensure};
+use crate::gpu::device::{DeviceContext, MemStats};
+
+/// A one-dimensional launch of `n` threads.
+fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
+    Ok(crate::gpu::launch::grid_1d(n)?)
+}
+use crate::gpu::lock;
+use crate::gpu::nvrtc::store_define;
+
+/// A driver error as an engine error.
+fn driver_error(what: &str, e: cudarc::driver::DriverError) -> EngineError {
+    crate::gpu::device::driver_error(what, e).into()
+}
+
+/// Every name of `want` is an entry of the compiled module `ptx` (of `file`).
+fn check_entries(ptx: &str, file: &str, want: &[&str]) -> Result<(), EngineError> {
+    Ok(crate::gpu::nvrtc::check_entries(ptx, file, want)?)
+}
+
+/// The CUDA engine on one or more devices.
+pub struct CudaBackend {
+    pub(super) engines: Vec<Arc<DeviceEngine>>,
+    pub(super) precision: Precision,
+    pub(super) next: AtomicUsize,
+}
+
+impl CudaBackend {
+    /// Opens the devices (the first one when `ordinals` is empty). Fails with a clear error when
+    /// there is no driver, no such device or no NVRTC; never panics.
+    pub fn new(ordinals: &[usize], precision: Precision) -> Result<Self, EngineError> {
+        let ids: Vec<usize> = if ordinals.is_empty() {
+            vec![0]
+        } else {
+            ordinals.to_vec()
+        };
+        let engines = ids
+            .iter()
+            .map(|&i| device_engine(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CudaBackend {
+            engines,
+            precision,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    pub fn ordinals(&self) -> Vec<usize> {
+        self.engines.iter().map(|e| e.dev.ordinal).collect()
+    }
+
+    /// Restarts the peak-memory count of every device at what augscope holds now.
+    pub fn reset_peak(&self) {
+        for e in &self.engines {
+            e.dev.tracker.reset_peak();
+        }
+    }
+
+    /// The devices' memory statistics.
+    pub fn mem_stats(&self) -> Vec<MemStats> {
+        self.engines.iter().map(|e| e.dev.mem_stats()).collect()
+    }
+
+    /// `--save-coords` from the GPU: `(ndim, *out_shape)` f32 input coordinates.
+    pub fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
+        self.engines[0].coordinates(plan, in_shape)
+    }
+
+    /// Largest and RMS elastic displacement `|alpha| |G|`, from the device's cached field: voxels,
+    /// or millimetres when the plan's space is mm.
+    pub fn displacement_stats(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<(f64, f64)>, EngineError> {
+        self.engines[0].displacement_stats(plan, out_shape)
+    }
+
+    /// Drops the cached field and buffers of every device of this backend.
+    pub fn clear_cache(&self) {
+        for e in &self.engines {
+            e.drop_caches();
+        }
+    }
+
+    /// Applies many jobs, split across the backend's devices (job i on device i mod n), each
+    /// device working through its share on its own thread: consecutive jobs of one kind
+    /// ([`many_key`]) run together in batched launches ([`DeviceEngine::apply_many`]), as many
+    /// at a time as fit the device's memory budget; a batch that fails (out of memory, say) is
+    /// retried job by job, so every job gets its own result.
+    pub fn apply_batch(
+        &self,
+        jobs: Vec<(Job<'_>, Outputs<'_>)>,
+    ) -> Vec<Result<Timings, EngineError>> {
+        let n_dev = self.engines.len();
+        let mut per_dev: Vec<Vec<(usize, Job<'_>, Outputs<'_>)>> =
+            (0..n_dev).map(|_| vec![]).collect();
+        let total = jobs.len();
+        // Contiguous shares, so that neighbours (usually of one kind) stay together.
+        let share = total.div_ceil(n_dev.max(1)).max(1);
+        for (i, (j, o)) in jobs.into_iter().enumerate() {
+            per_dev[(i / share).min(n_dev - 1)].push((i, j, o));
+        }
+        let mut results: Vec<Option<Result<Timings, EngineError>>> =
+            (0..total).map(|_| None).collect();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = per_dev
+                .into_iter()
+                .zip(&self.engines)
+                .map(|(work, eng)| {
+                    let precision = self.precision;
+                    s.spawn(move || eng.run_jobs(work, precision))
+                })
+                .collect();
+            for h in handles {
+                // A worker that panicked leaves its results as None: reported below.
+                if let Ok(v) = h.join() {
+                    for (i, r) in v {
+                        results[i] = Some(r);
+                    }
+                }
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(EngineError::Cuda("a device worker stopped".into()))))
+            .collect()
+    }
+}
+
+impl CudaBackend {
+    /// One output plane of a 3D transform, the plane `index` normal to `axis` (the viewer's path:
+    /// `out_image` holds `channels` planes, `out_label` the label planes), computed on the first
+    /// device: the kernel runs over that plane only and only the plane comes back. With
+    /// `image_key` (the caller's key of the image and label content), the next call with the same
+    /// key reuses the device copy instead of uploading again, so a slider move costs the plane,
+    /// not the volume. Same values as that plane of [`Backend::apply`].
+    pub fn apply_slice(
+        &self,
+        job: Job<'_>,
+        image_key: Option<u64>,
+        axis: usize,
+        index: usize,
+        out_image: &mut [f32],
+        out_label: Option<&mut [f32]>,
+    ) -> Result<Timings, EngineError> {
+        let region = Region {
+            plane: Some((axis, index)),
+            resident: image_key,
+            device: None,
+        };
+        let out = Outputs {
+            image: out_image,
+            label: out_label,
+        };
+        self.engines[0].apply_region(job, out, self.precision, region)
+    }
+}
+
+impl CudaBackend {
+    /// Applies a job to arrays in the memory of the first device (DLPack tensors of torch or
+    /// CuPy): the image is read and the outputs written where they are, with no copy through the
+    /// host. `job.image` and `job.label` give the grids, channels and spacing; their data are not
+    /// read (see [`Volume::grid`]). The work is queued on [`Self::stream_handle`] and done when
+    /// this returns; a caller's other streams must have finished writing the inputs (DLPack's
+    /// `stream` argument does that). The same values as [`Backend::apply`] bit for bit.
+    ///
+    /// # Safety
+    /// Every address in `arrays` is a live allocation on that device holding the values that
+    /// [`DeviceArrays`] names for this job's grids, not freed, and not written by other work
+    /// (nor, for the outputs, read) until this returns.
+    pub unsafe fn apply_device(
+        &self,
+        job: Job<'_>,
+        arrays: DeviceArrays,
+    ) -> Result<Timings, EngineError> {
+        let region = Region {
+            device: Some(arrays),
+            ..Region::default()
+        };
+        let out = Outputs {
+            image: &mut [],
+            label: None,
+        };
+        self.engines[0].apply_region(job, out, self.precision, region)
+    }
+
+    /// The first device's compute stream (`CUstream` as an integer): the stream a DLPack
+    /// producer is asked to order its work before ([`Self::apply_device`]).
+    pub fn stream_handle(&self) -> u64 {
+        self.engines[0].dev.stream.cu_stream() as u64
+    }
+}
+
+/// The output shape of a job over device arrays ([`CudaBackend::apply_device`]): whole grids
+/// only, a label map on the image's grid with both of its arrays, a valid plan.
+fn check_device_job(
+    job: &Job<'_>,
+    d: &DeviceArrays,
+    region: Region,
+) -> Result<Vec<usize>, EngineError> {
+    if region.plane.is_some() {
+        return Err(EngineError::Shape(
+            "device arrays are transformed as whole grids".into(),
+        ));
+    }
+    job.plan.validate(job.image.ndim())?;
+    if let Some(l) = job.label
+        && l.shape != job.image.shape
+    {
+        return Err(EngineError::Shape(format!(
+            "label grid {:?} differs from the image's {:?}",
+            l.shape, job.image.shape
+        )));
+    }
+    if job.label.is_some() != d.label.is_some() || d.label.is_some() != d.label_out.is_some() {
+        return Err(EngineError::Shape(
+            "a label map needs its input and output arrays on the device".into(),
+        ));
+    }
+    Ok(job
+        .plan
+        .out_shape
+        .clone()
+        .unwrap_or_else(|| job.image.shape.clone()))
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        let ids: Vec<String> = self.ordinals().iter().map(|i| i.to_string()).collect();
+        format!("cuda:{}", ids.join(","))
+    }
+
+    fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
+        // Concurrent callers spread over the devices; one caller uses them in turn.
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
+        self.engines[i].apply(job, out, self.precision)
+    }
+
+    fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
+        self.apply_batch(jobs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::many::*;
+    use super::*;
+    use crate::gpu::nvrtc::ptx_entries;
+
+    #[test]
+    fn params_have_the_c_layout() {
+        assert_eq!(std::mem::size_of::<ResampleParams>(), 280);
+        assert_eq!(std::mem::align_of::<ResampleParams>(), 8);
+        assert_eq!(std::mem::size_of::<PadParams>(), 40);
+        assert_eq!(std::mem::size_of::<ManyStrides>(), 48);
+        assert!(!BOUNDARY_CUH.is_empty() && Family::Resample.program().contains("ManyStrides"));
+    }
+
+    #[test]
+    fn field_slots_group_samples_by_sigma_in_slot_order() {
+        let s = |v: f64| Some(vec![v, v, v]);
+        let sigmas = vec![s(3.0), None, s(2.5), s(3.0), s(2.5), None, s(3.0)];
+        let (slots, groups) = field_slots(&sigmas);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0], (vec![3.0; 3], vec![0, 3, 6]));
+        assert_eq!(groups[1], (vec![2.5; 3], vec![2, 4]));
+        assert_eq!(
+            slots,
+            vec![Some(0), None, Some(3), Some(1), Some(4), None, Some(2)]
+        );
+        // Bit-for-bit comparison: 0.1 + 0.2 is not 0.3.
+        let (_, g) = field_slots(&[Some(vec![0.1 + 0.2]), Some(vec![0.3])]);
+        assert_eq!(g.len(), 2);
+        let (slots, g) = field_slots(&[None, None]);
+        assert!(g.is_empty() && slots == vec![None, None]);
+    }
+
+    #[test]
+    fn stacked_fill_and_scatter_cross_sample_boundaries() {
+        let parts: Vec<Vec<f32>> = (0..3)
+            .map(|j| (0..5).map(|i| (10 * j + i) as f32).collect())
+            .collect();
+        let refs: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
+        let mut flat = vec![0f32; 15];
+        for (s, c) in [(0usize, 4usize), (4, 7), (11, 4)] {
+            fill_stacked(&refs, 5, s, &mut flat[s..s + c]);
+        }
+        assert_eq!(flat, parts.concat());
+        let mut outs: Vec<Vec<f32>> = vec![vec![-1.0; 5]; 3];
+        let ptrs: Vec<(SendPtr, usize)> = outs
+            .iter_mut()
+            .map(|o| (SendPtr(o.as_mut_ptr()), o.len()))
+            .collect();
+        for (s, c) in [(0usize, 6usize), (6, 2), (8, 7)] {
+            scatter_stacked(&ptrs, 5, s, &flat[s..s + c]);
+        }
+        drop(ptrs);
+        assert_eq!(outs, parts);
+    }
+
+    #[test]
+    fn mode_defines_come_from_the_enum() {
+        let d = mode_defines(Mode::GridWrap);
+        assert!(d.contains(&"-DMODE_GRID_CONSTANT=1".to_string()));
+        assert!(d.contains(&"-DMODE_WRAP=6".to_string()));
+        assert_eq!(d.last().map(String::as_str), Some("-DMODE=5"));
+    }
+
+    #[test]
+    fn field_weights_round_trip_to_the_cpu_f32() {
+        // Tiled builds: the radius rounded up to a multiple of 8, the weights as a parameter.
+        assert_eq!(field_defines(2.0), vec!["-DFIELD_R=8".to_string()]);
+        assert_eq!(field_build_radius(12.0), 48);
+        assert_eq!(field_build_radius(12.2), 56);
+        assert_eq!(field_build_radius(0.1), 0);
+        let w = gaussian_kernel1d(2.0, 0, 4.0);
+        let p = field_weights(2.0);
+        for (j, &v) in p.w.iter().enumerate() {
+            let want = if j <= 8 { w[8 + j] as f32 } else { 0.0 };
+            assert_eq!(v, want, "weight {j}");
+        }
+        // Above the tiled kernels: the weights baked into the build.
+        let d = field_defines(45.0);
+        assert_eq!(d[0], "-DFIELD_R=180");
+        let w = gaussian_kernel1d(45.0, 0, 4.0);
+        let lits: Vec<f32> = d[1]
+            .trim_start_matches("-DFIELD_W=")
+            .split(',')
+            .map(|s| s.trim_end_matches('f').parse().unwrap())
+            .collect();
+        assert_eq!(lits.len(), 181);
+        for (l, v) in lits.iter().zip(&w[180..]) {
+            assert_eq!(*l, *v as f32);
+        }
+    }
+
+    #[test]
+    fn ptx_entries_are_found() {
+        let ptx =
+            ".visible .entry gauss_mid_f32(\n\t.param .u64 a\n)\n.visible .entry field_stats_f32(";
+        assert_eq!(ptx_entries(ptx), vec!["gauss_mid_f32", "field_stats_f32"]);
+    }
+
+    #[test]
+    fn program_inlines_the_header() {
+        let p = Family::Resample.program();
+        assert!(p.starts_with("// Boundary rules"));
+        assert!(p.contains("RESAMPLE_ENTRY"));
+    }
+}

@@ -1,0 +1,405 @@
+//! NVRTC and the module store: one `.cu` file per kernel [`Family`], compiled at run time to
+//! CUBIN for the device's architecture (PTX where it is unknown), kept on disk by
+//! [`super::kernel_cache`] and in memory once per process, so that no compile is ever repeated.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cudarc::nvrtc::Ptx;
+
+use super::device::{self, DeviceContext, driver_error};
+use super::{GpuError, kernel_cache, lock};
+use crate::core::{Mode, Precision};
+
+/// The shared header with the boundary rules and samplers.
+pub const BOUNDARY_CUH: &str = include_str!("../../kernels/boundary.cuh");
+
+/// One `.cu` file per kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `resample_{f32,f16,bf16}`, `coords_f32`.
+    Resample,
+    /// `gauss_mid_f32`, `gauss_last_f32`, `gauss_direct_f32`, `field_stats_f32`.
+    Field,
+    /// `pad_f32`, `prefilter_axis_f32`, `to_store_f32`.
+    Prefilter,
+    /// The filters (`sep_line_f32`, `median_f32`, …); their host code is `src/filter/cuda.rs`.
+    Filter,
+}
+
+impl Family {
+    pub const ALL: [Family; 4] = [
+        Family::Resample,
+        Family::Field,
+        Family::Prefilter,
+        Family::Filter,
+    ];
+
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Resample => "kernels/resample.cu",
+            Family::Field => "kernels/field.cu",
+            Family::Prefilter => "kernels/prefilter.cu",
+            Family::Filter => "kernels/filter.cu",
+        }
+    }
+
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            Family::Resample => include_str!("../../kernels/resample.cu"),
+            Family::Field => include_str!("../../kernels/field.cu"),
+            Family::Prefilter => include_str!("../../kernels/prefilter.cu"),
+            Family::Filter => include_str!("../../kernels/filter.cu"),
+        }
+    }
+
+    /// The program NVRTC compiles: the shared header (which defines its include guard, so the
+    /// `.cu` file's `#include "boundary.cuh"` is skipped) followed by the family's file.
+    pub fn program(self) -> String {
+        match self {
+            Family::Field | Family::Filter => self.source().to_string(),
+            _ => format!(
+                "{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}",
+                self.file(),
+                self.source()
+            ),
+        }
+    }
+}
+
+/// The driver's CUDA version, or why the driver cannot be used. Never panics.
+pub fn driver_version() -> Result<i32, String> {
+    // SAFETY: `is_culib_present` only tries to dlopen libcuda by its usual names; no CUDA call.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no NVIDIA driver (libcuda.so could not be loaded)".into());
+    }
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the library is loaded (checked above); cuDriverGetVersion(int*) writes one int to
+    // `v`, which lives for the call, and needs no cuInit.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    r.result().map_err(|e| {
+        format!(
+            "the NVIDIA driver does not answer: {}",
+            device::driver_message(&e)
+        )
+    })?;
+    Ok(v)
+}
+
+/// NVRTC's version, or why it cannot be loaded. Never panics.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    // SAFETY: `is_culib_present` only tries to dlopen libnvrtc by its usual names.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(
+            "NVRTC (libnvrtc.so) could not be loaded; install the CUDA toolkit or \
+                    `pip install nvidia-cuda-nvrtc` and add its lib folder to LD_LIBRARY_PATH"
+                .into(),
+        );
+    }
+    let (mut a, mut b): (std::ffi::c_int, std::ffi::c_int) = (0, 0);
+    // SAFETY: the library is loaded (checked above); nvrtcVersion(int*, int*) writes two ints
+    // that live for the call.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
+    r.result()
+        .map_err(|e| format!("NVRTC does not answer: {e:?}"))?;
+    Ok((a, b))
+}
+
+/// `-D` defines of the boundary modes, from the Rust enum (the `.cu` files hold no mode numbers).
+pub fn mode_defines(mode: Mode) -> Vec<String> {
+    let mut d: Vec<String> = Mode::ALL
+        .iter()
+        .map(|m| {
+            format!(
+                "-DMODE_{}={}",
+                m.name().to_ascii_uppercase().replace('-', "_"),
+                *m as u32
+            )
+        })
+        .collect();
+    d.push(format!("-DMODE={}", mode as u32));
+    d
+}
+
+pub(crate) fn store_define(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "-DSTORE_F32",
+        Precision::F16 => "-DSTORE_F16",
+        Precision::Bf16 => "-DSTORE_BF16",
+    }
+}
+
+/// NVRTC's options for one family: no fast-math, IEEE division and square root, no flush to
+/// zero; fmad off except in the field family, the defines, and `--gpu-architecture` where known.
+pub(crate) fn nvrtc_options(family: Family, defines: &[String], arch: Option<&str>) -> Vec<String> {
+    // fmad off keeps the sampler's f32 tap sums and the prefilter the CPU's operation for
+    // operation; the field's 97-tap passes are compute-bound and use FFMA (f32 rounding).
+    let mut options = vec![
+        "--ftz=false".to_string(),
+        "--prec-sqrt=true".into(),
+        "--prec-div=true".into(),
+        format!("--fmad={}", family == Family::Field),
+    ];
+    if let Some(a) = arch {
+        options.push(format!("--gpu-architecture={a}"));
+    }
+    options.extend(defines.iter().cloned());
+    options.push("--std=c++17".into());
+    // Extra -D defines for measurements of kernel variants (e.g. AUGSCOPE_NVRTC_DEFINES=-DX).
+    if let Ok(extra) = std::env::var("AUGSCOPE_NVRTC_DEFINES") {
+        options.extend(
+            extra
+                .split_whitespace()
+                .filter(|d| d.starts_with("-D"))
+                .map(String::from),
+        );
+    }
+    options
+}
+
+/// What NVRTC made of one program: its PTX, and its CUBIN when compiled for a real `sm_XY`.
+pub(crate) struct NvrtcOutput {
+    pub(crate) ptx: String,
+    pub(crate) cubin: Option<Vec<u8>>,
+}
+
+/// Runs NVRTC on `family` with `options`; the compiler's log on failure.
+pub(crate) fn nvrtc_compile(family: Family, options: &[String]) -> Result<NvrtcOutput, GpuError> {
+    use cudarc::nvrtc::{result, sys};
+    nvrtc_version().map_err(GpuError::Unavailable)?;
+    let fail = |what: String| {
+        GpuError::Cuda(format!(
+            "NVRTC could not compile {}: {}",
+            family.file(),
+            what.trim()
+        ))
+    };
+    let src = std::ffi::CString::new(family.program())
+        .map_err(|_| fail("the kernel source holds a NUL byte".into()))?;
+    let file = family.file().rsplit('/').next().unwrap_or("kernel.cu");
+    let name = std::ffi::CString::new(file).map_err(|_| fail("bad file name".into()))?;
+    if options.iter().any(|o| o.contains('\0')) {
+        return Err(fail("a compile option holds a NUL byte".into()));
+    }
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    // Destroys the program on every path out of this function.
+    struct Program(sys::nvrtcProgram);
+    impl Drop for Program {
+        fn drop(&mut self) {
+            // SAFETY: the program was created by create_program and is destroyed once, here.
+            let _ = unsafe { result::destroy_program(self.0) };
+        }
+    }
+    let prog = Program(prog);
+    // SAFETY: `prog.0` is a live program (above); the options have no NUL byte (checked above).
+    if let Err(e) = unsafe { result::compile_program(prog.0, options) } {
+        // SAFETY: the program is live; the log is NUL-terminated by NVRTC.
+        let log = unsafe { result::get_program_log(prog.0) }
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+            .unwrap_or_else(|_| format!("{e:?}"));
+        return Err(fail(log));
+    }
+    // SAFETY: the program is live and compiled.
+    let ptx = unsafe { result::get_ptx(prog.0) }.map_err(|e| fail(format!("no PTX: {e:?}")))?;
+    let ptx_bytes: Vec<u8> = ptx
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    let ptx = String::from_utf8_lossy(&ptx_bytes).into_owned();
+    let real_arch = options
+        .iter()
+        .any(|o| o.starts_with("--gpu-architecture=sm_"));
+    let cubin = if real_arch {
+        let mut size = 0usize;
+        // SAFETY: the program is live and compiled; NVRTC writes one usize.
+        let r = unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) };
+        if r == sys::nvrtcResult::NVRTC_SUCCESS && size > 0 {
+            let mut buf = vec![0u8; size];
+            // SAFETY: `buf` holds exactly the `size` bytes NVRTC reported for this program.
+            let r = unsafe { sys::nvrtcGetCUBIN(prog.0, buf.as_mut_ptr().cast()) };
+            (r == sys::nvrtcResult::NVRTC_SUCCESS).then_some(buf)
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    Ok(NvrtcOutput { ptx, cubin })
+}
+
+/// Compiles one family with NVRTC to PTX (the compile checks; devices load CUBIN through
+/// [`compile_module`]).
+pub fn compile(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<Ptx, GpuError> {
+    let out = nvrtc_compile(family, &nvrtc_options(family, defines, arch))?;
+    Ok(Ptx::from_src(out.ptx))
+}
+
+/// A module ready to load: CUBIN for the device's architecture (from the disk cache, or compiled
+/// and then cached), else PTX for the driver to JIT where the architecture is unknown; the
+/// module's entry names; and the cache key it is stored under.
+#[derive(Clone)]
+pub struct ModuleImage {
+    pub image: Ptx,
+    pub entries: Vec<String>,
+    /// Whether the image is a CUBIN (loaded as it is) rather than PTX (JIT-compiled on load).
+    pub is_cubin: bool,
+    /// The disk cache's folder and key of a CUBIN, so that one the driver refuses is forgotten.
+    pub(crate) cached: Option<(std::path::PathBuf, String)>,
+    /// The PTX of a module compiled in this process, the fallback when a CUBIN does not load.
+    pub(crate) ptx: Option<String>,
+}
+
+/// The module of `family` with `defines` for `arch`, from the disk cache where it holds one.
+pub fn compile_module(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<ModuleImage, GpuError> {
+    compile_module_in(family, defines, arch, kernel_cache::dir())
+}
+
+/// [`compile_module`] with the cache folder given (`None`: no disk cache).
+pub fn compile_module_in(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+    cache_dir: Option<std::path::PathBuf>,
+) -> Result<ModuleImage, GpuError> {
+    let options = nvrtc_options(family, defines, arch);
+    let nvrtc = nvrtc_version().map_err(GpuError::Unavailable)?;
+    let slot = match (arch, cache_dir) {
+        (Some(a), Some(dir)) => {
+            let driver = driver_version().unwrap_or(0);
+            let program = family.program();
+            let key = kernel_cache::key(family.file(), &program, &options, a, nvrtc, driver);
+            Some((dir, key))
+        }
+        _ => None,
+    };
+    if let Some((dir, key)) = &slot
+        && let Some(hit) = kernel_cache::read(dir, key)
+    {
+        kernel_cache::count_hit();
+        return Ok(ModuleImage {
+            image: Ptx::from_binary(hit.image),
+            entries: hit.entries,
+            is_cubin: true,
+            cached: slot,
+            ptx: None,
+        });
+    }
+    let t = Instant::now();
+    let out = nvrtc_compile(family, &options)?;
+    kernel_cache::count_compile(t.elapsed().as_micros() as u64);
+    let entries = ptx_entries(&out.ptx);
+    match out.cubin {
+        Some(cubin) => {
+            let c = kernel_cache::Compiled {
+                image: cubin,
+                entries: entries.clone(),
+            };
+            if let Some((dir, key)) = &slot {
+                kernel_cache::write(dir, key, &c);
+            }
+            Ok(ModuleImage {
+                image: Ptx::from_binary(c.image),
+                entries,
+                is_cubin: true,
+                cached: slot,
+                ptx: Some(out.ptx),
+            })
+        }
+        None => Ok(ModuleImage {
+            image: Ptx::from_src(out.ptx),
+            entries,
+            is_cubin: false,
+            cached: None,
+            ptx: None,
+        }),
+    }
+}
+
+pub(crate) type ModuleCell = Arc<OnceLock<Result<ModuleImage, String>>>;
+
+/// The modules of [`shared_module`], compiled or being compiled.
+pub(crate) fn modules() -> &'static Mutex<HashMap<String, ModuleCell>> {
+    static M: OnceLock<Mutex<HashMap<String, ModuleCell>>> = OnceLock::new();
+    M.get_or_init(Mutex::default)
+}
+
+pub(crate) fn module_key(family: Family, defines: &[String], arch: Option<&'static str>) -> String {
+    format!("{family:?}|{arch:?}|{}", defines.join(" "))
+}
+
+/// Modules compiled (or read from disk) in this process, by family, architecture and options: a
+/// compile under way on another thread is waited for, never repeated.
+pub(crate) fn shared_module(
+    family: Family,
+    defines: &[String],
+    arch: Option<&'static str>,
+) -> Result<ModuleImage, GpuError> {
+    nvrtc_version().map_err(GpuError::Unavailable)?;
+    let cell = lock(modules())
+        .entry(module_key(family, defines, arch))
+        .or_default()
+        .clone();
+    cell.get_or_init(|| compile_module(family, defines, arch).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(GpuError::Cuda)
+}
+
+/// Loads `family` with `defines` on `dev`: the module and its entry names. A CUBIN the driver
+/// refuses is dropped from the cache and the module compiled again, then loaded as PTX.
+pub fn load_module(
+    dev: &DeviceContext,
+    family: Family,
+    defines: &[String],
+) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), GpuError> {
+    let m = shared_module(family, defines, dev.arch)?;
+    // Loaded modules are kept by the engine: the image need not stay in host memory.
+    lock(modules()).remove(&module_key(family, defines, dev.arch));
+    match dev.ctx.load_module(m.image) {
+        Ok(module) => Ok((module, m.entries)),
+        Err(first) => {
+            if let Some((dir, key)) = &m.cached {
+                kernel_cache::forget(dir, key);
+            }
+            let ptx = match m.ptx {
+                Some(p) => p,
+                None => nvrtc_compile(family, &nvrtc_options(family, defines, dev.arch))?.ptx,
+            };
+            dev.ctx
+                .load_module(Ptx::from_src(ptx))
+                .map(|module| (module, m.entries))
+                .map_err(|_| driver_error("cannot load a compiled kernel", first))
+        }
+    }
+}
+
+/// Every name of `want` is an entry of the compiled module `ptx` (of `file`).
+pub(crate) fn check_entries(ptx: &str, file: &str, want: &[&str]) -> Result<(), GpuError> {
+    let have = ptx_entries(ptx);
+    match want.iter().find(|w| !have.iter().any(|e| e == *w)) {
+        Some(w) => Err(GpuError::Cuda(format!("{file} has no entry {w}"))),
+        None => Ok(()),
+    }
+}
+
+/// The kernel entry names of a PTX module (`.entry name(`).
+pub(crate) fn ptx_entries(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|l| l.split(".entry ").nth(1))
+        .filter_map(|rest| rest.split(['(', ' ']).next())
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect()
+}
