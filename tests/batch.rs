@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -15,9 +15,8 @@ use augscope::export::batch::{BatchOptions, manifest_path, run};
 use augscope::io::{self, LoadOptions, SaveOptions};
 use augscope::{DType, Volume};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
+mod common;
+use common::cli::command;
 
 const PRESET: &str = r#"
 version = 1
@@ -293,7 +292,7 @@ fn cli_batch_of_100_killed_and_resumed() {
     )
     .unwrap();
     let manifest = manifest_path(&out, (0, 1));
-    let mut child = Command::new(bin())
+    let mut child = command()
         .args(args(false))
         .stderr(Stdio::null())
         .spawn()
@@ -319,7 +318,7 @@ fn cli_batch_of_100_killed_and_resumed() {
         .map(|t| t.lines().count())
         .unwrap_or(0);
     eprintln!("killed: {killed}, {before} samples listed before the kill");
-    let st = Command::new(bin()).args(args(true)).output().unwrap();
+    let st = command().args(args(true)).output().unwrap();
     assert!(
         st.status.success(),
         "{}",

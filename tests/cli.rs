@@ -1,63 +1,11 @@
 //! The `augscope` command line end to end: exit codes, one-line errors, no partial outputs, inputs
 //! never changed (DESIGN §7). Runs the real binary on real and hostile files.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-const BIN: &str = env!("CARGO_BIN_EXE_augscope");
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
-
-/// Runs augscope; returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("augscope runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Asserts exit code 2 with exactly one non-empty stderr line that contains `needle`, and no
-/// panic.
-fn assert_user_error(args: &[&str], needle: &str) {
-    let (code, _, err) = run(args);
-    assert_eq!(code, 2, "args {args:?}: expected exit 2, stderr: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "args {args:?}: expected one line, got: {err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(
-        lines[0].to_lowercase().contains(&needle.to_lowercase()),
-        "args {args:?}: '{}' does not mention '{needle}'",
-        lines[0]
-    );
-}
-
-/// Files in `dir` (to check that nothing, not even a temporary, was left behind).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .expect("temporary folder is readable")
-        .map(|e| {
-            e.expect("folder entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    v.sort();
-    v
-}
+mod common;
+use common::cli::{assert_user_error, listing, run};
+use common::fixtures::data;
 
 fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
     augscope::io::npy::write(path, data, shape, augscope::DType::F32).expect("npy written");

@@ -2,22 +2,24 @@
 //!
 //! Without a GPU (CI): every kernel compiles with NVRTC when libnvrtc can be loaded, and the
 //! selection falls back to the CPU with a note, never a panic. Tests whose name says `gpu` need a
-//! CUDA device and skip with a printed reason where there is none. Arrays are `[z, y, x]`.
+//! CUDA device and skip with a printed reason where there is none (the field-cache test also runs
+//! on the CPU engine, device or not). Arrays are `[z, y, x]`.
 
-mod gpu_common;
+mod common;
 
 use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::{self, CudaBackend};
-use augscope::engine::device;
+use augscope::gpu::device;
 use augscope::engine::{Backend, BackendSpec, EngineError, Precision, apply_new, select_backend};
-use augscope::volume::Volume;
-use gpu_common::{agreement, check_plan, gpu, random_labels, random_volume};
+use augscope::core::volume::Volume;
+use common::backends::{agreement, check_plan, for_each_backend, gpu};
+use common::volumes::{random_labels, random_volume};
 
-/// Whether `second` reuses the device field that `first` made (`field_ms == 0`). The tests of
-/// this file run in parallel on one device engine, whose single cached field another test may
-/// replace between the two calls: the pair is tried up to 20 times; a broken cache fails all.
-fn cached_on_second_run(g: &CudaBackend, first: &Plan, second: &Plan, image: &Volume) -> bool {
+/// Whether `second` reuses the field that `first` made (`field_ms == 0`). The tests of this file
+/// run in parallel on one device engine, whose single cached field another test may replace
+/// between the two calls: the pair is tried up to 20 times; a broken cache fails all.
+fn cached_on_second_run(g: &dyn Backend, first: &Plan, second: &Plan, image: &Volume) -> bool {
     (0..20).any(|_| {
         apply_new(g, first, image, None).unwrap_or_else(|e| panic!("{e}"));
         let (_, _, t) = apply_new(g, second, image, None).unwrap_or_else(|e| panic!("{e}"));
@@ -72,7 +74,7 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let defines = cuda::resample_defines(Mode::Reflect, Order::Cubic, 3, Precision::F32, false);
-    let before = augscope::engine::kernel_cache::stats();
+    let before = augscope::gpu::kernel_cache::stats();
     let first = cuda::compile_module_in(
         cuda::Family::Resample,
         &defines,
@@ -86,7 +88,7 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
         "{:?}",
         first.entries
     );
-    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 1);
+    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 1);
     let second = cuda::compile_module_in(
         cuda::Family::Resample,
         &defines,
@@ -94,13 +96,13 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
         Some(dir.path().to_path_buf()),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let after = augscope::engine::kernel_cache::stats();
+    let after = augscope::gpu::kernel_cache::stats();
     assert!(
         after.hits > before.hits,
         "the second compile was not read from disk"
     );
     assert_eq!(first.entries, second.entries);
-    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 1);
+    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 1);
     // Another define set is another entry; no architecture means PTX, not cached.
     let other = cuda::resample_defines(Mode::Wrap, Order::Linear, 2, Precision::F32, false);
     cuda::compile_module_in(
@@ -110,7 +112,7 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
         Some(dir.path().to_path_buf()),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 2);
+    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 2);
     let ptx = cuda::compile_module_in(
         cuda::Family::Resample,
         &other,
@@ -119,7 +121,7 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(!ptx.is_cubin);
-    assert_eq!(augscope::engine::kernel_cache::usage(dir.path()).0, 2);
+    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 2);
 }
 
 /// A process builds each resample entry alone (RS_ONLY): every one compiles by itself, with the
@@ -342,37 +344,40 @@ fn gpu_elastic_field_and_coordinates_match_the_cpu() {
     }
 }
 
+/// The elastic field is kept across plans that differ only in alpha, angles or mode, and made
+/// anew for a new seed: on the CUDA engine and on the CPU engine alike.
 #[test]
 fn gpu_field_is_cached_across_alpha_and_angles() {
-    let Some(g) = gpu(Precision::F32) else { return };
-    let image = random_volume(&[20, 24, 28], 1, 9);
-    let mut plan = Plan {
-        elastic: Some(Elastic {
-            alpha: 100.0,
+    for_each_backend(|g| {
+        let image = random_volume(&[20, 24, 28], 1, 9);
+        let mut plan = Plan {
+            elastic: Some(Elastic {
+                alpha: 100.0,
+                sigma: 3.0,
+                seed: 77,
+            }),
+            ..Plan::default()
+        };
+        let first = plan.clone();
+        plan.elastic = Some(Elastic {
+            alpha: 250.0,
             sigma: 3.0,
             seed: 77,
-        }),
-        ..Plan::default()
-    };
-    let first = plan.clone();
-    plan.elastic = Some(Elastic {
-        alpha: 250.0,
-        sigma: 3.0,
-        seed: 77,
+        });
+        plan.rotate_rad = vec![0.2, 0.0, 0.1];
+        plan.mode = Mode::Reflect;
+        assert!(
+            cached_on_second_run(g, &first, &plan, &image),
+            "the field was recomputed"
+        );
+        plan.elastic = Some(Elastic {
+            alpha: 250.0,
+            sigma: 3.0,
+            seed: 78,
+        });
+        let (_, _, t) = apply_new(g, &plan, &image, None).unwrap();
+        assert!(t.field_ms > 0.0, "a new seed needs a new field");
     });
-    plan.rotate_rad = vec![0.2, 0.0, 0.1];
-    plan.mode = Mode::Reflect;
-    assert!(
-        cached_on_second_run(&g, &first, &plan, &image),
-        "the field was recomputed"
-    );
-    plan.elastic = Some(Elastic {
-        alpha: 250.0,
-        sigma: 3.0,
-        seed: 78,
-    });
-    let (_, _, t) = apply_new(&g, &plan, &image, None).unwrap();
-    assert!(t.field_ms > 0.0, "a new seed needs a new field");
 }
 
 #[test]
@@ -409,7 +414,7 @@ fn gpu_out_of_memory_falls_back_to_the_cpu() {
     let tracker = std::sync::Arc::new(device::MemTracker::new(Some(1024)));
     assert!(matches!(
         tracker.reserve(4096, "a volume"),
-        Err(EngineError::OutOfMemory(_))
+        Err(augscope::gpu::GpuError::OutOfMemory(_))
     ));
     // End to end through the env limit: see scripts/gpu_check.sh, which runs `augscope apply`
     // with AUGSCOPE_GPU_MEM_LIMIT=1M and checks the report's note.
@@ -471,9 +476,9 @@ fn gpu_matches_mm_space_scipy_fixtures() {
 
 /// Every case of `<dir>/cases.json` on the GPU against its scipy reference.
 #[allow(clippy::unwrap_used)] // a test helper: a malformed fixture fails the test loudly
-fn check_fixture_dir(g: &CudaBackend, dir: &str) {
+fn check_fixture_dir(g: &dyn Backend, dir: &str) {
     use augscope::io::npy;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let dir = common::fixtures::root().join(dir);
     let text = std::fs::read_to_string(dir.join("cases.json")).unwrap();
     let fx: serde_json::Value = serde_json::from_str(&text).unwrap();
     let tol = fx["tolerance"].as_f64().unwrap();

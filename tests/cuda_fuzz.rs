@@ -1,17 +1,19 @@
 //! The CUDA engine and filters on odd shapes against the CPU engine: axes of length 1 to 3, prime
 //! extents, one huge axis, odd output grids, every mode and order, with and without the elastic
 //! field and labels, single and batched launches. The cases are a pure function of the seed, so
-//! a failure names a case that reruns. Needs a CUDA device; skips with the reason where there is
-//! none. Arrays are `[z, y, x]`.
+//! a failure names a case that reruns. The checks of batched against single launches run on the
+//! CPU engine too; the CUDA parts need a device and skip with the reason where there is none.
+//! Arrays are `[z, y, x]`.
 
-mod gpu_common;
+mod common;
 
 use augscope::augment::{Elastic, Mode, Order, Plan};
-use augscope::engine::cuda::CudaBackend;
 use augscope::engine::{Backend, BackendSpec, Job, Outputs, Precision};
 use augscope::filter::{Boundary, Filter, apply_cpu, run};
-use augscope::volume::Volume;
-use gpu_common::{check_plan, gpu, random_labels, random_volume};
+use augscope::core::volume::Volume;
+use common::backends::{check_plan, for_each_backend, gpu};
+// SplitMix64: the cases depend on the seed alone.
+use common::volumes::{SplitMix64 as Rng, random_labels, random_volume};
 
 /// Extents the shapes are drawn from: the smallest (where a tile, a pair or a stencil has nothing
 /// beside it) and primes (no tile divides them).
@@ -19,29 +21,10 @@ const EXTENTS: [usize; 18] = [
     1, 2, 3, 1, 2, 3, 5, 7, 11, 13, 17, 19, 23, 31, 37, 41, 61, 97,
 ];
 
-/// SplitMix64: the cases depend on the seed alone.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// `plans` over one image (and label map) in batched launches (`apply_many`): each plan's image
 /// and label outputs, in plan order (the label output empty without a label map).
 fn run_batch(
-    g: &CudaBackend,
+    g: &dyn Backend,
     plans: &[Plan],
     image: &Volume,
     label: Option<&Volume>,
@@ -156,7 +139,7 @@ fn gpu_matches_cpu_with_one_huge_axis() {
             let label = random_labels(shape, 50 + case as u64);
             let what = format!("huge axis {shape:?} plan {k}: {plan:?}");
             if shape.len() == 3 && shape[0] > 65_535 {
-                let (got, _, _, note) = augscope::engine::cuda::apply_new_with_fallback(
+                let (got, _, _, note) = augscope::engine::select::apply_new_with_fallback(
                     &g,
                     &plan,
                     &image,
@@ -216,41 +199,45 @@ fn gpu_half_storage_on_odd_shapes_stays_close() {
     }
 }
 
+/// Batched launches (`apply_many`) equal one launch per plan, bit for bit: on the CUDA engine
+/// (one launch for the batch), and on the CPU engine too, where `apply_many` runs the jobs one
+/// after another.
 #[test]
 fn gpu_batched_launch_on_odd_shapes_equals_single_launches() {
-    let Some(g) = gpu(Precision::F32) else { return };
-    let mut rng = Rng(0xba7c_4ed0);
-    for round in 0..12 {
-        // One shape per batch (a batch shares its grid), several plans over it.
-        let ndim = 2 + round % 2;
-        let shape = random_shape(&mut rng, ndim);
-        let image = random_volume(&shape, 1, round as u64);
-        let label = random_labels(&shape, round as u64 + 7);
-        let plans: Vec<Plan> = (0..3 + rng.below(4))
-            .map(|_| {
-                let mut p = random_plan(&mut rng, ndim, &shape);
-                p.out_shape = None;
-                p
-            })
-            .collect();
-        let outs = run_batch(&g, &plans, &image, Some(&label), &format!("round {round}"));
-        for (k, plan) in plans.iter().enumerate() {
-            let (one, one_lab, _) = augscope::engine::apply_new(&g, plan, &image, Some(&label))
-                .unwrap_or_else(|e| panic!("round {round} job {k}: {e}"));
-            assert!(
-                one.data
-                    .iter()
-                    .zip(&outs[k].0)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "round {round} job {k} {shape:?}: batched image differs ({plan:?})"
-            );
-            let one_lab = one_lab.expect("a label map");
-            assert_eq!(
-                one_lab.data, outs[k].1,
-                "round {round} job {k} {shape:?}: batched labels differ"
-            );
+    for_each_backend(|g| {
+        let mut rng = Rng(0xba7c_4ed0);
+        for round in 0..12 {
+            // One shape per batch (a batch shares its grid), several plans over it.
+            let ndim = 2 + round % 2;
+            let shape = random_shape(&mut rng, ndim);
+            let image = random_volume(&shape, 1, round as u64);
+            let label = random_labels(&shape, round as u64 + 7);
+            let plans: Vec<Plan> = (0..3 + rng.below(4))
+                .map(|_| {
+                    let mut p = random_plan(&mut rng, ndim, &shape);
+                    p.out_shape = None;
+                    p
+                })
+                .collect();
+            let outs = run_batch(g, &plans, &image, Some(&label), &format!("round {round}"));
+            for (k, plan) in plans.iter().enumerate() {
+                let (one, one_lab, _) = augscope::engine::apply_new(g, plan, &image, Some(&label))
+                    .unwrap_or_else(|e| panic!("round {round} job {k}: {e}"));
+                assert!(
+                    one.data
+                        .iter()
+                        .zip(&outs[k].0)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "round {round} job {k} {shape:?}: batched image differs ({plan:?})"
+                );
+                let one_lab = one_lab.expect("a label map");
+                assert_eq!(
+                    one_lab.data, outs[k].1,
+                    "round {round} job {k} {shape:?}: batched labels differ"
+                );
+            }
         }
-    }
+    });
 }
 
 #[test]
@@ -559,17 +546,16 @@ fn gpu_every_kernel_family_on_small_volumes() {
             }
         }
     }
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/febds/input.npy");
-    let a = augscope::io::npy::read(&p).expect("fixture");
+    let (a_data, a_shape) = common::fixtures::npy_in("fixtures/febds", "input.npy");
     for m in [FebdsMethod::Dog, FebdsMethod::Log, FebdsMethod::Fft] {
         let f = Filter::Febds(m);
         let b = Boundary::default();
-        let want = apply_cpu(&f, b, &a.data, &a.shape).expect("cpu");
+        let want = apply_cpu(&f, b, &a_data, &a_shape).expect("cpu");
         let got = run(
             &f,
             b,
-            &a.data,
-            &a.shape,
+            &a_data,
+            &a_shape,
             &BackendSpec::Cuda(vec![0]),
             Precision::F32,
         )
@@ -585,33 +571,35 @@ fn gpu_every_kernel_family_on_small_volumes() {
 }
 
 /// A batch whose fields span more than 65535 slabs of rows in one pass (32 samples x 3
-/// components x 700 rows), launched in parts: every sample equals its own launch bit for bit.
+/// components x 700 rows), launched in parts: every sample equals its own launch bit for bit (and
+/// on the CPU engine, whose `apply_many` runs the jobs one by one).
 #[test]
 fn gpu_batched_fields_past_the_grid_limit_equal_single_launches() {
-    let Some(g) = gpu(Precision::F32) else { return };
-    let shape = vec![700, 5, 4];
-    let image = random_volume(&shape, 1, 70);
-    let plans: Vec<Plan> = (0..32)
-        .map(|s| Plan {
-            order: Order::Linear,
-            elastic: Some(Elastic {
-                alpha: 4.0,
-                sigma: 1.5,
-                seed: 1000 + s,
-            }),
-            ..Plan::default()
-        })
-        .collect();
-    let outs = run_batch(&g, &plans, &image, None, "grid limit");
-    for (k, plan) in plans.iter().enumerate() {
-        let (one, _, _) = augscope::engine::apply_new(&g, plan, &image, None)
-            .unwrap_or_else(|e| panic!("job {k}: {e}"));
-        assert!(
-            one.data
-                .iter()
-                .zip(&outs[k].0)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "job {k}: the batched field differs from its own launch"
-        );
-    }
+    for_each_backend(|g| {
+        let shape = vec![700, 5, 4];
+        let image = random_volume(&shape, 1, 70);
+        let plans: Vec<Plan> = (0..32)
+            .map(|s| Plan {
+                order: Order::Linear,
+                elastic: Some(Elastic {
+                    alpha: 4.0,
+                    sigma: 1.5,
+                    seed: 1000 + s,
+                }),
+                ..Plan::default()
+            })
+            .collect();
+        let outs = run_batch(g, &plans, &image, None, "grid limit");
+        for (k, plan) in plans.iter().enumerate() {
+            let (one, _, _) = augscope::engine::apply_new(g, plan, &image, None)
+                .unwrap_or_else(|e| panic!("job {k}: {e}"));
+            assert!(
+                one.data
+                    .iter()
+                    .zip(&outs[k].0)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "job {k}: the batched field differs from its own launch"
+            );
+        }
+    });
 }

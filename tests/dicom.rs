@@ -8,23 +8,20 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use augscope::DType;
 use augscope::io::{self, LoadOptions};
-use augscope::{DType, Volume};
 use dicom_core::value::PrimitiveValue;
 use dicom_core::{DataElement, VR};
 use dicom_dictionary_std::{tags, uids};
 use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/dicom")
-        .join(name)
-}
+mod common;
+use common::cli::command;
+use common::fixtures::load_volume as load;
 
-fn load(p: &Path) -> Volume {
-    io::load(p, &LoadOptions::default()).unwrap()
+fn data(name: &str) -> PathBuf {
+    common::fixtures::data("dicom").join(name)
 }
 
 #[test]
@@ -178,7 +175,7 @@ fn multi_file_series_round_trip() {
     // A DICOM folder goes through batch and apply like any scan.
     let out = tempfile::tempdir().unwrap();
     let o = out.path().join("a.nii.gz");
-    let st = Command::new(env!("CARGO_BIN_EXE_augscope"))
+    let st = command()
         .arg("apply")
         .arg(dir.path())
         .arg(&o)
@@ -237,11 +234,7 @@ fn hostile_dicom_exits_2_with_one_line() {
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     for p in [&trunc, &junk, &empty] {
-        let out = Command::new(env!("CARGO_BIN_EXE_augscope"))
-            .arg("info")
-            .arg(p)
-            .output()
-            .unwrap();
+        let out = command().arg("info").arg(p).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{}: {err}", p.display());
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -306,7 +299,7 @@ fn series_with_a_missing_or_damaged_slice_is_an_error_not_a_stretched_volume() {
     axial_series(huge.path(), &[0.0, 1e308]);
     let e = load_err(huge.path());
     assert!(e.contains("implausible slice spacing"), "{e}");
-    let out = Command::new(env!("CARGO_BIN_EXE_augscope"))
+    let out = command()
         .arg("apply")
         .arg(huge.path())
         .arg(huge.path().join("out.nii"))
@@ -378,7 +371,7 @@ fn structurally_hostile_dicom_is_one_line_without_overflow_or_huge_allocation() 
         (&unknown_vr, "declares 3422552065 bytes"),
     ] {
         for cmd in ["info", "apply"] {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_augscope"));
+            let mut c = command();
             c.arg(cmd).arg(p);
             if cmd == "apply" {
                 c.arg(dir.path().join("out.nii"));

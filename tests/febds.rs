@@ -4,17 +4,13 @@
 //! with calcification-like spots. Bar: ≥ 99 % of the pixels agree, per method. The image is
 //! `[y, x]`.
 
-use std::path::Path;
-
 use augscope::filter::febds::{self, Method};
-use augscope::io::npy;
 
+mod common;
+
+/// An array of `tests/fixtures/febds/`: values and shape.
 fn load(name: &str) -> (Vec<f32>, Vec<usize>) {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/febds")
-        .join(name);
-    let a = npy::read(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
-    (a.data, a.shape)
+    common::fixtures::npy_in("fixtures/febds", name)
 }
 
 fn check(method: Method, name: &str) {

@@ -3,47 +3,13 @@
 //! Arrays are `[z, y, x]` (2D `[y, x]`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use augscope::filter::{Boundary, Filter, apply_cpu};
 use augscope::io::npy;
 use augscope::{DType, Mode};
 
-const BIN: &str = env!("CARGO_BIN_EXE_augscope");
-
-fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("augscope runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Exit 2, exactly one stderr line mentioning `needle`, no panic.
-fn assert_user_error(args: &[&str], needle: &str) {
-    let (code, err) = run(args);
-    assert_eq!(code, 2, "args {args:?}: expected exit 2, stderr: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "args {args:?}: expected one line: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(
-        lines[0].to_lowercase().contains(&needle.to_lowercase()),
-        "args {args:?}: '{}' does not mention '{needle}'",
-        lines[0]
-    );
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .expect("readable folder")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
+mod common;
+use common::cli::{assert_user_error, listing, run, s};
 
 /// A small 3D test volume on disk.
 fn volume(dir: &Path, name: &str, shape: &[usize], seed: usize) -> (PathBuf, Vec<f32>) {
@@ -56,17 +22,13 @@ fn volume(dir: &Path, name: &str, shape: &[usize], seed: usize) -> (PathBuf, Vec
     (p, data)
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 temp path")
-}
-
 #[test]
 fn filter_writes_what_the_library_computes() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let shape = [6usize, 9, 11];
     let (inp, data) = volume(tmp.path(), "in.npy", &shape, 1);
     let out = tmp.path().join("out.npy");
-    let (code, err) = run(&[
+    let (code, _, err) = run(&[
         "filter",
         s(&inp),
         s(&out),
@@ -104,7 +66,7 @@ fn batch_over_many_inputs_writes_each_into_the_folder() {
     let (a, da) = volume(tmp.path(), "a.npy", &[5, 7, 8], 1);
     let (b, db) = volume(tmp.path(), "b.npy", &[5, 7, 8], 2);
     let (c, dc) = volume(tmp.path(), "c.npy", &[4, 6, 9], 3);
-    let (code, err) = run(&[
+    let (code, _, err) = run(&[
         "filter",
         "--out-dir",
         s(&out_dir),

@@ -6,10 +6,10 @@
 //! Bar: ≥ 99.99 % of voxels within 1e-4 of scipy (inputs in [0, 1)), NaN never; the median
 //! exactly. Arrays are `[z, y, x]` (2D `[y, x]`), channels or batch items leading.
 
-mod filter_common;
+mod common;
 
 use augscope::filter::apply_cpu;
-use filter_common::{compare, load, load_fixtures};
+use common::filter_cases::{compare, load, load_fixtures};
 
 #[test]
 fn cpu_filters_match_scipy_on_every_fixture() {

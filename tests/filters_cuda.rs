@@ -4,16 +4,15 @@
 //! and a CUDA request falls back to the CPU with a note; tests whose name says `gpu` need a CUDA
 //! device and skip with a printed reason where there is none. Arrays are `[z, y, x]`.
 
-mod filter_common;
-
-use std::process::Command;
+mod common;
 
 use augscope::Mode;
 use augscope::engine::cuda::nvrtc_version;
-use augscope::engine::device;
+use augscope::gpu::device;
 use augscope::engine::{BackendSpec, Precision};
 use augscope::filter::{Boundary, FebdsMethod, Filter, apply_cpu, cuda, run};
-use filter_common::{compare, load_fixtures};
+use common::filter_cases::{compare, load_fixtures};
+use common::volumes::random_values as random;
 
 /// Why there is no usable device, printed by the caller, or None when there is one.
 fn no_gpu() -> Option<String> {
@@ -35,18 +34,6 @@ fn on_gpu(f: &Filter, b: Boundary, data: &[f32], shape: &[usize], p: Precision) 
         .unwrap_or_else(|e| panic!("{f:?}: {e}"));
     assert_eq!(r.backend, "cuda:0", "fell back: {:?}", r.note);
     r.out
-}
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect()
 }
 
 #[test]
@@ -333,13 +320,12 @@ fn gpu_half_precision_storage_stays_close() {
 #[test]
 fn gpu_febds_matches_the_cpu_mask() {
     need_gpu!();
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/febds/input.npy");
-    let a = augscope::io::npy::read(&p).expect("fixture");
+    let (a_data, a_shape) = common::fixtures::npy_in("fixtures/febds", "input.npy");
     for m in [FebdsMethod::Dog, FebdsMethod::Log, FebdsMethod::Fft] {
         let f = Filter::Febds(m);
         let b = Boundary::default();
-        let cpu = apply_cpu(&f, b, &a.data, &a.shape).expect("cpu");
-        let gpu = on_gpu(&f, b, &a.data, &a.shape, Precision::F32);
+        let cpu = apply_cpu(&f, b, &a_data, &a_shape).expect("cpu");
+        let gpu = on_gpu(&f, b, &a_data, &a_shape, Precision::F32);
         let differ = cpu.iter().zip(&gpu).filter(|(x, y)| x != y).count();
         println!(
             "FEBDS {m:?}: {differ} of {} pixels differ (fft on the GPU through cuFFT: {})",
@@ -359,7 +345,7 @@ fn gpu_out_of_memory_retries_on_the_cpu() {
     let inp = tmp.path().join("in.npy");
     augscope::io::npy::write(&inp, &data, &shape, augscope::DType::F32).expect("write");
     let out = tmp.path().join("out.npy");
-    let o = Command::new(env!("CARGO_BIN_EXE_augscope"))
+    let o = common::cli::command()
         .args([
             "filter",
             inp.to_str().expect("utf-8"),

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use augscope::augment::DoneList;
 use augscope::app::{self, App, BackendChoice};
 use augscope::augment::Mode;
 use eframe::egui;
@@ -15,8 +16,8 @@ use egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::{Harness, SnapshotOptions};
 
-mod gui_common;
-use gui_common::{result_image, settle};
+mod common;
+use common::gui::{result_image, settle};
 
 const SIZE: [f32; 2] = [1500.0, 940.0];
 
@@ -143,7 +144,7 @@ fn slice_keys_and_window_presets() {
 /// percentiles; "Auto" then takes the percentiles.
 #[test]
 fn a_dicom_scan_opens_at_its_own_window() {
-    let mr = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/dicom/MR_small.dcm");
+    let mr = common::fixtures::data("dicom/MR_small.dcm");
     let mut h = harness(mr, None);
     settle(&mut h);
     let d = &h.state().state.display;
@@ -158,7 +159,7 @@ fn a_dicom_scan_opens_at_its_own_window() {
 /// note stays after the transform has run, and the Scan panel marks the map as ignored.
 #[test]
 fn a_label_map_of_another_shape_stays_reported() {
-    let other = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/io/i32.nii");
+    let other = common::fixtures::data("io/i32.nii");
     let mut h = harness(app::SAMPLE.into(), Some(other));
     settle(&mut h);
     h.state_mut().state.params.rotate_deg = [5.0, 0.0, 0.0];
@@ -1016,7 +1017,7 @@ fn copy_puts_exactly_the_preset_export_text_on_the_clipboard() {
                     }),
             );
         }
-        let cli = std::process::Command::new(env!("CARGO_BIN_EXE_augscope"))
+        let cli = common::cli::command()
             .args(["preset", "export", "--to", flag, "--ndim", "3"])
             .arg(&preset_path)
             .output()

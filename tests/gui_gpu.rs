@@ -16,8 +16,8 @@ use augscope::engine::{self, cpu::CpuBackend};
 use augscope::io::{self, LoadOptions, SaveOptions};
 use egui_kittest::Harness;
 
-mod gui_common;
-use gui_common::settle_within as settle;
+mod common;
+use common::gui::settle_within as settle;
 
 fn shot(h: &mut Harness<'_, App>, dir: &std::path::Path, name: &str) {
     h.run_steps(2);

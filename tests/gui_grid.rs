@@ -5,43 +5,19 @@
 #![cfg(feature = "gui")]
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use augscope::app::{App, BackendChoice, Params};
 use augscope::augment::preset::{Preset, load_or_bundled};
 use augscope::engine::Job;
 use augscope::engine::cpu::CpuBackend;
-use augscope::volume::Volume;
+use augscope::core::volume::Volume;
 use eframe::egui;
 use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-fn harness(image: PathBuf) -> Harness<'static, App> {
-    Harness::builder()
-        .with_size([1500.0, 940.0])
-        .wgpu()
-        .build_eframe(move |cc| {
-            let mut app = App::new(cc, Some((image, None)));
-            app.rt.hide_timings = true;
-            cc.egui_ctx
-                .set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
-            app
-        })
-}
-
-/// Steps frames until `done` holds (300 s at most).
-fn step_until(h: &mut Harness<'_, App>, what: &str, done: impl Fn(&App) -> bool) {
-    let start = Instant::now();
-    while !done(h.state()) {
-        h.step();
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "timed out waiting for {what}"
-        );
-    }
-}
+mod common;
+use common::gui::{grid_done, harness, small_scan, step_until};
 
 /// Waits for the scan, then for the main views to settle.
 fn loaded(h: &mut Harness<'_, App>) {
@@ -56,41 +32,6 @@ fn open_grid(h: &mut Harness<'_, App>) {
     h.get_by_label("What training will see…").click();
     h.run_steps(6);
     assert!(h.state().rt.grid.open, "the grid window opens");
-}
-
-fn grid_done(h: &mut Harness<'_, App>) {
-    step_until(h, "the grid", |a| a.rt.grid.complete());
-    h.run_steps(4);
-    assert!(
-        h.state().rt.grid.error.is_none(),
-        "{:?}",
-        h.state().rt.grid.error
-    );
-}
-
-/// A scan whose values vary along every axis (a wrong plane or a shifted sample shows), written
-/// as NIfTI into `dir`.
-fn small_scan(dir: &Path, shape: [usize; 3]) -> PathBuf {
-    use augscope::io::{SaveOptions, save};
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n)
-        .map(|i| {
-            let (z, y, x) = (
-                i / (shape[1] * shape[2]),
-                (i / shape[2]) % shape[1],
-                i % shape[2],
-            );
-            ((z * 31 + y * 7 + x * 3) % 23) as f32 / 23.0 + 0.01 * x as f32
-        })
-        .collect();
-    let img = dir.join("small.nii.gz");
-    save(
-        &img,
-        &Volume::new(data, shape.to_vec(), 1),
-        &SaveOptions::default(),
-    )
-    .expect("write image");
-    img
 }
 
 /// The plane `index` normal to `axis` of a one-channel volume, C order of the other two axes.
@@ -111,7 +52,7 @@ fn plane_of(v: &Volume, axis: usize, index: usize) -> Vec<f32> {
 
 /// Runs `augscope batch` and returns the samples by seed.
 fn batch(preset: &str, count: usize, seed: u64, input: &Path, out: &Path) -> Vec<(u64, Volume)> {
-    let st = std::process::Command::new(env!("CARGO_BIN_EXE_augscope"))
+    let st = common::cli::command()
         .args(["batch", "--preset", preset, "--count"])
         .arg(count.to_string())
         .arg("--seed")

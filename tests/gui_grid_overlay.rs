@@ -10,70 +10,10 @@ use std::time::{Duration, Instant};
 use augscope::app::App;
 use augscope::augment::Plan;
 use augscope::engine::jacobian;
-use augscope::volume::Volume;
-use eframe::egui;
-use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-fn harness(image: PathBuf) -> Harness<'static, App> {
-    Harness::builder()
-        .with_size([1500.0, 940.0])
-        .wgpu()
-        .build_eframe(move |cc| {
-            let mut app = App::new(cc, Some((image, None)));
-            app.rt.hide_timings = true;
-            cc.egui_ctx
-                .set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
-            app
-        })
-}
-
-/// Steps frames until `done` holds (300 s at most).
-fn step_until(h: &mut Harness<'_, App>, what: &str, done: impl Fn(&App) -> bool) {
-    let start = Instant::now();
-    while !done(h.state()) {
-        h.step();
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "timed out waiting for {what}"
-        );
-    }
-}
-
-fn grid_done(h: &mut Harness<'_, App>) {
-    step_until(h, "the grid", |a| a.rt.grid.complete());
-    h.run_steps(4);
-    assert!(
-        h.state().rt.grid.error.is_none(),
-        "{:?}",
-        h.state().rt.grid.error
-    );
-}
-
-/// A scan whose values vary along every axis, written as NIfTI into `dir`.
-fn small_scan(dir: &Path, shape: [usize; 3]) -> PathBuf {
-    use augscope::io::{SaveOptions, save};
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n)
-        .map(|i| {
-            let (z, y, x) = (
-                i / (shape[1] * shape[2]),
-                (i / shape[2]) % shape[1],
-                i % shape[2],
-            );
-            ((z * 31 + y * 7 + x * 3) % 23) as f32 / 23.0 + 0.01 * x as f32
-        })
-        .collect();
-    let img = dir.join("small.nii.gz");
-    save(
-        &img,
-        &Volume::new(data, shape.to_vec(), 1),
-        &SaveOptions::default(),
-    )
-    .expect("write image");
-    img
-}
+mod common;
+use common::gui::{grid_done, harness, small_scan, step_until};
 
 /// A file preset of strong elastic only: alpha 400, sigma 2 voxels, always.
 fn strong_elastic_preset(dir: &Path) -> PathBuf {
@@ -105,7 +45,7 @@ fn cli_folded(
     };
     let (out, coords) = (dir.join("out.npy"), dir.join("c.npy"));
     let _ = std::fs::remove_file(&coords);
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_augscope"));
+    let mut cmd = common::cli::command();
     cmd.arg("apply")
         .arg(scan)
         .arg(&out)

@@ -14,7 +14,8 @@ use eframe::egui;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-const BIN: &str = env!("CARGO_BIN_EXE_augscope");
+mod common;
+
 const SIZE: [f32; 2] = [1500.0, 940.0];
 
 /// numpy's Jacobian of `c.npy` (argv 1) times the orientation (argv 2), as tests/jacobian.rs
@@ -132,7 +133,7 @@ fn numpy_folds(
     };
     let (out, coords) = (dir.join("out.npy"), dir.join("c.npy"));
     let _ = std::fs::remove_file(&coords);
-    let mut cmd = Command::new(BIN);
+    let mut cmd = common::cli::command();
     cmd.arg("apply").arg(scan).arg(&out);
     cmd.args(["--backend", "cpu"]);
     if !plan.flip.is_empty() {

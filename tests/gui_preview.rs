@@ -12,8 +12,8 @@ use eframe::egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-mod gui_common;
-use gui_common::settle;
+mod common;
+use common::gui::settle;
 
 fn scan(dir: &std::path::Path, shape: [usize; 3]) -> (PathBuf, PathBuf) {
     let n: usize = shape.iter().product();

@@ -16,8 +16,8 @@ use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-mod gui_common;
-use gui_common::{result_image, settle};
+mod common;
+use common::gui::{result_image, settle};
 
 const SIZE: [f32; 2] = [1500.0, 940.0];
 

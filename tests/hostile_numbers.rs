@@ -4,17 +4,15 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
 use std::path::Path;
-use std::process::Command;
 
 use augscope::Volume;
 use augscope::io::{self, SaveOptions};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
+mod common;
+use common::cli::command;
 
 fn refused(args: &[&str], needle: &str) {
-    let o = Command::new(bin()).args(args).output().unwrap();
+    let o = command().args(args).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
     assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");

@@ -11,20 +11,14 @@ use std::path::{Path, PathBuf};
 use augscope::io::{self, IoError, LoadOptions, SaveOptions, nifti};
 use augscope::{DType, Volume};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-fn data(name: &str) -> PathBuf {
-    root().join("tests/data").join(name)
-}
+mod common;
+use common::fixtures::{data, load_volume as load, root};
+
 fn fixture(name: &str) -> PathBuf {
     data("io").join(name)
 }
 fn mni() -> PathBuf {
     root().join("assets/mni152_t1.nii.gz")
-}
-fn load(p: &Path) -> Volume {
-    io::load(p, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 const KEEP: SaveOptions = SaveOptions { keep_dtype: true };
 const F32: SaveOptions = SaveOptions { keep_dtype: false };
@@ -244,7 +238,7 @@ fn retina_jpeg_matches_pil() {
     assert_eq!(v.channels, 3);
     assert_eq!(v.dtype, DType::U8);
     assert_eq!(v.spacing_mm, vec![1.0, 1.0]);
-    assert_affine(&v.world_from_voxel, &augscope::volume::identity4(), 0.0);
+    assert_affine(&v.world_from_voxel, &augscope::core::volume::identity4(), 0.0);
     let n = 1411 * 1411;
     let px = |y: usize, x: usize| [0, 1, 2].map(|c| v.data[c * n + y * 1411 + x]);
     assert_eq!(px(0, 0), [0.0, 0.0, 0.0]);
@@ -568,7 +562,7 @@ fn volume_without_header_gets_a_fresh_one() {
     let back = load(&p);
     assert_eq!(back.shape, vec![2, 3]);
     assert_same_data(&back.data, &v2.data);
-    assert_affine(&back.world_from_voxel, &augscope::volume::identity4(), 0.0);
+    assert_affine(&back.world_from_voxel, &augscope::core::volume::identity4(), 0.0);
 }
 
 #[test]
@@ -1101,7 +1095,7 @@ fn a_4d_nifti_of_one_volume_keeps_its_fourth_axis() {
         ("same.nii.gz", vec![]),
     ] {
         let out = dir.path().join(name);
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_augscope"))
+        let o = common::cli::command()
             .arg("apply")
             .arg(&src)
             .arg(&out)

@@ -7,7 +7,8 @@ use std::process::Command;
 use augscope::Volume;
 use augscope::io::{self, SaveOptions};
 
-const BIN: &str = env!("CARGO_BIN_EXE_augscope");
+mod common;
+use common::cli::{command, python_has};
 
 /// numpy's determinant of `c.npy` (argv 1) times the orientation (argv 2): `numpy.gradient` of
 /// each coordinate component along each axis in float64, the determinant by cofactors along the
@@ -38,13 +39,6 @@ print(json.dumps({
 }))
 "#;
 
-fn python_has(module: &str) -> bool {
-    Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// A smooth synthetic scan of `shape`, written as `.npy`.
 fn write_scan(path: &Path, shape: &[usize]) {
     let n: usize = shape.iter().product();
@@ -71,7 +65,7 @@ fn apply(dir: &Path, shape: &[usize], extra: &[&str], save_coords: bool) -> serd
     for p in [&out, &coords, &report] {
         let _ = std::fs::remove_file(p);
     }
-    let mut cmd = Command::new(BIN);
+    let mut cmd = command();
     cmd.arg("apply").arg(&input).arg(&out).args(extra);
     if save_coords {
         cmd.arg("--save-coords").arg(&coords);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use augscope::Volume;
-use augscope::io::{self, LoadOptions, SaveOptions, nifti};
+use augscope::io::{self, SaveOptions, nifti};
 use serde_json::Value;
 
 const KEEP: SaveOptions = SaveOptions { keep_dtype: true };
@@ -23,14 +23,11 @@ const FIXTURES: [&str; 4] = [
     "f64_2d.nii.gz",
 ];
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/nifti2")
-        .join(name)
-}
+mod common;
+use common::fixtures::load_volume as load;
 
-fn load(p: &Path) -> Volume {
-    io::load(p, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+fn fixture(name: &str) -> PathBuf {
+    common::fixtures::data("nifti2").join(name)
 }
 
 fn expected() -> serde_json::Map<String, Value> {
@@ -470,7 +467,7 @@ fn long_axis_is_written_as_nifti2_and_short_ones_stay_nifti1() {
     assert_eq!(&header_bytes(&p)[0..4], &348i32.to_le_bytes());
     assert!(load(&p).nifti2.is_none());
 
-    let anat = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/anatomical.nii");
+    let anat = common::fixtures::data("anatomical.nii");
     let v1 = load(&anat);
     assert!(v1.nifti2.is_none());
     let p = dir.path().join("anat.nii");

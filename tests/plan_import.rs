@@ -5,30 +5,14 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use augscope::Volume;
 use augscope::augment::preset::Preset;
-use augscope::io::{self, LoadOptions, SaveOptions};
+use augscope::io::{self, SaveOptions};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(bin()).args(args).output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let (code, out, err) = run(args);
-    assert_eq!(code, 0, "augscope {args:?}: {err}");
-    out
-}
+mod common;
+use common::cli::{ok, run};
+use common::fixtures::load_values as load;
 
 fn volume(dir: &Path, shape: [usize; 3]) -> PathBuf {
     let n: usize = shape.iter().product();
@@ -43,10 +27,6 @@ fn volume(dir: &Path, shape: [usize; 3]) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-fn load(path: &Path) -> Vec<f32> {
-    io::load(path, &LoadOptions::default()).unwrap().data
 }
 
 const PRESET: &str = r#"

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use augscope::augment::preset::{BUNDLED, Preset, ScaleDistribution};
@@ -19,9 +19,8 @@ fn bundled(name: &str) -> Preset {
     Preset::parse(text).expect("bundled preset parses")
 }
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
+mod common;
+use common::cli::{command, python_has};
 
 const FULL: &str = r#"
 version = 1
@@ -281,7 +280,7 @@ fn nnunet_v1_params_import() {
 }
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/golden")
+    common::fixtures::tests_dir("interop/golden")
 }
 
 #[test]
@@ -360,13 +359,6 @@ fn conversions_in_snippets() {
     assert!(nn.contains("P_MIRROR = (1.0, 0.0, 1.0,)"), "{nn}");
 }
 
-fn python_has(module: &str) -> bool {
-    Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn batchgenerators_snippet_matches_apply() {
     if !python_has("batchgenerators") {
@@ -376,11 +368,10 @@ fn batchgenerators_snippet_matches_apply() {
         );
         return;
     }
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/check_batchgenerators.py");
+    let script = common::fixtures::tests_dir("interop/check_batchgenerators.py");
     let out = Command::new("python3")
         .arg(script)
-        .arg(bin())
+        .arg(common::cli::BIN)
         .output()
         .unwrap();
     let text = format!(
@@ -417,7 +408,7 @@ fn cli_preset_errors_exit_2_with_one_line() {
         ],
     ];
     for args in runs {
-        let out = Command::new(bin()).args(&args).output().unwrap();
+        let out = command().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
@@ -427,7 +418,7 @@ fn cli_preset_errors_exit_2_with_one_line() {
             || std::fs::read_dir(dir.path().join("o")).unwrap().count() == 0
     );
     // A good export prints Python.
-    let out = Command::new(bin())
+    let out = command()
         .args([
             "preset",
             "export",

@@ -7,29 +7,13 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use augscope::Volume;
-use augscope::io::{self, LoadOptions, SaveOptions};
+use augscope::io::{self, SaveOptions};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(bin()).args(args).output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let (code, _, err) = run(args);
-    assert_eq!(code, 0, "augscope {args:?}: {err}");
-    err
-}
+mod common;
+use common::cli::{ok_stderr, run, s};
+use common::fixtures::load_values as load;
 
 /// A smooth volume with a bright off-centre block, and a label map of the block.
 fn inputs(dir: &Path, shape: [usize; 3]) -> (PathBuf, PathBuf) {
@@ -65,14 +49,6 @@ fn inputs(dir: &Path, shape: [usize; 3]) -> (PathBuf, PathBuf) {
     (img, l)
 }
 
-fn load(path: &Path) -> Vec<f32> {
-    io::load(path, &LoadOptions::default()).unwrap().data
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 const PLAN: [&str; 8] = [
     "--rotate",
     "0.2,-0.1,0.3",
@@ -89,7 +65,7 @@ fn each_library_model_runs_and_the_report_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let (img, lab) = inputs(dir.path(), [20, 24, 22]);
     let own = dir.path().join("own.npy");
-    ok(&[
+    ok_stderr(&[
         "apply",
         s(&img),
         s(&own),
@@ -125,7 +101,7 @@ fn each_library_model_runs_and_the_report_names_it() {
             "--report",
             s(&rep),
         ]);
-        let err = ok(&args);
+        let err = ok_stderr(&args);
         assert!(err.contains("as "), "the steps are said on stderr: {err}");
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
@@ -158,7 +134,7 @@ fn each_library_model_runs_and_the_report_names_it() {
         let mut args2 = vec!["apply", s(&img), s(&again)];
         args2.extend_from_slice(&PLAN);
         args2.extend_from_slice(&["--as", model]);
-        ok(&args2);
+        ok_stderr(&args2);
         assert_eq!(load(&again), a, "{model} is deterministic");
     }
 }
@@ -180,11 +156,11 @@ fn where_the_library_does_what_augscope_does_the_models_agree() {
     ];
     let mut a = vec!["apply", s(&img), s(&own)];
     a.extend_from_slice(&args);
-    ok(&a);
+    ok_stderr(&a);
     let mut b = vec!["apply", s(&img), s(&bg), "--as", "batchgenerators"];
     b.extend_from_slice(&args);
     b.extend_from_slice(&["--report", s(&rep)]);
-    ok(&b);
+    ok_stderr(&b);
     assert_eq!(
         load(&own),
         load(&bg),
@@ -211,18 +187,18 @@ fn where_the_library_does_what_augscope_does_the_models_agree() {
         ];
         let mut a = vec!["apply", s(&img), s(&own)];
         a.extend_from_slice(&t);
-        ok(&a);
+        ok_stderr(&a);
         let mut b = vec!["apply", s(&img), s(&monai), "--as", "monai"];
         b.extend_from_slice(&t);
-        ok(&b);
+        ok_stderr(&b);
         assert_eq!(load(&own), load(&monai), "order {order}");
     }
     // A flip alone: every library mirrors exactly.
     let own = dir.path().join("flip.npy");
-    ok(&["apply", s(&img), s(&own), "--flip", "0,2"]);
+    ok_stderr(&["apply", s(&img), s(&own), "--flip", "0,2"]);
     for model in ["monai", "torchio", "nnunet"] {
         let out = dir.path().join(format!("flip_{model}.npy"));
-        ok(&["apply", s(&img), s(&out), "--flip", "0,2", "--as", model]);
+        ok_stderr(&["apply", s(&img), s(&out), "--flip", "0,2", "--as", model]);
         assert_eq!(load(&out), load(&own), "{model}");
     }
 }
@@ -263,7 +239,7 @@ fn a_batch_as_a_library_names_the_model_in_every_manifest_line() {
          [rotate]\np = 0.5\nrange_deg = [[-10, 10]]\n",
     )
     .unwrap();
-    ok(&[
+    ok_stderr(&[
         "batch",
         "--preset",
         s(&preset),

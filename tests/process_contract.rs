@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use augscope::Volume;
 use augscope::io::{self, LoadOptions, SaveOptions};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
+mod common;
+use common::cli::command;
 
 fn volume(dir: &Path, shape: [usize; 3]) -> PathBuf {
     let n: usize = shape.iter().product();
@@ -54,7 +53,7 @@ fn sigterm_stops_a_batch_like_ctrl_c() {
     let img = volume(dir.path(), [56, 60, 52]);
     let p = preset(dir.path());
     let out = dir.path().join("out");
-    let mut child = Command::new(bin())
+    let mut child = command()
         .args(["batch", "--preset"])
         .arg(&p)
         .args(["--count", "400", "--quiet", "--backend", "cpu", "--out"])
@@ -113,7 +112,7 @@ fn a_second_run_into_the_same_folder_is_refused_while_the_first_writes() {
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let batch = |extra: &[&str]| {
-        Command::new(bin())
+        command()
             .args(["batch", "--preset"])
             .arg(&p)
             .args(["--count", "2", "--quiet", "--out"])
@@ -152,7 +151,7 @@ fn a_batch_that_failed_before_its_first_sample_does_not_block_the_next_run() {
     std::fs::create_dir(&out).unwrap();
     // What a failed run leaves: an empty manifest.
     std::fs::write(out.join("manifest.jsonl"), "").unwrap();
-    let o = Command::new(bin())
+    let o = command()
         .args(["batch", "--preset"])
         .arg(&p)
         .args(["--count", "2", "--quiet", "--out"])
@@ -172,7 +171,7 @@ fn resume_finds_the_samples_from_another_folder() {
     let a = dir.path().join("a");
     std::fs::create_dir(&a).unwrap();
     let run = |cwd: &Path, out: &str, resume: bool| {
-        let mut c = Command::new(bin());
+        let mut c = command();
         c.current_dir(cwd)
             .args(["batch", "--preset"])
             .arg(&p)
@@ -212,7 +211,7 @@ fn a_fifo_is_refused_at_once() {
             dir.path().join("o.npy").display().to_string(),
         ],
     ] {
-        let mut child = Command::new(bin())
+        let mut child = command()
             .args(&args)
             .stderr(Stdio::piped())
             .spawn()
@@ -241,7 +240,7 @@ fn apply_writes_all_its_outputs_or_none() {
     let coords = dir.path().join("c.npy");
     let report = dir.path().join("missing").join("r.json");
     // The last output cannot be written (its folder does not exist): no output appears.
-    let o = Command::new(bin())
+    let o = command()
         .arg("apply")
         .arg(&img)
         .arg(&out)
@@ -260,7 +259,7 @@ fn apply_writes_all_its_outputs_or_none() {
     assert!(!out.exists() && !coords.exists(), "no output on failure");
     // An existing output stays as it was.
     std::fs::write(&out, b"keep me").unwrap();
-    let o = Command::new(bin())
+    let o = command()
         .arg("apply")
         .arg(&img)
         .arg(&out)
@@ -279,7 +278,7 @@ fn apply_writes_all_its_outputs_or_none() {
     assert!(left.is_empty(), "no staged files left: {left:?}");
     // With every path writable, all appear.
     let report = dir.path().join("r.json");
-    let o = Command::new(bin())
+    let o = command()
         .arg("apply")
         .arg(&img)
         .arg(&out)
@@ -312,7 +311,7 @@ fn a_full_disk_on_stdout_is_one_line_and_a_closed_pipe_ends_quietly() {
     ];
     let root = env!("CARGO_MANIFEST_DIR");
     for args in cmds {
-        let o = Command::new(bin())
+        let o = command()
             .current_dir(root)
             .args(args)
             .stdout(std::fs::File::create(full).unwrap())
@@ -323,7 +322,7 @@ fn a_full_disk_on_stdout_is_one_line_and_a_closed_pipe_ends_quietly() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains("standard output"), "{args:?}: {err}");
         // A reader that closes its end at once: no panic, no error line.
-        let mut child = Command::new(bin())
+        let mut child = command()
             .current_dir(root)
             .args(args)
             .stdout(Stdio::piped())
@@ -347,7 +346,7 @@ fn a_huge_count_starts_at_once_and_resumes_by_name() {
     let p = preset(dir.path());
     let out = dir.path().join("out");
     let start_run = |resume: bool| {
-        let mut c = Command::new(bin());
+        let mut c = command();
         c.args(["batch", "--preset"])
             .arg(&p)
             .args(["--count", "100000000", "--backend", "cpu", "--out"])
@@ -393,12 +392,12 @@ fn devices_reports_and_clears_the_kernel_cache() {
     let dir = tempfile::tempdir().unwrap();
     let kernels = dir.path().join("kernels");
     std::fs::create_dir_all(&kernels).unwrap();
-    let entry = augscope::engine::kernel_cache::Compiled {
+    let entry = augscope::gpu::kernel_cache::Compiled {
         image: vec![1, 2, 3, 4],
         entries: vec!["k".into()],
     };
     for i in 0..2 {
-        let key = augscope::engine::kernel_cache::key(
+        let key = augscope::gpu::kernel_cache::key(
             "f.cu",
             &format!("{i}"),
             &[],
@@ -406,11 +405,11 @@ fn devices_reports_and_clears_the_kernel_cache() {
             (13, 0),
             13000,
         );
-        augscope::engine::kernel_cache::write(&kernels, &key, &entry);
+        augscope::gpu::kernel_cache::write(&kernels, &key, &entry);
     }
     std::fs::write(kernels.join("README"), "not a kernel").unwrap();
     let run = |args: &[&str]| {
-        let o = Command::new(bin())
+        let o = command()
             .args(args)
             .env("AUGSCOPE_CACHE_DIR", dir.path())
             .output()
@@ -431,7 +430,7 @@ fn devices_reports_and_clears_the_kernel_cache() {
     assert!(cleared.contains("removed 2 compiled kernels"), "{cleared}");
     assert!(kernels.join("README").exists());
     assert!(run(&["devices"]).contains("kernels: 0 compiled"));
-    let off = Command::new(bin())
+    let off = command()
         .args(["devices", "--json"])
         .env("AUGSCOPE_KERNEL_CACHE", "0")
         .output()
@@ -468,7 +467,7 @@ fn error_lines_escape_control_characters_from_presets_and_arguments() {
         ],
     ];
     for args in runs {
-        let o = Command::new(bin()).args(&args).output().unwrap();
+        let o = command().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         let line = err.strip_suffix('\n').unwrap_or(&err);

@@ -9,25 +9,9 @@ use augscope::engine::field::ElasticField;
 use augscope::{Mode, Volume};
 use proptest::prelude::*;
 
-/// Deterministic values in [0, 1) (splitmix64), so a failing case is reproducible from its seed.
-fn random_values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (z >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect()
-}
-
-fn random_volume(shape: &[usize], channels: usize, seed: u64) -> Volume {
-    let n: usize = shape.iter().product();
-    Volume::new(random_values(n * channels, seed), shape.to_vec(), channels)
-}
+mod common;
+// Deterministic values in [0, 1) (splitmix64), so a failing case is reproducible from its seed.
+use common::volumes::{splitmix_values as random_values, splitmix_volume as random_volume};
 
 fn apply(plan: &Plan, v: &Volume) -> Volume {
     apply_new(&CpuBackend::new(), plan, v, None)

@@ -6,20 +6,13 @@ use augscope::augment::{Elastic, Mode, Order, Plan};
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
 use augscope::engine::{Job, apply_new};
-use augscope::volume::Volume;
+use augscope::core::volume::Volume;
 
+mod common;
+
+/// xorshift values in [0, 1), the seed used as it is.
 fn volume(shape: [usize; 3], channels: usize, seed: u64) -> Volume {
-    let n = shape.iter().product::<usize>() * channels;
-    let mut s = seed | 1;
-    let data = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect();
-    Volume::new(data, shape.to_vec(), channels)
+    common::volumes::xorshift_volume_unmixed(&shape, channels, seed)
 }
 
 /// The plane `index` normal to `axis` of a channel-major volume.

@@ -8,8 +8,8 @@
 //!   spacing: exactly for everything, translation and elastic included.
 
 use std::path::Path;
-use std::process::Command;
 
+use augscope::augment::DoneList;
 use augscope::augment::preset::Preset;
 use augscope::augment::{CoordMap, Elastic, Order, Plan, Space};
 use augscope::engine::apply_new;
@@ -17,7 +17,9 @@ use augscope::engine::cpu::CpuBackend;
 use augscope::{Mode, Volume};
 use proptest::prelude::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_augscope");
+mod common;
+use common::cli::run;
+use common::volumes::splitmix_volume;
 
 fn apply(plan: &Plan, v: &Volume) -> Volume {
     apply_new(&CpuBackend::new(), plan, v, None)
@@ -267,7 +269,7 @@ proptest! {
         a in prop::collection::vec(-3.2f64..3.2, 3), s in prop::collection::vec(0.6f64..1.6, 3),
         sp in 0.3f64..4.0, flip in 0usize..3, seed: u64, order in prop::sample::select(vec![Order::Nearest, Order::Linear, Order::Cubic]),
     ) {
-        let v = random_volume(&[6, 7, 8], seed);
+        let v = splitmix_volume(&[6, 7, 8], 1, seed);
         let vox = Plan { rotate_rad: a.clone(), scale: s.clone(), flip: vec![flip], order, mode: Mode::Mirror, ..Plan::default() };
         let mm = Plan { space: Space::Mm, spacing_mm: vec![sp; 3], ..vox.clone() };
         prop_assert_eq!(mm.compose(&v.shape).unwrap(), vox.compose(&v.shape).unwrap());
@@ -283,7 +285,7 @@ proptest! {
     ) {
         let shape: Vec<usize> = if three { vec![7, 9, 8] } else { vec![13, 11] };
         let nd = shape.len();
-        let v = random_volume(&shape, seed);
+        let v = splitmix_volume(&shape, 1, seed);
         let vox = Plan {
             rotate_rad: if three { vec![a, -0.5 * a, 0.3] } else { vec![a] },
             translate: vec![t; nd],
@@ -298,21 +300,6 @@ proptest! {
         prop_assert_eq!(mm.compose(&shape).unwrap(), vox.compose(&shape).unwrap());
         prop_assert_eq!(bits(&apply(&mm, &v).data), bits(&apply(&vox, &v).data));
     }
-}
-
-fn random_volume(shape: &[usize], seed: u64) -> Volume {
-    let n: usize = shape.iter().product();
-    let mut s = seed;
-    let data = (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect();
-    Volume::new(data, shape.to_vec(), 1)
 }
 
 #[test]
@@ -429,17 +416,6 @@ fn preset_with_an_unknown_space_is_invalid() {
 
 // --- CLI -----------------------------------------------------------------------------------
 
-fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("augscope runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// An anisotropic NIfTI (5 x 0.8 x 1.1 mm) of a ball.
 fn write_aniso(path: &Path) -> Volume {
     let spacing = [5.0, 0.8, 1.1];
@@ -462,7 +438,7 @@ fn cli_apply_space_mm_uses_the_header_spacing_and_reports_it() {
     );
     let out = dir.path().join("out.nii");
     let rep = dir.path().join("r.json");
-    let (code, err) = run(&[
+    let (code, _, err) = run(&[
         "apply",
         input.to_str().unwrap(),
         out.to_str().unwrap(),
@@ -510,7 +486,7 @@ fn cli_apply_space_mm_uses_the_header_spacing_and_reports_it() {
     assert_eq!(bits(&got.data), bits(&want.data));
     // Voxel space (the default) gives another image on this anisotropic grid.
     let out_vox = dir.path().join("vox.nii");
-    let (code, err) = run(&[
+    let (code, _, err) = run(&[
         "apply",
         input.to_str().unwrap(),
         out_vox.to_str().unwrap(),
@@ -551,7 +527,7 @@ fn cli_bad_space_is_one_line_exit_2() {
             input.to_str().unwrap(),
         ],
     ] {
-        let (code, err) = run(&args);
+        let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
         let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "{err}");
@@ -588,7 +564,7 @@ fn cli_batch_space_mm_overrides_the_preset() {
             args.extend(["--space", f]);
         }
         args.push(input.to_str().unwrap());
-        let (code, err) = run(&args);
+        let (code, _, err) = run(&args);
         assert_eq!(code, 0, "{err}");
         let manifest = std::fs::read_dir(&out)
             .unwrap()
@@ -636,7 +612,7 @@ fn mm_slices_equal_the_full_volume() {
             }
         }
     }
-    let img = random_volume(&shape, 21);
+    let img = splitmix_volume(&shape, 1, 21);
     let plan = Plan {
         rotate_rad: vec![0.2, -0.3, 0.4],
         translate: vec![2.0, -1.0, 0.5],

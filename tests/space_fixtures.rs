@@ -12,14 +12,14 @@ use augscope::engine::apply_new;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
 
-mod fixture_common;
-use fixture_common::{Case, FixtureDir};
+mod common;
+use common::scipy_cases::{Case, FixtureDir, Fixtures};
 
 fn dir() -> FixtureDir {
     FixtureDir::new("fixtures/space")
 }
 
-fn load_fixtures() -> fixture_common::Fixtures {
+fn load_fixtures() -> Fixtures {
     dir().fixtures()
 }
 

@@ -10,9 +10,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_augscope")
-}
+mod common;
+use common::cli::command;
 
 fn one_line(stderr: &[u8]) -> String {
     let s = String::from_utf8_lossy(stderr).into_owned();
@@ -25,7 +24,7 @@ fn one_line(stderr: &[u8]) -> String {
 /// Runs `augscope view` in a private mount namespace after `setup` (shell commands); returns
 /// its one line of stderr and its exit status.
 fn view_in_namespace(setup: &str) -> (String, Option<i32>) {
-    let script = format!("{setup} && exec '{}' view", bin());
+    let script = format!("{setup} && exec '{}' view", common::cli::BIN);
     let run = |args: &[&str]| {
         let mut c = Command::new("unshare");
         c.args(args)
@@ -73,7 +72,7 @@ fn missing_keyboard_descriptions_are_one_line_naming_the_package() {
 
 #[test]
 fn no_display_is_one_line_and_exit_1() {
-    let out = Command::new(bin())
+    let out = command()
         .arg("view")
         .env_remove("DISPLAY")
         .env_remove("WAYLAND_DISPLAY")

@@ -1,15 +1,13 @@
 //! The filter fixtures of `tests/fixtures/filters/` (written by
-//! `tests/fixtures/gen_filter_fixtures.py`), shared by tests/filters.rs (CPU against scipy) and
-//! tests/filters_cuda.rs (CUDA against the CPU). Arrays are `[z, y, x]` (2D `[y, x]`), channels
-//! or batch items leading.
+//! `tests/fixtures/gen_filter_fixtures.py`): their schema, the filter and boundary each case
+//! describes, the loaders, and the comparison with a tolerance. Used by tests/filters.rs (CPU
+//! against scipy) and tests/filters_cuda.rs (CUDA against the CPU). Arrays are `[z, y, x]` (2D
+//! `[y, x]`), channels or batch items leading.
 
-#![allow(dead_code)] // each test binary uses part of the helpers
-
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use augscope::Mode;
 use augscope::filter::{Boundary, Filter};
-use augscope::io::npy;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -39,7 +37,7 @@ pub struct Case {
 }
 
 pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/filters")
+    super::fixtures::tests_dir("fixtures/filters")
 }
 
 pub fn load_fixtures() -> Fixtures {
@@ -51,8 +49,7 @@ pub fn load_fixtures() -> Fixtures {
 
 /// An array: values and shape.
 pub fn load(name: &str) -> (Vec<f32>, Vec<usize>) {
-    let a = npy::read(&dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    (a.data, a.shape)
+    super::fixtures::npy_at(&dir(), name)
 }
 
 impl Case {

@@ -1,13 +1,13 @@
-//! The schema of the scipy fixtures (`tests/fixtures/cases.json` from `gen_fixtures.py`,
-//! `tests/fixtures/space/cases.json` from `gen_space_fixtures.py`) and their loaders, shared by
-//! the fixture tests. Arrays are `[z, y, x]` (2D `[y, x]`), channels leading.
-#![allow(dead_code)] // each test crate uses its own subset
+//! The schema of the scipy resampling fixtures (`tests/fixtures/cases.json` from
+//! `gen_fixtures.py`, `tests/fixtures/space/cases.json` from `gen_space_fixtures.py`), the plan
+//! each case describes, and the loaders of a fixture folder. Arrays are `[z, y, x]` (2D
+//! `[y, x]`), channels leading.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use augscope::augment::{Elastic, Order, Plan, Space};
+use augscope::augment::Space;
 use augscope::io::npy;
-use augscope::{Mode, Volume};
+use augscope::{Elastic, Mode, Order, Plan, Volume};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -98,11 +98,7 @@ pub struct FixtureDir(pub PathBuf);
 
 impl FixtureDir {
     pub fn new(rel: &str) -> Self {
-        FixtureDir(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests")
-                .join(rel),
-        )
+        FixtureDir(super::fixtures::tests_dir(rel))
     }
 
     pub fn fixtures(&self) -> Fixtures {

@@ -1,14 +1,12 @@
-//! Shared by the CUDA test files: deterministic random volumes and label maps, and the check of a
-//! plan on the GPU against the CPU engine (values within 1e-4 on 99.99 % of voxels, labels equal
-//! away from order-0 ties). Arrays are `[z, y, x]`.
-#![allow(dead_code)]
+//! The engines the tests run plans on: the CPU backend always, the CUDA backend on device 0
+//! where one opens (tests skip the CUDA part with a printed reason where none does), and the
+//! check of a plan on the GPU against the CPU engine (values within 1e-4 on 99.99 % of voxels,
+//! labels equal away from order-0 ties). Arrays are `[z, y, x]`.
 
-use augscope::augment::Plan;
-use augscope::engine::Precision;
-use augscope::engine::apply_new;
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::CudaBackend;
-use augscope::volume::Volume;
+use augscope::engine::{Backend, Precision, apply_new};
+use augscope::{Plan, Volume};
 
 /// A CUDA backend on device 0, or None with the reason printed (the caller's test skips).
 pub fn gpu(precision: Precision) -> Option<CudaBackend> {
@@ -21,27 +19,13 @@ pub fn gpu(precision: Precision) -> Option<CudaBackend> {
     }
 }
 
-/// A deterministic pseudo-random volume in [0, 1) (xorshift), `channels` leading.
-pub fn random_volume(shape: &[usize], channels: usize, seed: u64) -> Volume {
-    let n: usize = shape.iter().product::<usize>() * channels;
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let data: Vec<f32> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect();
-    Volume::new(data, shape.to_vec(), channels)
-}
-
-pub fn random_labels(shape: &[usize], seed: u64) -> Volume {
-    let mut v = random_volume(shape, 1, seed);
-    for x in v.data.iter_mut() {
-        *x = (*x * 5.0).floor();
+/// Runs `f` on the CPU backend, then on the CUDA backend of device 0 (f32 storage) where one
+/// opens; without a usable device the CUDA run is skipped with a printed reason.
+pub fn for_each_backend(mut f: impl FnMut(&dyn Backend)) {
+    f(&CpuBackend::new());
+    if let Some(g) = gpu(Precision::F32) {
+        f(&g);
     }
-    v
 }
 
 /// Fraction of values within `tol`, the largest difference, and NaN count.

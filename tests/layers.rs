@@ -1,0 +1,199 @@
+//! The layering rule of docs/ARCHITECTURE.md, checked on the source: a folder of `src/` imports
+//! only the folders of the layers below it (core; io, augment, gpu; engine; filter; export; app;
+//! bench; cli), only `app` names egui, and `unsafe` appears only where a module allows it.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The layer of each folder of `src/`, bottom up. Folders of one layer do not import each other.
+const LAYERS: &[(&str, u32)] = &[
+    ("core", 0),
+    ("io", 1),
+    ("augment", 1),
+    ("gpu", 1),
+    ("engine", 2),
+    ("filter", 3),
+    ("export", 4),
+    ("app", 5),
+    ("bench", 6),
+    ("cli", 7),
+];
+
+fn layer(name: &str) -> Option<u32> {
+    LAYERS.iter().find(|(n, _)| *n == name).map(|(_, l)| *l)
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The source without `//` comments (doc comments cite other layers freely).
+fn code(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            // A `//` inside a string literal ("http://…") is rare in this crate; keep lines whose
+            // `//` follows a quote.
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level modules named after `crate::` in `text`, grouped imports included.
+fn crate_refs(text: &str) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut refs = BTreeSet::new();
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let body = &group[..group.find('}').unwrap_or(group.len())];
+            let mut depth = 0;
+            let mut start = 0;
+            for (j, c) in body.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        refs.insert(ident(body[start..j].trim()));
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            refs.insert(ident(body[start..].trim()));
+        } else {
+            refs.insert(ident(rest));
+        }
+    }
+    refs
+}
+
+fn src_files() -> Vec<(String, PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&root, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let rel = p.strip_prefix(&root).unwrap();
+            let top = rel.components().next()?.as_os_str().to_str()?.to_string();
+            // Files at the root (lib.rs, main.rs) wire the layers together.
+            (rel.components().count() > 1).then(|| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (top, p, text)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_folder_is_a_known_layer() {
+    for (top, path, _) in src_files() {
+        assert!(
+            layer(&top).is_some(),
+            "{} is in src/{top}, which has no layer in docs/ARCHITECTURE.md",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn layers_import_only_the_layers_below() {
+    let mut bad = vec![];
+    for (top, path, text) in src_files() {
+        let Some(mine) = layer(&top) else { continue };
+        for r in crate_refs(&code(&text)) {
+            if r == top {
+                continue;
+            }
+            if let Some(theirs) = layer(&r)
+                && theirs >= mine
+            {
+                bad.push(format!("{} (src/{top}) imports crate::{r}", path.display()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "imports against the layering:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn only_the_app_names_egui() {
+    for (top, path, text) in src_files() {
+        if top == "app" {
+            continue;
+        }
+        let c = code(&text);
+        for lib in ["egui", "eframe", "wgpu"] {
+            assert!(
+                !c.contains(&format!("{lib}::")),
+                "{} (src/{top}) names {lib}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_core_imports_nothing_of_the_crate() {
+    for (top, path, text) in src_files() {
+        if top != "core" {
+            continue;
+        }
+        let refs = crate_refs(&code(&text));
+        assert!(
+            refs.iter().all(|r| r == "core"),
+            "{} imports {refs:?}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn unsafe_code_is_allowed_only_where_the_architecture_says() {
+    // The CUDA runtime, the engine's and the filters' kernel launches, the AVX2 noise call and
+    // the window's library probe.
+    let allowed = [
+        "gpu/mod.rs",
+        "engine/cuda/mod.rs",
+        "filter/cuda.rs",
+        "engine/noise.rs",
+        "app/preflight.rs",
+    ];
+    for (_, path, text) in src_files() {
+        if text.contains("allow(unsafe_code)") {
+            let p = path.to_string_lossy().replace('\\', "/");
+            assert!(
+                allowed.iter().any(|a| p.ends_with(a)),
+                "{p} allows unsafe code"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_scanner_sees_grouped_and_plain_imports() {
+    let refs =
+        crate_refs("use crate::{core::Plan, engine::{Job, Outputs}};\nlet x = crate::io::load;");
+    assert_eq!(
+        refs.into_iter().collect::<Vec<_>>(),
+        vec!["core".to_string(), "engine".into(), "io".into()]
+    );
+    assert_eq!(code("a // crate::app\nb"), "a \nb");
+}
