@@ -1,8 +1,8 @@
 //! Filters on `[z, y, x]` (or `[y, x]`) arrays, channel-wise (RGB, multi-channel volumes) and
-//! over batches of same-shape images. Separable gaussian smoothing with a zero boundary is shared
-//! with the elastic field of the spatial transform (`gaussian`); the filters a user applies live
-//! in `separable` (gaussian, LoG, DoG with every scipy filter mode), `median`, `intensity` (gamma,
-//! contrast/brightness) and `febds` (the micro-calcification pipeline of medical-image-std).
+//! over batches of same-shape images (the 1D gaussian kernel is the core's, the one the elastic
+//! field uses). The filters live in `separable` (gaussian, LoG, DoG with every scipy filter
+//! mode), `median`, `intensity` (gamma, contrast/brightness) and `febds` (the
+//! micro-calcification pipeline of medical-image-std).
 //!
 //! One parameter struct, [`Filter`], and two interpreters: [`apply_cpu`] here and the CUDA
 //! engine in `cuda`.

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On the GPU machine: a restructured build against the build before it, in one call. The GPU
+# test binaries of the new build (in .gpu/tests), the bit-identity matrix of scripts/identity.sh
+# on CUDA and on the CPU with both builds (.gpu/before/augscope and .gpu/augscope), then
+# `augscope bench` of both builds, alternated, so that the speed is compared within the noise.
+# The scans come in .gpu/data. Results go to $OUT.
+set -u
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+R=$(cat .gpu/build_root); mkdir -p "$(dirname "$R")"; ln -sfn "$PWD" "$R"
+mkdir -p target/release && cp .gpu/augscope target/release/augscope
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+for t in .gpu/tests/*; do
+  echo "== $t" >> "$OUT/tests.txt"
+  timeout 300 "$t" --test-threads 4 >> "$OUT/tests.txt" 2>&1
+  echo "rc $?" >> "$OUT/tests.txt"
+done
+grep -E '^== |test result|rc ' "$OUT/tests.txt"
+OUT=$OUT scripts/identity.sh .gpu/data cuda .gpu/before/augscope .gpu/augscope > "$OUT/identity_cuda.txt" 2>&1
+tail -1 "$OUT/identity_cuda.txt"
+mv "$OUT/identity" "$OUT/identity_cuda_files"; rm -rf "$OUT/identity_cuda_files"
+OUT=$OUT scripts/identity.sh .gpu/data cpu .gpu/before/augscope .gpu/augscope > "$OUT/identity_cpu.txt" 2>&1
+tail -1 "$OUT/identity_cpu.txt"
+rm -rf "$OUT/identity"
+for round in 1 2; do
+  for b in before after; do
+    bin=.gpu/augscope; [ $b = before ] && bin=.gpu/before/augscope
+    $bin bench --backend cuda --reps 20 --json "$OUT/bench_${b}_$round.json" > "$OUT/bench_${b}_$round.txt" 2>&1
+    echo "== $b $round"; cat "$OUT/bench_${b}_$round.txt" | head -30
+  done
+done
