@@ -8,11 +8,11 @@
 mod common;
 
 use augscope::augment::{Elastic, Mode, Order, Plan, Space};
+use augscope::core::volume::Volume;
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::{self, CudaBackend};
-use augscope::gpu::device;
 use augscope::engine::{Backend, BackendSpec, EngineError, Precision, apply_new, select_backend};
-use augscope::core::volume::Volume;
+use augscope::gpu::device;
 use common::backends::{agreement, check_plan, for_each_backend, gpu};
 use common::volumes::{random_labels, random_volume};
 

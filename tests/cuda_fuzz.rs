@@ -8,9 +8,9 @@
 mod common;
 
 use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::core::volume::Volume;
 use augscope::engine::{Backend, BackendSpec, Job, Outputs, Precision};
 use augscope::filter::{Boundary, Filter, apply_cpu, run};
-use augscope::core::volume::Volume;
 use common::backends::{check_plan, for_each_backend, gpu};
 // SplitMix64: the cases depend on the seed alone.
 use common::volumes::{SplitMix64 as Rng, random_labels, random_volume};

@@ -8,9 +8,9 @@ mod common;
 
 use augscope::Mode;
 use augscope::engine::cuda::nvrtc_version;
-use augscope::gpu::device;
 use augscope::engine::{BackendSpec, Precision};
 use augscope::filter::{Boundary, FebdsMethod, Filter, apply_cpu, cuda, run};
+use augscope::gpu::device;
 use common::filter_cases::{compare, load_fixtures};
 use common::volumes::random_values as random;
 

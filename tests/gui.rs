@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use augscope::augment::DoneList;
 use augscope::app::{self, App, BackendChoice};
+use augscope::augment::DoneList;
 use augscope::augment::Mode;
 use eframe::egui;
 use egui::accesskit::Role;

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use augscope::app::{App, BackendChoice, Params};
 use augscope::augment::preset::{Preset, load_or_bundled};
+use augscope::core::volume::Volume;
 use augscope::engine::Job;
 use augscope::engine::cpu::CpuBackend;
-use augscope::core::volume::Volume;
 use eframe::egui;
 use egui::accesskit::Role;
 use egui_kittest::Harness;

@@ -238,7 +238,11 @@ fn retina_jpeg_matches_pil() {
     assert_eq!(v.channels, 3);
     assert_eq!(v.dtype, DType::U8);
     assert_eq!(v.spacing_mm, vec![1.0, 1.0]);
-    assert_affine(&v.world_from_voxel, &augscope::core::volume::identity4(), 0.0);
+    assert_affine(
+        &v.world_from_voxel,
+        &augscope::core::volume::identity4(),
+        0.0,
+    );
     let n = 1411 * 1411;
     let px = |y: usize, x: usize| [0, 1, 2].map(|c| v.data[c * n + y * 1411 + x]);
     assert_eq!(px(0, 0), [0.0, 0.0, 0.0]);
@@ -562,7 +566,11 @@ fn volume_without_header_gets_a_fresh_one() {
     let back = load(&p);
     assert_eq!(back.shape, vec![2, 3]);
     assert_same_data(&back.data, &v2.data);
-    assert_affine(&back.world_from_voxel, &augscope::core::volume::identity4(), 0.0);
+    assert_affine(
+        &back.world_from_voxel,
+        &augscope::core::volume::identity4(),
+        0.0,
+    );
 }
 
 #[test]

@@ -397,14 +397,8 @@ fn devices_reports_and_clears_the_kernel_cache() {
         entries: vec!["k".into()],
     };
     for i in 0..2 {
-        let key = augscope::gpu::kernel_cache::key(
-            "f.cu",
-            &format!("{i}"),
-            &[],
-            "sm_90",
-            (13, 0),
-            13000,
-        );
+        let key =
+            augscope::gpu::kernel_cache::key("f.cu", &format!("{i}"), &[], "sm_90", (13, 0), 13000);
         augscope::gpu::kernel_cache::write(&kernels, &key, &entry);
     }
     std::fs::write(kernels.join("README"), "not a kernel").unwrap();

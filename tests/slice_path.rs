@@ -3,10 +3,10 @@
 //! Arrays are `[z, y, x]`.
 
 use augscope::augment::{Elastic, Mode, Order, Plan};
+use augscope::core::volume::Volume;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
 use augscope::engine::{Job, apply_new};
-use augscope::core::volume::Volume;
 
 mod common;
 
