@@ -8,20 +8,22 @@ set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 R=$(cat .gpu/build_root); mkdir -p "$(dirname "$R")"; ln -sfn "$PWD" "$R"
-mkdir -p target/release && cp .gpu/augscope target/release/augscope
+# The test binaries run the `augscope` they were built beside (a plain or a --target-dir headless build).
+for d in target/release target/headless/release; do mkdir -p $d && cp .gpu/augscope $d/augscope; done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 for t in .gpu/tests/*; do
   echo "== $t" >> "$OUT/tests.txt"
   timeout 300 "$t" --test-threads 4 >> "$OUT/tests.txt" 2>&1
   echo "rc $?" >> "$OUT/tests.txt"
 done
-grep -E '^== |test result|rc ' "$OUT/tests.txt"
+grep -E '^== |test result|rc |FAILED|panicked' "$OUT/tests.txt"; cat "$OUT/gpu.txt"
 OUT=$OUT scripts/identity.sh .gpu/data cuda .gpu/before/augscope .gpu/augscope > "$OUT/identity_cuda.txt" 2>&1
-tail -1 "$OUT/identity_cuda.txt"
+cat "$OUT/identity_cuda.txt"
 mv "$OUT/identity" "$OUT/identity_cuda_files"; rm -rf "$OUT/identity_cuda_files"
 OUT=$OUT scripts/identity.sh .gpu/data cpu .gpu/before/augscope .gpu/augscope > "$OUT/identity_cpu.txt" 2>&1
-tail -1 "$OUT/identity_cpu.txt"
+cat "$OUT/identity_cpu.txt"
 rm -rf "$OUT/identity"
+[ "${NO_BENCH:-0}" = 1 ] && exit 0
 for round in 1 2; do
   for b in before after; do
     bin=.gpu/augscope; [ $b = before ] && bin=.gpu/before/augscope

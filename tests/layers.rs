@@ -24,8 +24,8 @@ fn layer(name: &str) -> Option<u32> {
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
+    for e in std::fs::read_dir(dir).expect("src is readable") {
+        let p = e.expect("a directory entry").path();
         if p.is_dir() {
             rust_files(&p, out);
         } else if p.extension().is_some_and(|x| x == "rs") {
@@ -88,11 +88,11 @@ fn src_files() -> Vec<(String, PathBuf, String)> {
     files
         .into_iter()
         .filter_map(|p| {
-            let rel = p.strip_prefix(&root).unwrap();
+            let rel = p.strip_prefix(&root).expect("below src");
             let top = rel.components().next()?.as_os_str().to_str()?.to_string();
             // Files at the root (lib.rs, main.rs) wire the layers together.
             (rel.components().count() > 1).then(|| {
-                let text = std::fs::read_to_string(&p).unwrap();
+                let text = std::fs::read_to_string(&p).expect("a source file");
                 (top, p, text)
             })
         })
