@@ -1,8 +1,8 @@
 //! augscope: exact (scipy-compatible) spatial augmentation of medical images on CPU and CUDA.
 //!
-//! Layers look down only: `volume`, `io`, `augment`, `engine`, `filter` and `export` never know
-//! about the GUI (`app`, behind the `gui` feature); `cli`, the command line, sits on top of them
-//! all (the `augscope` binary is its `main`).
+//! Layers look down only (docs/ARCHITECTURE.md): `core`; `io`, `augment`, `gpu`; `engine`;
+//! `filter`; `export`; `app` (the GUI, behind the `gui` feature); `bench`; `cli`, the command
+//! line (the `augscope` binary is its `main`). Nothing below `app` knows about the GUI.
 
 pub mod augment;
 pub mod bench;

@@ -1,4 +1,5 @@
-//! Engines that apply a [`Plan`] to a [`Volume`]: the CPU reference (rayon) and CUDA.
+//! Engines that apply a [`Plan`] to a [`Volume`]: the CPU reference (rayon) and CUDA, and
+//! [`select`], the one choice between them (with the CPU retry after a GPU runs out of memory).
 //!
 //! Arrays are `[z, y, x]` (2D `[y, x]`), channels leading. Every backend takes the same plan and
 //! must give the same numbers (to f32 rounding).
