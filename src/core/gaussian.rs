@@ -1,9 +1,6 @@
 //! The 1D gaussian kernel of scipy.ndimage, the one every smoothing in augscope uses: the elastic
 //! field, the gaussian/DoG/LoG filters and the previews.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-
 /// scipy's `_gaussian_kernel1d(sigma, order, radius)` for order 0 or 2, with
 /// `radius = int(truncate * sigma + 0.5)`: `phi(x) = exp(-x^2 / 2 sigma^2)` normalised to sum 1,
 /// times `(x^2 / sigma^4 - 1 / sigma^2)` for order 2 (the second derivative). Symmetric, so
@@ -33,17 +30,6 @@ pub fn gaussian_kernel1d(sigma: f64, order: u32, truncate: f64) -> Vec<f64> {
     }
 }
 
-/// The order-0 kernel of the elastic field (`truncate = 4`), memoised per sigma: a field of one
-/// sigma asks for the same weights on every axis and every sample.
-pub fn field_weights(sigma: f64) -> Arc<[f64]> {
-    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<[f64]>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(sigma.to_bits())
-        .or_insert_with(|| gaussian_kernel1d(sigma, 0, 4.0).into())
-        .clone()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +41,5 @@ mod tests {
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert_eq!(gaussian_kernel1d(0.0, 0, 4.0), vec![1.0]);
         assert_eq!(gaussian_kernel1d(0.1, 0, 4.0), vec![1.0]);
-        assert_eq!(&*field_weights(2.0), &w[..]);
     }
 }

@@ -13,6 +13,7 @@ use super::field::ElasticField;
 use super::spline::{prefilter_cubic, spline_weights};
 use super::{Backend, EngineError, Job, Outputs, Timings, check_job};
 use crate::augment::{CoordMap, Order, Plan};
+use crate::core::FieldSpec;
 
 /// The CPU engine. Keeps the last smoothed elastic field, so that changing anything but
 /// (seed, sigma, shape) never recomputes it.
@@ -45,19 +46,19 @@ impl CpuBackend {
     /// The unit elastic field of a plan on an output grid, from the cache when it matches.
     /// Returns the field and the milliseconds spent computing it (0 when cached).
     pub fn field(&self, plan: &Plan, out_shape: &[usize]) -> Option<(Arc<ElasticField>, f64)> {
-        let e = plan.elastic?;
-        if e.alpha == 0.0 {
-            return None;
-        }
-        let sigma = plan.field_sigma_vox(out_shape.len())?;
+        let spec = plan.field_spec(out_shape)?;
         let mut cache = self.field_cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = cache.as_ref()
-            && f.matches(out_shape, &sigma, e.seed)
+            && f.matches(out_shape, &spec.sigma_vox, spec.seed)
         {
             return Some((f.clone(), 0.0));
         }
         let t = Instant::now();
-        let f = Arc::new(ElasticField::compute_axes(out_shape, &sigma, e.seed));
+        let f = Arc::new(ElasticField::compute_axes(
+            out_shape,
+            &spec.sigma_vox,
+            spec.seed,
+        ));
         *cache = Some(f.clone());
         Some((f, t.elapsed().as_secs_f64() * 1e3))
     }
@@ -73,24 +74,27 @@ impl CpuBackend {
         axis: usize,
         q_index: usize,
     ) -> Option<Arc<FieldPlane>> {
-        let e = plan.elastic.filter(|e| e.alpha != 0.0)?;
-        let sigma = plan.field_sigma_vox(out_shape.len())?;
+        let FieldSpec {
+            seed,
+            sigma_vox: sigma,
+            ..
+        } = plan.field_spec(out_shape)?;
         {
             let cache = self.field_cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(f) = cache.as_ref()
-                && f.matches(out_shape, &sigma, e.seed)
+                && f.matches(out_shape, &sigma, seed)
             {
                 return Some(Arc::new(f.plane(axis, q_index)));
             }
         }
         let bits = sigma.iter().map(|s| s.to_bits()).collect();
-        let key: PlaneKey = (out_shape.to_vec(), bits, e.seed, axis, q_index);
+        let key: PlaneKey = (out_shape.to_vec(), bits, seed, axis, q_index);
         let mut planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, p)) = planes.iter().find(|(k, _)| *k == key) {
             return Some(p.clone());
         }
         let p = Arc::new(ElasticField::compute_plane_axes(
-            out_shape, &sigma, e.seed, axis, q_index,
+            out_shape, &sigma, seed, axis, q_index,
         ));
         if planes.len() >= PLANE_CACHE {
             planes.remove(0);
@@ -105,13 +109,15 @@ impl CpuBackend {
     /// values as computing each alone). Nothing to do without an elastic field, when the volume
     /// field is cached, or when the planes are.
     pub fn prefill_field_planes(&self, plan: &Plan, out_shape: &[usize], cursor: &[usize]) {
-        let Some(e) = plan.elastic.filter(|e| e.alpha != 0.0) else {
-            return;
-        };
         if out_shape.len() != 3 || cursor.len() != 3 {
             return;
         }
-        let Some(sigma) = plan.field_sigma_vox(3) else {
+        let Some(FieldSpec {
+            seed,
+            sigma_vox: sigma,
+            ..
+        }) = plan.field_spec(out_shape)
+        else {
             return;
         };
         if self
@@ -119,7 +125,7 @@ impl CpuBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .is_some_and(|f| f.matches(out_shape, &sigma, e.seed))
+            .is_some_and(|f| f.matches(out_shape, &sigma, seed))
         {
             return;
         }
@@ -134,7 +140,7 @@ impl CpuBackend {
         });
         let bits: Vec<u64> = sigma.iter().map(|s| s.to_bits()).collect();
         let keys: Vec<PlaneKey> = (0..3)
-            .map(|a| (out_shape.to_vec(), bits.clone(), e.seed, a, q[a]))
+            .map(|a| (out_shape.to_vec(), bits.clone(), seed, a, q[a]))
             .collect();
         {
             let planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -142,7 +148,7 @@ impl CpuBackend {
                 return;
             }
         }
-        let computed = ElasticField::compute_planes_axes(out_shape, &sigma, e.seed, q);
+        let computed = ElasticField::compute_planes_axes(out_shape, &sigma, seed, q);
         let mut planes = self.plane_cache.lock().unwrap_or_else(|p| p.into_inner());
         for (key, plane) in keys.into_iter().zip(computed) {
             planes.retain(|(c, _)| *c != key);

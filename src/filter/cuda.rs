@@ -28,7 +28,7 @@ use super::separable::TRUNCATE;
 use super::{Boundary, Filter};
 use crate::core::gaussian::gaussian_kernel1d;
 use crate::engine::boundary::Mode;
-use crate::engine::cuda::{DeviceEngine, device_engine};
+use crate::engine::cuda::{DeviceEngine, device_engine, driver_error, grid_1d};
 use crate::engine::{EngineError, Precision};
 use crate::gpu::buffer::Borrowed;
 use crate::gpu::device::Reservation;
@@ -118,16 +118,6 @@ struct Gpu {
     precision: Precision,
     /// Reservations of the buffers alive in this call.
     held: Vec<Reservation>,
-}
-
-/// A one-dimensional launch of `n` threads.
-fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
-    Ok(crate::gpu::launch::grid_1d(n)?)
-}
-
-/// A driver error as an engine error.
-fn driver_error(what: &str, e: cudarc::driver::DriverError) -> EngineError {
-    crate::gpu::device::driver_error(what, e).into()
 }
 
 impl Gpu {

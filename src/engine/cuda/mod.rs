@@ -56,14 +56,14 @@ use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, ensure};
 use crate::gpu::device::{DeviceContext, MemStats};
 
 /// A one-dimensional launch of `n` threads.
-fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
+pub(crate) fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
     Ok(crate::gpu::launch::grid_1d(n)?)
 }
 use crate::gpu::lock;
 use crate::gpu::nvrtc::store_define;
 
 /// A driver error as an engine error.
-fn driver_error(what: &str, e: cudarc::driver::DriverError) -> EngineError {
+pub(crate) fn driver_error(what: &str, e: cudarc::driver::DriverError) -> EngineError {
     crate::gpu::device::driver_error(what, e).into()
 }
 
