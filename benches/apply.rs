@@ -11,7 +11,7 @@ use augscope::augment::{Elastic, Mode, Order, Plan};
 use augscope::core::volume::Volume;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
-use augscope::engine::{Backend, Job, Outputs};
+use augscope::engine::{Backend, Job, Outputs, Plane};
 
 const SHAPE: [usize; 3] = [48, 240, 240];
 
@@ -155,8 +155,19 @@ fn slices(c: &mut Criterion) {
                 image: &vol,
                 label: None,
             };
-            cpu.apply_slice(job, axis, vol.shape[axis] / 2, &mut out, None)
-                .unwrap();
+            cpu.apply_plane(
+                job,
+                Plane {
+                    axis,
+                    index: vol.shape[axis] / 2,
+                },
+                None,
+                Outputs {
+                    image: &mut out,
+                    label: None,
+                },
+            )
+            .unwrap();
         }
     };
     g.bench_function("three_slices_new_elastic_seed", |b| {

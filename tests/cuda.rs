@@ -11,7 +11,9 @@ use augscope::augment::{Elastic, Mode, Order, Plan, Space};
 use augscope::core::volume::Volume;
 use augscope::engine::cpu::{CpuBackend, coordinates};
 use augscope::engine::cuda::{self, CudaBackend};
-use augscope::engine::{Backend, BackendSpec, EngineError, Precision, apply_new, select_backend};
+use augscope::engine::{
+    Backend, BackendSpec, EngineError, Outputs, Plane, Precision, apply_new, select_backend,
+};
 use augscope::gpu::device;
 use common::backends::{agreement, check_plan, for_each_backend, gpu};
 use common::volumes::{random_labels, random_volume};
@@ -672,8 +674,16 @@ fn gpu_slice_path_equals_the_planes_of_the_full_volume() {
                     image: &image,
                     label: Some(&label),
                 };
-                g.apply_slice(job, Some(1234), axis, index, &mut got, Some(&mut got_lab))
-                    .unwrap();
+                g.apply_plane(
+                    job,
+                    Plane { axis, index },
+                    Some(1234),
+                    Outputs {
+                        image: &mut got,
+                        label: Some(&mut got_lab),
+                    },
+                )
+                .unwrap();
                 let mut want = vec![0f32; 2 * plane_n];
                 let mut want_lab = vec![0f32; plane_n];
                 let full_v = Volume::new(full.data.clone(), full.shape.clone(), 2);
@@ -690,8 +700,16 @@ fn gpu_slice_path_equals_the_planes_of_the_full_volume() {
                 image: &image,
                 label: None,
             };
-            cpu.apply_slice(job, axis, index, &mut cpu_img, None)
-                .unwrap();
+            cpu.apply_plane(
+                job,
+                Plane { axis, index },
+                None,
+                Outputs {
+                    image: &mut cpu_img,
+                    label: None,
+                },
+            )
+            .unwrap();
             let (frac, worst, nan) = agreement(&got, &cpu_img, 1e-4);
             assert!(
                 frac >= 0.9999 && nan == 0,
@@ -709,8 +727,16 @@ fn gpu_slice_path_equals_the_planes_of_the_full_volume() {
         image: &other,
         label: None,
     };
-    g.apply_slice(job, Some(1235), 0, 4, &mut got, None)
-        .unwrap();
+    g.apply_plane(
+        job,
+        Plane { axis: 0, index: 4 },
+        Some(1235),
+        Outputs {
+            image: &mut got,
+            label: None,
+        },
+    )
+    .unwrap();
     let mut want = vec![0f32; 2 * 26 * 30];
     plane_of(&full, 0, 4, &mut want);
     assert_eq!(got, want);

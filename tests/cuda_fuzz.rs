@@ -9,7 +9,7 @@ mod common;
 
 use augscope::augment::{Elastic, Mode, Order, Plan};
 use augscope::core::volume::Volume;
-use augscope::engine::{Backend, BackendSpec, Job, Outputs, Precision};
+use augscope::engine::{Backend, BackendSpec, Job, Outputs, Plane, Precision};
 use augscope::filter::{Boundary, Filter, apply_cpu, run};
 use common::backends::{check_plan, for_each_backend, gpu};
 // SplitMix64: the cases depend on the seed alone.
@@ -466,17 +466,21 @@ fn gpu_every_kernel_family_on_small_volumes() {
         let plane = 4;
         let mut got = vec![0f32; 10 * 11];
         let mut got_lab = vec![0f32; 10 * 11];
-        g.apply_slice(
+        g.apply_plane(
             Job {
                 plan,
                 image: &image,
                 label: Some(&label),
             },
+            Plane {
+                axis: 0,
+                index: plane,
+            },
             Some(77),
-            0,
-            plane,
-            &mut got,
-            Some(&mut got_lab),
+            Outputs {
+                image: &mut got,
+                label: Some(&mut got_lab),
+            },
         )
         .unwrap_or_else(|e| panic!("slice: {e}"));
         assert_eq!(

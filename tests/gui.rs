@@ -262,7 +262,7 @@ fn latency_slice_path() {
                 model: Default::default(),
             };
             let t = Instant::now();
-            compute_slices(&cpu, &c, &image, Some(&label)).expect("slices");
+            compute_slices(&cpu, &c, (&image, Some(&label), 7)).expect("slices");
             ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let first = ms[0];
@@ -711,7 +711,7 @@ fn slice_path_planes_match_the_whole_volume() {
     use augscope::app::worker::{Compute, SliceEngines, compute_slices};
     use augscope::augment::{Elastic, Plan};
     use augscope::engine::cpu::CpuBackend;
-    use augscope::engine::{BackendSpec, apply_new};
+    use augscope::engine::{BackendSpec, Prepare, apply_new};
     let dir = tempfile::tempdir().expect("temp dir");
     let (img, lab) = small_scan(dir.path(), [13, 11, 15]);
     let image = augscope::io::load(&img, &Default::default()).expect("image");
@@ -740,12 +740,20 @@ fn slice_path_planes_match_the_whole_volume() {
     };
     let main = std::sync::Arc::new(CpuBackend::new());
     let (want, want_lab, _) = apply_new(main.as_ref(), &plan, &image, Some(&label)).expect("apply");
-    let mut engines = SliceEngines::new(main);
+    let engines = SliceEngines::new(main);
+    let out_shape = image.shape.clone();
     for main_has_field in [false, true] {
         if main_has_field {
-            engines.main_field = Some((2.5f64.to_bits(), 3, image.shape.clone()));
+            let field = Prepare::Field {
+                plan: &plan,
+                out_shape: &out_shape,
+            };
+            engines.main.prepare(field).expect("the field");
+        } else {
+            engines.main.clear_cache();
         }
-        let got = compute_slices(&engines, &c, &image, Some(&label)).expect("slices");
+        assert_eq!(engines.main.holds_field(&plan, &out_shape), main_has_field);
+        let got = compute_slices(&engines, &c, (&image, Some(&label), 7)).expect("slices");
         for (i, v) in views.iter().enumerate() {
             let idx = cursor[v.normal.expect("3D")];
             let sp = &image.spacing_mm;

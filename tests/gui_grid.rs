@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use augscope::app::{App, BackendChoice, Params};
 use augscope::augment::preset::{Preset, load_or_bundled};
 use augscope::core::volume::Volume;
-use augscope::engine::Job;
 use augscope::engine::cpu::CpuBackend;
+use augscope::engine::{Backend, Job, Outputs, Plane};
 use eframe::egui;
 use egui::accesskit::Role;
 use egui_kittest::Harness;
@@ -298,16 +298,18 @@ fn direct_tile(preset: &Preset, image: &Volume, seed: u64, plane: (usize, usize)
     let len = image.data.len() / image.shape[axis];
     let mut out = vec![0f32; len];
     CpuBackend::new()
-        .apply_slice(
+        .apply_plane(
             Job {
                 plan: &s.plan,
                 image,
                 label: None,
             },
-            axis,
-            index,
-            &mut out,
+            Plane { axis, index },
             None,
+            Outputs {
+                image: &mut out,
+                label: None,
+            },
         )
         .expect("slice");
     out

@@ -6,7 +6,7 @@ use augscope::augment::{Elastic, Mode, Order, Plan};
 use augscope::core::volume::Volume;
 use augscope::engine::cpu::CpuBackend;
 use augscope::engine::field::ElasticField;
-use augscope::engine::{Job, apply_new};
+use augscope::engine::{Backend, Job, Outputs, Plane, apply_new};
 
 mod common;
 
@@ -93,8 +93,16 @@ fn slices_equal_the_full_volume() {
                         image: &img,
                         label: Some(&lab),
                     };
-                    cpu.apply_slice(job, axis, index, &mut out, Some(&mut lout))
-                        .unwrap();
+                    cpu.apply_plane(
+                        job,
+                        Plane { axis, index },
+                        None,
+                        Outputs {
+                            image: &mut out,
+                            label: Some(&mut lout),
+                        },
+                    )
+                    .unwrap();
                     let want = plane_of(&full, axis, index);
                     let err = out
                         .iter()
@@ -128,12 +136,28 @@ fn a_missing_slice_is_an_error() {
     };
     assert!(
         CpuBackend::new()
-            .apply_slice(job, 0, 4, &mut out, None)
+            .apply_plane(
+                job,
+                Plane { axis: 0, index: 4 },
+                None,
+                Outputs {
+                    image: &mut out,
+                    label: None
+                }
+            )
             .is_err()
     );
     assert!(
         CpuBackend::new()
-            .apply_slice(job, 1, 0, &mut out, None)
+            .apply_plane(
+                job,
+                Plane { axis: 1, index: 0 },
+                None,
+                Outputs {
+                    image: &mut out,
+                    label: None
+                }
+            )
             .is_err(),
         "wrong buffer size"
     );

@@ -12,8 +12,8 @@ use std::path::Path;
 use augscope::augment::DoneList;
 use augscope::augment::preset::Preset;
 use augscope::augment::{CoordMap, Elastic, Order, Plan, Space};
-use augscope::engine::apply_new;
 use augscope::engine::cpu::CpuBackend;
+use augscope::engine::{Backend, Outputs, Plane, apply_new};
 use augscope::{Mode, Volume};
 use proptest::prelude::*;
 
@@ -638,7 +638,16 @@ fn mm_slices_equal_the_full_volume() {
                 image: &img,
                 label: None,
             };
-            cpu.apply_slice(job, axis, index, &mut out, None).unwrap();
+            cpu.apply_plane(
+                job,
+                Plane { axis, index },
+                None,
+                Outputs {
+                    image: &mut out,
+                    label: None,
+                },
+            )
+            .unwrap();
             let mut k = 0;
             for z in 0..shape[0] {
                 for y in 0..shape[1] {

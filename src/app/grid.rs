@@ -5,7 +5,7 @@
 //! displacement beneath.
 //!
 //! The tiles are computed on a thread of this module's own ([`GridWorker`]) with the engines'
-//! slice path (`CpuBackend::apply_slice`, or `CudaBackend::apply_slice` when the engine
+//! plane path ([`Backend::apply_plane`]: the CPU engine, or the CUDA engine when the engine
 //! selection is CUDA and a device works), and fill in as they finish. The newest request wins:
 //! a change of preset, scan, N, seed or plane bumps the generation, and the thread abandons
 //! stale work between tiles. Arrays are `[z, y, x]` (2D `[y, x]`).
@@ -21,13 +21,12 @@ use crate::augment::preset::{Preset, Sample};
 use crate::augment::{Plan, Space};
 use crate::core::volume::Volume;
 use crate::engine::cpu::CpuBackend;
-use crate::engine::cuda::CudaBackend;
-use crate::engine::field::ElasticField;
-use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Precision};
+use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Plane, Precision};
 
 use super::overlay::{self, OverlayEngine, ViewOverlay};
 use super::slices::{self, DisplaySlice, ViewGeom};
 use super::state::{Params, State};
+use super::worker::GpuSlot;
 use super::{Runtime, export};
 
 /// The grid sizes offered.
@@ -86,7 +85,7 @@ pub enum GridReply {
         samples: Vec<Sample>,
     },
     /// Tile `k`: its plane in array order (channels leading, the two remaining axes in
-    /// increasing order), as `apply_slice` writes it.
+    /// increasing order), as `Backend::apply_plane` writes it.
     Tile {
         generation: u64,
         k: usize,
@@ -235,35 +234,19 @@ impl Drop for GridWorker {
 
 /// The thread's engines: the CPU engine (its caches: cubic coefficients of the scan, field
 /// planes), and the CUDA engine made once per (spec, precision).
-#[derive(Default)]
 struct Engines {
-    cpu: CpuBackend,
+    cpu: Arc<dyn Backend>,
     /// The overlays' computation, with its cache of unit field planes.
     overlay: OverlayEngine,
-    gpu: Option<(BackendSpec, Precision, Result<Arc<CudaBackend>, String>)>,
+    gpu: GpuSlot,
 }
 
-impl Engines {
-    /// The CUDA engine of a CUDA spec, or the note saying why the CPU runs instead.
-    fn gpu(
-        &mut self,
-        spec: &BackendSpec,
-        precision: Precision,
-    ) -> Result<Option<Arc<CudaBackend>>, String> {
-        let BackendSpec::Cuda(ids) = spec else {
-            return Ok(None);
-        };
-        let fresh = !matches!(&self.gpu, Some((s, p, _)) if s == spec && *p == precision);
-        if fresh {
-            let made = CudaBackend::new(ids, precision)
-                .map(Arc::new)
-                .map_err(|e| super::worker::cuda_fallback_note(&e, "the grid uses the CPU engine"));
-            self.gpu = Some((spec.clone(), precision, made));
-        }
-        match &self.gpu {
-            Some((_, _, Ok(g))) => Ok(Some(g.clone())),
-            Some((_, _, Err(note))) => Err(note.clone()),
-            None => Ok(None),
+impl Default for Engines {
+    fn default() -> Self {
+        Engines {
+            cpu: Arc::new(CpuBackend::new()),
+            overlay: OverlayEngine::default(),
+            gpu: GpuSlot::default(),
         }
     }
 }
@@ -278,12 +261,14 @@ fn tile_len(image: &Volume, plane: Option<(usize, usize)>) -> usize {
         }
 }
 
-/// One tile on the CPU engine.
-fn cpu_tile(
-    cpu: &CpuBackend,
+/// One tile on `engine`: the plane (3D) or the whole image (2D). `resident` is the scan's
+/// content key, which lets a GPU keep the scan on the device between tiles.
+fn tile(
+    engine: &dyn Backend,
     plan: &Plan,
     image: &Volume,
     plane: Option<(usize, usize)>,
+    resident: u64,
     out: &mut [f32],
 ) -> Result<(), EngineError> {
     let job = Job {
@@ -291,17 +276,15 @@ fn cpu_tile(
         image,
         label: None,
     };
+    let out = Outputs {
+        image: out,
+        label: None,
+    };
     match plane {
-        Some((axis, index)) => cpu.apply_slice(job, axis, index, out, None).map(|_| ()),
-        None => cpu
-            .apply(
-                job,
-                Outputs {
-                    image: out,
-                    label: None,
-                },
-            )
+        Some((axis, index)) => engine
+            .apply_plane(job, Plane { axis, index }, Some(resident), out)
             .map(|_| ()),
+        None => engine.apply(job, out).map(|_| ()),
     }
 }
 
@@ -310,7 +293,7 @@ struct FieldJob {
     generation: u64,
     plans: Vec<Plan>,
     shape: Vec<usize>,
-    gpu: Option<Arc<CudaBackend>>,
+    gpu: Option<Arc<dyn Backend>>,
 }
 
 /// Computes one request: the draws, then the tiles in order; stops as soon as `stale()` says a
@@ -350,10 +333,14 @@ fn run_job(
     }) {
         return None;
     }
-    let (gpu, mut note) = match engines.gpu(&job.backend, job.precision) {
-        Ok(g) => (g, None),
-        Err(n) => (None, Some(n)),
-    };
+    let (gpu, mut note) =
+        match engines
+            .gpu
+            .open(&job.backend, job.precision, "the grid uses the CPU engine")
+        {
+            Ok(g) => (g, None),
+            Err(n) => (None, Some(n)),
+        };
     let len = tile_len(image, job.plane);
     for (k, plan) in plans.iter().enumerate() {
         if stale() {
@@ -361,35 +348,31 @@ fn run_job(
         }
         let t = Instant::now();
         let mut data = vec![0f32; len];
-        let on_gpu = gpu.as_ref().map(|g| {
-            let j = Job {
-                plan,
-                image,
-                label: None,
-            };
-            match job.plane {
-                Some((axis, index)) => g
-                    .apply_slice(j, Some(job.image_key), axis, index, &mut data, None)
-                    .map(|_| ()),
-                None => g
-                    .apply(
-                        j,
-                        Outputs {
-                            image: &mut data,
-                            label: None,
-                        },
-                    )
-                    .map(|_| ()),
-            }
-        });
+        let on_gpu = gpu
+            .as_ref()
+            .map(|g| tile(g.as_ref(), plan, image, job.plane, job.image_key, &mut data));
         let r = match on_gpu {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => {
                 // Out of memory or a failed launch: this tile on the CPU, and say so.
                 note = Some(format!("CUDA: {e}; this tile used the CPU engine"));
-                cpu_tile(&engines.cpu, plan, image, job.plane, &mut data)
+                tile(
+                    engines.cpu.as_ref(),
+                    plan,
+                    image,
+                    job.plane,
+                    job.image_key,
+                    &mut data,
+                )
             }
-            None => cpu_tile(&engines.cpu, plan, image, job.plane, &mut data),
+            None => tile(
+                engines.cpu.as_ref(),
+                plan,
+                image,
+                job.plane,
+                job.image_key,
+                &mut data,
+            ),
         };
         if let Err(e) = r {
             send(GridReply::Failed {
@@ -497,17 +480,17 @@ fn run_field_job(job: &FieldJob, send: &dyn Fn(GridReply) -> bool, stale: &dyn F
 /// The realised displacement (max, RMS) of a plan's elastic field over the whole output grid,
 /// as the engine reports it (the explorer's readout): `|alpha| |G_sigma(noise)|`. On the CPU
 /// the field is made for this and dropped (the grid keeps no volume fields).
-fn displacement(gpu: Option<&CudaBackend>, plan: &Plan, shape: &[usize]) -> Option<(f64, f64)> {
-    let e = plan.elastic.filter(|e| e.alpha != 0.0)?;
+fn displacement(gpu: Option<&dyn Backend>, plan: &Plan, shape: &[usize]) -> Option<(f64, f64)> {
     let out_shape = plan.out_shape.clone().unwrap_or_else(|| shape.to_vec());
     if let Some(g) = gpu
         && let Ok(Some(s)) = g.displacement_stats(plan, &out_shape)
     {
         return Some(s);
     }
-    let sigma = plan.field_sigma_vox(out_shape.len())?;
-    let field = ElasticField::compute_axes(&out_shape, &sigma, e.seed);
-    Some(field.displacement_stats(e.alpha))
+    CpuBackend::new()
+        .displacement_stats(plan, &out_shape)
+        .ok()
+        .flatten()
 }
 
 /// One finished tile.

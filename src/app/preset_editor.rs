@@ -16,6 +16,7 @@ use crate::augment::preset::{
     Unit,
 };
 use crate::augment::{Elastic, Plan};
+use crate::engine::Backend;
 use crate::engine::cpu::CpuBackend;
 use crate::export::interop::elastic_rms_vox;
 
@@ -140,12 +141,13 @@ fn measure(
 }
 
 /// The realised displacement (max, RMS) of a plan's elastic field on `shape`, as the main views'
-/// readout: `CpuBackend::field` and `displacement_stats(alpha)`; (0, 0) without a field (alpha
-/// 0).
-pub fn realised_stats(cpu: &CpuBackend, plan: &Plan, shape: &[usize]) -> (f64, f64) {
-    let alpha = plan.elastic.map_or(0.0, |e| e.alpha);
-    cpu.field(plan, shape)
-        .map_or((0.0, 0.0), |(f, _)| f.displacement_stats(alpha))
+/// readout ([`Backend::displacement_stats`]); (0, 0) without a field (alpha 0).
+pub fn realised_stats(engine: &dyn Backend, plan: &Plan, shape: &[usize]) -> (f64, f64) {
+    engine
+        .displacement_stats(plan, shape)
+        .ok()
+        .flatten()
+        .unwrap_or((0.0, 0.0))
 }
 
 /// The weakest (alpha lo, sigma hi) and strongest (alpha hi, sigma lo) elastic settings of

@@ -22,8 +22,10 @@ use std::time::{Duration, Instant};
 use crate::augment::Plan;
 use crate::core::volume::Volume;
 use crate::engine::cpu::CpuBackend;
-use crate::engine::cuda::CudaBackend;
-use crate::engine::{self, Backend, BackendSpec, EngineError, Job, Precision, Timings};
+use crate::engine::{
+    self, Backend, BackendSpec, EngineError, Job, Outputs, Plane, Precision, Prepare, Timings,
+    select,
+};
 use crate::export::preview::{self, ControlGrid, Model};
 use crate::filter::{Boundary, FebdsMethod, Filter};
 use crate::gpu::device::{DevicesReport, MemStats};
@@ -327,10 +329,44 @@ impl Drop for Worker {
     }
 }
 
-/// The CUDA engine made for (spec, precision), or why there is none (the CPU engine runs then).
-type GpuEngine = (BackendSpec, Precision, Result<Arc<CudaBackend>, String>);
-/// (sigma, seed, shape, alpha) of a displacement readout.
-type DisplacementKey = (f64, u64, Vec<usize>, f64);
+/// The CUDA engine of the explorer's engine selection, opened once per (spec, precision), or
+/// why there is none (the CPU engine runs then).
+#[derive(Default)]
+pub struct GpuSlot(Option<(BackendSpec, Precision, Opened)>);
+
+/// An opened engine, or the note saying why it did not open.
+type Opened = Result<Arc<dyn Backend>, String>;
+
+impl GpuSlot {
+    /// The CUDA engine of a CUDA spec (`Ok(None)` for `cpu` and `auto`), or the note saying why
+    /// it cannot run, ending with `then` (what runs instead). When it opens, the field kernels
+    /// of every sigma are built (a few seconds, once per device), so that moving sigma later
+    /// never waits for NVRTC; a failure there shows again, with its message, when the kernel is
+    /// first needed.
+    pub fn open(
+        &mut self,
+        spec: &BackendSpec,
+        precision: Precision,
+        then: &str,
+    ) -> Result<Option<Arc<dyn Backend>>, String> {
+        let fresh = !matches!(&self.0, Some((s, p, _)) if s == spec && *p == precision);
+        if fresh {
+            let Some(made) = select::open_cuda(spec, precision) else {
+                return Ok(None);
+            };
+            if let Ok(b) = &made {
+                let _ = b.prepare(Prepare::Kernels);
+            }
+            let made = made.map_err(|e| cuda_fallback_note(&e, then));
+            self.0 = Some((spec.clone(), precision, made));
+        }
+        match &self.0 {
+            Some((_, _, Ok(b))) => Ok(Some(b.clone())),
+            Some((_, _, Err(note))) => Err(note.clone()),
+            None => Ok(None),
+        }
+    }
+}
 
 struct WorkerLoop {
     shared: Arc<Shared>,
@@ -340,13 +376,11 @@ struct WorkerLoop {
     label: Option<Arc<Volume>>,
     /// The CPU engine: it keeps the smoothed elastic field, so moving alpha, an angle or the
     /// mode never recomputes it.
-    cpu: Arc<CpuBackend>,
+    cpu: Arc<dyn Backend>,
     /// The engines of the slice-only path (the main one is `cpu`).
     slicing: SliceEngines,
     /// The GPU engine for (spec, precision), made on first use.
-    gpu: Option<GpuEngine>,
-    /// Last displacement readout: (sigma, seed, shape, alpha) -> (max, rms).
-    displacement: Option<(DisplacementKey, (f64, f64))>,
+    gpu: GpuSlot,
     /// The key of the loaded scan's content: the GPU keeps the image of a key on the device.
     image_key: u64,
     /// The last key handed out (scans and filtered scans each get their own).
@@ -527,7 +561,7 @@ const FILL_DELAY: Duration = Duration::from_millis(120);
 
 impl WorkerLoop {
     fn new(shared: Arc<Shared>, tx: Sender<Reply>, repaint: Box<dyn Fn() + Send>) -> Self {
-        let cpu = Arc::new(CpuBackend::new());
+        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
         WorkerLoop {
             shared,
             tx,
@@ -536,8 +570,7 @@ impl WorkerLoop {
             label: None,
             cpu: cpu.clone(),
             slicing: SliceEngines::new(cpu),
-            gpu: None,
-            displacement: None,
+            gpu: GpuSlot::default(),
             image_key: 0,
             keys: 0,
             prefiltered: FilterCache::default(),
@@ -590,7 +623,6 @@ impl WorkerLoop {
                     self.image = Some(l.image.clone());
                     self.label = l.label.clone();
                     self.image_key = Self::new_key(&mut self.keys);
-                    self.displacement = None;
                     self.prefiltered.clear();
                     self.transformed = None;
                 }
@@ -603,34 +635,6 @@ impl WorkerLoop {
             } else if let Some(c) = compare {
                 self.compare(c);
             }
-        }
-    }
-
-    /// The engine for a request: whether it runs on a GPU (made once per spec), and the note to
-    /// show when a CUDA request falls back to the CPU.
-    fn backend(&mut self, spec: &BackendSpec, precision: Precision) -> (bool, Option<String>) {
-        let BackendSpec::Cuda(ids) = spec else {
-            return (false, None);
-        };
-        let fresh = !matches!(&self.gpu, Some((s, p, _)) if s == spec && *p == precision);
-        if fresh {
-            let made = CudaBackend::new(ids, precision)
-                .map(Arc::new)
-                .map_err(|e| cuda_fallback_note(&e, "using the CPU engine"));
-            if made.is_ok() {
-                // Build the field kernels of every sigma now (a few seconds, once per device),
-                // so that moving sigma later never waits for NVRTC. A failure shows again, with
-                // its message, when the kernel is first needed.
-                for &i in ids {
-                    let _ = crate::engine::cuda::warm_field_kernels(i);
-                }
-            }
-            self.gpu = Some((spec.clone(), precision, made));
-        }
-        match &self.gpu {
-            Some((_, _, Ok(_))) => (true, None),
-            Some((_, _, Err(note))) => (false, Some(note.clone())),
-            None => (false, None),
         }
     }
 
@@ -652,11 +656,14 @@ impl WorkerLoop {
             });
             return;
         }
-        let (on_gpu, note) = self.backend(&c.backend, c.precision);
-        let gpu = match (&self.gpu, on_gpu) {
-            (Some((_, _, Ok(b))), true) => Some(b.clone()),
-            _ => None,
+        let (gpu, note) = match self
+            .gpu
+            .open(&c.backend, c.precision, "using the CPU engine")
+        {
+            Ok(g) => (g, None),
+            Err(note) => (None, Some(note)),
         };
+        let on_gpu = gpu.is_some();
         // The volume the transform reads: the scan, or the scan filtered once per filter setting.
         let before = c.filter.as_ref().filter(|f| f.stage == FilterStage::Before);
         let after = c.filter.as_ref().filter(|f| f.stage == FilterStage::After);
@@ -711,12 +718,13 @@ impl WorkerLoop {
         if c.slices_first && !reuse && c.model.is_own() {
             // The planes on screen first: on the GPU each is one launch over the plane with the
             // image kept on the device; on the CPU each is computed on its own.
+            let scan = (image.as_ref(), label.as_deref(), image_key);
             let slices = match &gpu {
                 // A GPU failure (out of memory, say) leaves the planes to the CPU; the whole
                 // volume below reports what happened.
-                Some(b) => compute_slices_gpu(b, image_key, &c, &image, label.as_deref())
-                    .or_else(|_| compute_slices(&self.slicing, &c, &image, label.as_deref())),
-                None => compute_slices(&self.slicing, &c, &image, label.as_deref()),
+                Some(b) => compute_slices(&SliceEngines::one(b.clone()), &c, scan)
+                    .or_else(|_| compute_slices(&self.slicing, &c, scan)),
+                None => compute_slices(&self.slicing, &c, scan),
             };
             // A point-wise filter after the transform is exact on a plane; the others need the
             // whole volume and wait for it.
@@ -820,7 +828,7 @@ impl WorkerLoop {
         image: &Arc<Volume>,
         image_key: u64,
         label: Option<&Volume>,
-        gpu: Option<&Arc<CudaBackend>>,
+        gpu: Option<&Arc<dyn Backend>>,
     ) -> Result<Option<Transformed>, String> {
         if !c.model.is_own() {
             self.send(Reply::Filling(c.generation));
@@ -862,7 +870,7 @@ impl WorkerLoop {
                 self.send(Reply::Filling(c.generation));
                 let cpu = self.cpu.clone();
                 let last = std::cell::Cell::new(None::<Instant>);
-                let r = fill_volume(&cpu, &c.plan, image, label, &|done, total| {
+                let r = fill_volume(cpu.as_ref(), &c.plan, image, label, &|done, total| {
                     // After the first plane, then a few updates a second.
                     if done > 0 && last.get().is_none_or(|t| t.elapsed().as_millis() >= 100) {
                         last.set(Some(Instant::now()));
@@ -874,8 +882,6 @@ impl WorkerLoop {
                     }
                     self.superseded()
                 });
-                // The fill made the volume field first, also when it was then abandoned.
-                self.slicing.main_field = field_key(&c.plan, &image.shape);
                 r.map(|r| r.map(|(img, lab, t)| (img, lab, t, cpu.name(), None)))
             }
         };
@@ -907,20 +913,9 @@ impl WorkerLoop {
         }))
     }
 
-    /// Max and RMS displacement of the plan's elastic field, cached per (field, alpha).
-    fn displacement(&mut self, plan: &Plan, shape: &[usize]) -> Option<(f64, f64)> {
-        let e = plan.elastic?;
-        let key = (e.sigma, e.seed, shape.to_vec(), e.alpha);
-        if let Some((k, v)) = &self.displacement
-            && *k == key
-        {
-            return Some(*v);
-        }
-        let (field, _) = self.cpu.field(plan, shape)?;
-        self.slicing.main_field = field_key(plan, shape);
-        let v = field.displacement_stats(e.alpha);
-        self.displacement = Some((key, v));
-        Some(v)
+    /// Max and RMS displacement of the plan's elastic field, from the CPU engine's field.
+    fn displacement(&self, plan: &Plan, shape: &[usize]) -> Option<(f64, f64)> {
+        self.cpu.displacement_stats(plan, shape).ok().flatten()
     }
 
     fn compare(&mut self, c: Compute) {
@@ -929,7 +924,6 @@ impl WorkerLoop {
         };
         let t = Instant::now();
         let cpu = engine::apply_new(self.cpu.as_ref(), &c.plan, &image, None);
-        self.slicing.main_field = field_key(&c.plan, &image.shape);
         let cpu = match cpu {
             Ok((v, _, _)) => v,
             Err(e) => {
@@ -945,9 +939,8 @@ impl WorkerLoop {
             BackendSpec::Cuda(ref ids) => BackendSpec::Cuda(ids.clone()),
             _ => BackendSpec::Cuda(vec![0]),
         };
-        let (on_gpu, note) = self.backend(&spec, c.precision);
-        let gpu = match (&self.gpu, on_gpu) {
-            (Some((_, _, Ok(b))), true) => {
+        let gpu = match self.gpu.open(&spec, c.precision, "using the CPU engine") {
+            Ok(Some(b)) => {
                 // Once to compile and upload, once to time.
                 let warm = engine::apply_new(b.as_ref(), &c.plan, &image, None);
                 let t = Instant::now();
@@ -956,7 +949,8 @@ impl WorkerLoop {
                     Err(e) => Err(e.to_string()),
                 }
             }
-            _ => Err(note.unwrap_or_else(|| "no CUDA device".into())),
+            Ok(None) => Err("no CUDA device".into()),
+            Err(note) => Err(note),
         };
         let (max_abs, mean_abs) = match &gpu {
             Ok((g, _, _)) => abs_diff_stats(&cpu.data, &g.data),
@@ -1063,85 +1057,44 @@ fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, Strin
     })
 }
 
-/// What a CPU engine's cached volume field is for: (sigma bits, seed, shape).
-type FieldKey = (u64, u64, Vec<usize>);
-
-fn field_key(plan: &Plan, shape: &[usize]) -> Option<FieldKey> {
-    plan.elastic
-        .filter(|e| e.alpha != 0.0)
-        .map(|e| (e.sigma.to_bits(), e.seed, shape.to_vec()))
-}
-
-/// The CPU engines of the slice-only path: the worker's main engine, whose cached volume field
-/// and cubic coefficients serve every view, and one engine per view, so that the views' field
-/// planes (after a new sigma or seed) are computed at the same time instead of one after the
-/// other (an engine holds its plane cache while it computes a plane).
+/// The engines of the slice-only path. On the CPU: the worker's main engine, whose cached volume
+/// field and cubic coefficients serve every view, and one engine per view, so that the views'
+/// field planes (after a new sigma or seed) are computed at the same time instead of one after
+/// the other (an engine holds its plane cache while it computes a plane). On a GPU: the one
+/// engine, plane after plane.
 pub struct SliceEngines {
-    pub main: Arc<CpuBackend>,
-    pub per_view: Vec<CpuBackend>,
-    /// The volume field the main engine holds, when the worker knows of one.
-    pub main_field: Option<FieldKey>,
+    pub main: Arc<dyn Backend>,
+    pub per_view: Vec<Arc<dyn Backend>>,
 }
 
 impl SliceEngines {
-    pub fn new(main: Arc<CpuBackend>) -> Self {
+    /// The CPU configuration: `main` and three engines of its own, one per view.
+    pub fn new(main: Arc<dyn Backend>) -> Self {
         SliceEngines {
             main,
-            per_view: (0..3).map(|_| CpuBackend::new()).collect(),
-            main_field: None,
+            per_view: (0..3)
+                .map(|_| Arc::new(CpuBackend::new()) as Arc<dyn Backend>)
+                .collect(),
+        }
+    }
+
+    /// One engine for every plane, in turn (a GPU: its launches queue on one stream anyway).
+    pub fn one(main: Arc<dyn Backend>) -> Self {
+        SliceEngines {
+            main,
+            per_view: Vec::new(),
         }
     }
 }
 
-/// The planes through `c.cursor` on the GPU ([`CudaBackend::apply_slice`]: one launch over each
-/// plane, only the plane downloaded, the image uploaded once per `image_key`). 3D only; a 2D
-/// image takes [`compute_slices`]'s whole-image path on the CPU.
-fn compute_slices_gpu(
-    gpu: &CudaBackend,
-    image_key: u64,
-    c: &Compute,
-    image: &Volume,
-    label: Option<&Volume>,
-) -> Result<SliceSet, String> {
-    if image.ndim() != 3 {
-        return Err("the GPU slice path needs a 3D volume".into());
-    }
-    let t = Instant::now();
-    let job = Job {
-        plan: &c.plan,
-        image,
-        label,
-    };
-    let (imgs, labs) = c
-        .views
-        .iter()
-        .map(|v| {
-            view_plane(c, image, label, v, |axis, index, out, lab| {
-                gpu.apply_slice(job, Some(image_key), axis, index, out, lab)
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .unzip();
-    Ok(SliceSet {
-        generation: c.generation,
-        cursor: c.cursor.clone(),
-        image: imgs,
-        label: labs,
-        elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
-        filter: None,
-        unfiltered: false,
-    })
-}
-
-/// The display slices of one 3D view through `c.cursor`: `compute(axis, index, image_planes,
-/// label_planes)` fills the output plane (CPU or GPU slice path), then it is cut for display.
+/// The display slices of one 3D view through `c.cursor`: `compute(plane, outputs)` fills the
+/// output plane (the engine's plane path), then it is cut for display.
 fn view_plane(
     c: &Compute,
     image: &Volume,
     label: Option<&Volume>,
     v: &ViewGeom,
-    compute: impl FnOnce(usize, usize, &mut [f32], Option<&mut [f32]>) -> Result<Timings, EngineError>,
+    compute: impl FnOnce(Plane, Outputs<'_>) -> Result<Timings, EngineError>,
 ) -> Result<(Arc<DisplaySlice>, Option<Arc<DisplaySlice>>), String> {
     let Some(axis) = v.normal else {
         return Err("a 3D view without a normal axis".into());
@@ -1153,7 +1106,11 @@ fn view_plane(
         .product();
     let mut out = vec![0f32; plane * image.channels];
     let mut lab = label.map(|l| vec![0f32; plane * l.channels]);
-    compute(axis, index, &mut out, lab.as_deref_mut()).map_err(|e| e.to_string())?;
+    let outputs = Outputs {
+        image: &mut out,
+        label: lab.as_deref_mut(),
+    };
+    compute(Plane { axis, index }, outputs).map_err(|e| e.to_string())?;
     let sp = &image.spacing_mm;
     let l = lab.map(|l| slices::extract_from_plane(&l, &image.shape, 1, sp, v));
     Ok((
@@ -1163,18 +1120,19 @@ fn view_plane(
 }
 
 /// The planes through `c.cursor` of the transformed image and label, each computed on its own
-/// with [`CpuBackend::apply_slice`] (3D); a 2D image is computed whole. The views run at once on
-/// their own engines, unless the main engine serves them better: it holds the volume field
+/// with [`Backend::apply_plane`] (3D; `scan` is the image, its label map and their content key,
+/// which lets a GPU keep them on the device); a 2D image is computed whole. With engines per view
+/// the views run at once, unless the main engine serves them better: it holds the volume field
 /// already (planes are then copies of it), or the interpolation is cubic (one set of
 /// coefficients, not one per view).
 pub fn compute_slices(
     engines: &SliceEngines,
     c: &Compute,
-    image: &Volume,
-    label: Option<&Volume>,
+    scan: (&Volume, Option<&Volume>, u64),
 ) -> Result<SliceSet, String> {
     use rayon::prelude::*;
     type Planes = (Vec<Arc<DisplaySlice>>, Vec<Option<Arc<DisplaySlice>>>);
+    let (image, label, key) = scan;
     let t = Instant::now();
     let job = Job {
         plan: &c.plan,
@@ -1198,12 +1156,19 @@ pub fn compute_slices(
             })
             .unzip()
     } else {
-        let one = |cpu: &CpuBackend, v: &ViewGeom| {
-            view_plane(c, image, label, v, |axis, index, out, lab| {
-                cpu.apply_slice(job, axis, index, out, lab)
+        let one = |engine: &dyn Backend, v: &ViewGeom| {
+            view_plane(c, image, label, v, |plane, out| {
+                engine.apply_plane(job, plane, Some(key), out)
             })
         };
-        let needs_field = field_key(&c.plan, &image.shape);
+        let out_shape = c
+            .plan
+            .out_shape
+            .clone()
+            .unwrap_or_else(|| image.shape.clone());
+        let needs_field = c.plan.field_spec(&out_shape).is_some();
+        let held = engines.main.holds_field(&c.plan, &out_shape);
+        let per_view = engines.per_view.len() >= c.views.len();
         // The three orthogonal views through the cursor: their field planes are made together
         // on the main engine (the noise their slabs share is generated once), then every view
         // runs there from its cache.
@@ -1212,35 +1177,37 @@ pub fn compute_slices(
             normals.sort_unstable();
             normals == [0, 1, 2]
         };
-        let shared = needs_field.is_some() && needs_field != engines.main_field && orthogonal;
+        let shared = per_view && needs_field && !held && orthogonal;
         if shared {
-            let out_shape = c
-                .plan
-                .out_shape
-                .clone()
-                .unwrap_or_else(|| image.shape.clone());
             engines
                 .main
-                .prefill_field_planes(&c.plan, &out_shape, &c.cursor);
+                .prepare(Prepare::Planes {
+                    plan: &c.plan,
+                    out_shape: &out_shape,
+                    cursor: &c.cursor,
+                })
+                .map_err(|e| e.to_string())?;
         }
-        let on_main = shared
-            || c.plan.order == crate::augment::Order::Cubic
-            || needs_field.is_none()
-            || needs_field == engines.main_field
-            || engines.per_view.len() < c.views.len();
-        let planes: Vec<Result<_, String>> =
-            if shared && c.plan.order != crate::augment::Order::Cubic {
-                // Field planes cached on the main engine: the views read them at once.
-                c.views.par_iter().map(|v| one(&engines.main, v)).collect()
-            } else if on_main {
-                c.views.iter().map(|v| one(&engines.main, v)).collect()
-            } else {
-                c.views
-                    .par_iter()
-                    .zip(&engines.per_view)
-                    .map(|(v, cpu)| one(cpu, v))
-                    .collect()
-            };
+        let cubic = c.plan.order == crate::augment::Order::Cubic;
+        let on_main = !per_view || shared || cubic || !needs_field || held;
+        let planes: Vec<Result<_, String>> = if shared && !cubic {
+            // Field planes cached on the main engine: the views read them at once.
+            c.views
+                .par_iter()
+                .map(|v| one(engines.main.as_ref(), v))
+                .collect()
+        } else if on_main {
+            c.views
+                .iter()
+                .map(|v| one(engines.main.as_ref(), v))
+                .collect()
+        } else {
+            c.views
+                .par_iter()
+                .zip(&engines.per_view)
+                .map(|(v, e)| one(e.as_ref(), v))
+                .collect()
+        };
         planes
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?
@@ -1258,28 +1225,30 @@ pub fn compute_slices(
     })
 }
 
-/// The whole transformed volume on the CPU engine, one axis-0 plane at a time with
-/// [`CpuBackend::apply_slice`], calling `superseded(planes done, planes in all)` before each
-/// plane (a progress report): `Ok(None)` when it said yes, so a stale fill stops within one
-/// plane. The planes read the engine's cached volume field
-/// (computed first), so the values are those of [`Backend::apply`]. 2D images, identity plans
-/// and other output shapes are computed whole.
+/// The whole transformed volume on `engine`, one axis-0 plane at a time with
+/// [`Backend::apply_plane`], calling `superseded(planes done, planes in all)` before each plane
+/// (a progress report): `Ok(None)` when it said yes, so a stale fill stops within one plane. The
+/// planes read the engine's volume field (prepared first), so the values are those of
+/// [`Backend::apply`]. 2D images, identity plans and other output shapes are computed whole.
 pub fn fill_volume(
-    cpu: &CpuBackend,
+    engine: &dyn Backend,
     plan: &Plan,
     image: &Volume,
     label: Option<&Volume>,
     superseded: &dyn Fn(usize, usize) -> bool,
 ) -> Result<Option<(Volume, Option<Volume>, Timings)>, EngineError> {
     if image.ndim() != 3 || plan.is_identity() || plan.out_shape.is_some() {
-        return engine::apply_new(cpu, plan, image, label).map(Some);
+        return engine::apply_new(engine, plan, image, label).map(Some);
     }
     let t0 = Instant::now();
-    let mut timings = Timings::default();
-    if let Some((_, ms)) = cpu.field(plan, &image.shape) {
-        timings.field_ms = ms;
-    }
     let shape = &image.shape;
+    let mut timings = Timings {
+        field_ms: engine.prepare(Prepare::Field {
+            plan,
+            out_shape: shape,
+        })?,
+        ..Timings::default()
+    };
     let n: usize = shape.iter().product();
     let plane = shape[1] * shape[2];
     let mut img = vec![0f32; image.channels * n];
@@ -1297,7 +1266,11 @@ pub fn fill_volume(
         if superseded(z, shape[0]) {
             return Ok(None);
         }
-        let t = cpu.apply_slice(job, 0, z, &mut img_plane, lab_plane.as_deref_mut())?;
+        let out = Outputs {
+            image: &mut img_plane,
+            label: lab_plane.as_deref_mut(),
+        };
+        let t = engine.apply_plane(job, Plane { axis: 0, index: z }, None, out)?;
         timings.prefilter_ms += t.prefilter_ms;
         timings.resample_ms += t.resample_ms;
         scatter(&img_plane, &mut img, z);

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::augment::DoneList;
+use crate::engine::Backend;
 
 pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
@@ -117,19 +118,12 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     )
     .context("the transform failed")?;
     let mut backend_name = selected.backend.name();
+    let oom_retried = oom.is_some();
     if let Some(note) = oom {
         eprintln!("augscope: {note}");
         backend_name = "cpu".into();
         selected.note = Some(note);
     }
-    // The GPU that ran the transform also gives the coordinates and the displacement readout,
-    // from its cached field.
-    let gpu = match &a.backend {
-        BackendSpec::Cuda(ids) if backend_name.starts_with("cuda") => {
-            engine::cuda::CudaBackend::new(ids, a.precision).ok()
-        }
-        _ => None,
-    };
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
 
     let t2 = Instant::now();
@@ -145,26 +139,21 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let mut jacobian = None;
     if a.save_coords.is_some() || a.report.is_some() {
         let map = plan.compose(&image.shape)?;
-        let gpu_stats = gpu
-            .as_ref()
-            .and_then(|g| g.displacement_stats(&plan, &map.out_shape).ok());
-        // The coordinates feed both --save-coords and the report's Jacobian readout.
-        let gpu_coords = gpu
-            .as_ref()
-            .and_then(|g| g.coordinates(&plan, &image.shape).ok());
+        // The engine that ran the transform also gives the displacement readout and the
+        // coordinates (which feed --save-coords and the Jacobian readout), from its cached
+        // field; the CPU engine when that fails.
         let cpu = engine::cpu::CpuBackend::new();
-        let need_cpu_field = gpu_stats.is_none() || gpu_coords.is_none();
-        let field = if need_cpu_field {
-            cpu.field(&plan, &map.out_shape).map(|(f, _)| f)
+        let ran: &dyn Backend = if oom_retried {
+            &cpu
         } else {
-            None
+            selected.backend.as_ref()
         };
-        // |alpha| |G|: voxels in voxel space, millimetres in mm space (see `Space`); the other
-        // unit is bounded by the smallest and largest voxel size.
-        let alpha = plan.elastic.map_or(0.0, |e| e.alpha);
-        let stats = gpu_stats
-            .flatten()
-            .or_else(|| field.as_ref().map(|f| f.displacement_stats(alpha)));
+        let stats = ran
+            .displacement_stats(&plan, &map.out_shape)
+            .or_else(|_| cpu.displacement_stats(&plan, &map.out_shape))?;
+        let coords = ran
+            .coordinates(&plan, &image.shape)
+            .or_else(|_| cpu.coordinates(&plan, &image.shape))?;
         if let Some((max_v, rms_v)) = stats {
             let min_sp = image
                 .spacing_mm
@@ -185,13 +174,9 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
                 }),
             });
         }
-        let coords = match gpu_coords {
-            Some(c) => c,
-            None => engine::cpu::coordinates(&map, field.as_deref()),
-        };
-        // The field is no longer needed: free it (and the engine's cached copy) before the
-        // determinant takes its volume.
-        drop((field, cpu));
+        // The field is no longer needed: free it before the determinant takes its volume.
+        ran.clear_cache();
+        cpu.clear_cache();
         if let Some(p) = &a.save_coords {
             let mut shape = vec![map.ndim];
             shape.extend_from_slice(&map.out_shape);

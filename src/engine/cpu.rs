@@ -11,7 +11,9 @@ use rayon::prelude::*;
 use super::boundary::{Mode, SPLINE_PREPAD, fold_tap, map_coordinate};
 use super::field::ElasticField;
 use super::spline::{prefilter_cubic, spline_weights};
-use super::{Backend, EngineError, Job, Outputs, Timings, check_job};
+use super::{
+    Backend, EngineError, Job, Outputs, Plane, Prepare, Timings, check_job, check_job_region,
+};
 use crate::augment::{CoordMap, Order, Plan};
 use crate::core::FieldSpec;
 
@@ -24,10 +26,15 @@ pub struct CpuBackend {
     plane_cache: Mutex<Vec<(PlaneKey, Arc<FieldPlane>)>>,
     /// The last cubic coefficients, their key and their (padded) shape.
     coef_cache: Mutex<Option<CachedCoefficients>>,
+    /// The last displacement readout: ((field, alpha bits), (max, RMS)).
+    stats_cache: Mutex<Option<(StatsKey, (f64, f64))>>,
 }
 
 /// Cubic coefficients with their key and their (padded) shape.
 type CachedCoefficients = (CoefKey, Arc<Vec<f32>>, Vec<usize>);
+
+/// What a displacement readout depends on: the field and the bits of alpha.
+type StatsKey = (FieldSpec, u64);
 
 /// One plane of the unit field, per component.
 type FieldPlane = Vec<Vec<f32>>;
@@ -104,7 +111,7 @@ impl CpuBackend {
     }
 
     /// Makes the field planes of the three views through output voxel `cursor` (one plane normal
-    /// to each axis of a 3D grid) ready for [`Self::apply_slice`], computed together so that the
+    /// to each axis of a 3D grid) ready for [`Backend::apply_plane`], computed together so that the
     /// noise their slabs share is generated once ([`ElasticField::compute_planes_axes`]; same
     /// values as computing each alone). Nothing to do without an elastic field, when the volume
     /// field is cached, or when the planes are.
@@ -159,43 +166,19 @@ impl CpuBackend {
         }
     }
 
-    /// One output slice of a 3D transform, computed on its own (the interactive path: a slider
-    /// moves, only the slices on screen are computed): the plane `index` normal to `axis` of the
-    /// output grid, `channels * plane` values (C order of the other two axes) into `out_image`,
-    /// and the label plane into `out_label`. Same values as the same plane of [`Backend::apply`]
-    /// to f32 rounding of the elastic field.
-    pub fn apply_slice(
-        &self,
-        job: Job<'_>,
-        axis: usize,
-        index: usize,
-        out_image: &mut [f32],
-        out_label: Option<&mut [f32]>,
-    ) -> Result<Timings, EngineError> {
+    /// [`Backend::apply_plane`] on the CPU: the plane's field comes from the volume field when
+    /// it is cached, else from the plane cache or computed for the plane alone.
+    fn plane(&self, job: Job<'_>, plane: Plane, out: Outputs<'_>) -> Result<Timings, EngineError> {
         let t0 = Instant::now();
         let img = job.image;
-        job.plan.validate(img.ndim())?;
+        let Plane { axis, index } = plane;
+        check_job_region(&job, &out, Some((axis, index)))?;
         let map = job.plan.compose(&img.shape)?;
-        if map.ndim != 3 || axis >= 3 || index >= map.out_shape[axis] {
-            return Err(EngineError::Shape(format!(
-                "slice {index} along axis {axis} does not exist in a grid of shape {:?}",
-                map.out_shape
-            )));
-        }
         let plane_len: usize = (0..3)
             .filter(|&a| a != axis)
             .map(|a| map.out_shape[a])
             .product();
-        if out_image.len() != img.channels * plane_len
-            || out_label.as_ref().is_some_and(|l| {
-                job.label
-                    .is_none_or(|lv| l.len() != lv.channels * plane_len)
-            })
-        {
-            return Err(EngineError::Shape(
-                "slice output buffers have the wrong size".into(),
-            ));
-        }
+        let (out_image, out_label) = (out.image, out.label);
         let mut timings = Timings::default();
         let q_index = map.flip_index(axis, index);
         let field = self.field_plane(job.plan, &map.out_shape, axis, q_index);
@@ -307,6 +290,86 @@ impl Backend for CpuBackend {
         timings.resample_ms = t2.elapsed().as_secs_f64() * 1e3;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
+    }
+
+    fn apply_plane(
+        &self,
+        job: Job<'_>,
+        plane: Plane,
+        _resident: Option<u64>,
+        out: Outputs<'_>,
+    ) -> Result<Timings, EngineError> {
+        self.plane(job, plane, out)
+    }
+
+    fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
+        plan.validate(in_shape.len())?;
+        let map = plan.compose(in_shape)?;
+        let field = self.field(plan, &map.out_shape).map(|(f, _)| f);
+        Ok(coordinates(&map, field.as_deref()))
+    }
+
+    fn displacement_stats(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<(f64, f64)>, EngineError> {
+        let Some(spec) = plan.field_spec(out_shape) else {
+            return Ok(None);
+        };
+        let alpha = plan.elastic.map_or(0.0, |e| e.alpha);
+        let key = (spec, alpha.to_bits());
+        let mut last = self.stats_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, v)) = last.as_ref()
+            && *k == key
+        {
+            return Ok(Some(*v));
+        }
+        let Some((field, _)) = self.field(plan, out_shape) else {
+            return Ok(None);
+        };
+        let v = field.displacement_stats(alpha);
+        *last = Some((key, v));
+        Ok(Some(v))
+    }
+
+    fn prepare(&self, what: Prepare<'_>) -> Result<f64, EngineError> {
+        match what {
+            Prepare::Kernels => Ok(0.0),
+            Prepare::Field { plan, out_shape } => {
+                Ok(self.field(plan, out_shape).map_or(0.0, |(_, ms)| ms))
+            }
+            Prepare::Planes {
+                plan,
+                out_shape,
+                cursor,
+            } => {
+                let t = Instant::now();
+                self.prefill_field_planes(plan, out_shape, cursor);
+                Ok(t.elapsed().as_secs_f64() * 1e3)
+            }
+        }
+    }
+
+    fn holds_field(&self, plan: &Plan, out_shape: &[usize]) -> bool {
+        let Some(spec) = plan.field_spec(out_shape) else {
+            return false;
+        };
+        self.field_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|f| f.matches(&spec.shape, &spec.sigma_vox, spec.seed))
+    }
+
+    fn clear_cache(&self) {
+        *self.field_cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.plane_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        *self.coef_cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.stats_cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 

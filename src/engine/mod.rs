@@ -87,7 +87,35 @@ pub struct Outputs<'a> {
     pub label: Option<&'a mut [f32]>,
 }
 
-/// An engine that applies plans.
+/// One plane of a 3D output grid: the plane `index` normal to `axis` (the viewer's unit of work).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plane {
+    pub axis: usize,
+    pub index: usize,
+}
+
+/// What [`Backend::prepare`] makes ready ahead of the work that needs it.
+#[derive(Clone, Copy)]
+pub enum Prepare<'a> {
+    /// The kernels an interactive session may need (CUDA: the field kernels of every sigma, so
+    /// that moving sigma never waits for NVRTC); nothing on the CPU.
+    Kernels,
+    /// The plan's unit elastic field on `out_shape`, kept for the applies that follow.
+    Field {
+        plan: &'a Plan,
+        out_shape: &'a [usize],
+    },
+    /// The field planes of the three views through output voxel `cursor` (3D), made together so
+    /// that the noise they share is generated once.
+    Planes {
+        plan: &'a Plan,
+        out_shape: &'a [usize],
+        cursor: &'a [usize],
+    },
+}
+
+/// An engine that applies plans. Every caller (command line, batch, explorer, bench, Python)
+/// holds a `dyn Backend`: the engines differ only in where the work runs.
 pub trait Backend: Send + Sync {
     /// A short name for reports: `cpu`, `cuda:0`.
     fn name(&self) -> String;
@@ -98,6 +126,48 @@ pub trait Backend: Send + Sync {
     /// together, in batched launches; the default runs them one after another.
     fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
         jobs.into_iter().map(|(j, o)| self.apply(j, o)).collect()
+    }
+
+    /// One output plane of a 3D transform, computed on its own (a slider moves: only the planes
+    /// on screen are computed). `out` holds `channels` planes (C order of the other two axes),
+    /// and the label planes. `resident` is the caller's key of the image and label content: an
+    /// engine that copies the image to a device keeps it there for the next call with the same
+    /// key. The same values as that plane of [`Backend::apply`] (to f32 rounding of the field on
+    /// the CPU, which may compute the plane of the field alone).
+    fn apply_plane(
+        &self,
+        job: Job<'_>,
+        plane: Plane,
+        resident: Option<u64>,
+        out: Outputs<'_>,
+    ) -> Result<Timings, EngineError>;
+
+    /// The input coordinate of every output voxel, `(ndim, *out_shape)` f32 (`--save-coords`,
+    /// the Jacobian readout).
+    fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError>;
+
+    /// Largest and RMS elastic displacement `|alpha| |G|` of the plan's field over `out_shape`:
+    /// voxels, or millimetres when the plan's space is mm; `None` without a field.
+    fn displacement_stats(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<(f64, f64)>, EngineError>;
+
+    /// Makes `what` ready now; returns the milliseconds spent computing a field (0 when it was
+    /// ready or there is none).
+    fn prepare(&self, what: Prepare<'_>) -> Result<f64, EngineError>;
+
+    /// Whether the engine holds the plan's volume field on `out_shape` already (applies then
+    /// read it instead of computing the field or its planes); false without a field.
+    fn holds_field(&self, plan: &Plan, out_shape: &[usize]) -> bool;
+
+    /// Drops the cached field, coefficients and buffers.
+    fn clear_cache(&self);
+
+    /// The memory statistics of the devices the engine runs on (none for the CPU).
+    fn mem_stats(&self) -> Vec<crate::gpu::device::MemStats> {
+        Vec::new()
     }
 }
 
@@ -199,13 +269,13 @@ pub fn apply_new(
 
 /// The engine chosen for a request, and why, when it is not the one asked for.
 pub struct Selected {
-    pub backend: Box<dyn Backend>,
+    pub backend: std::sync::Arc<dyn Backend>,
     /// A one-line note for the user and the report (e.g. why the CPU engine runs instead).
     pub note: Option<String>,
 }
 
-/// Picks an engine: an explicit request first, else the best available, else the CPU. A CUDA
-/// request that cannot be met falls back to the CPU engine with a note, never an error.
+/// Picks an engine at the default precision ([`select::select`]): a CUDA request that cannot be
+/// met falls back to the CPU engine with a note, never an error.
 pub fn select_backend(spec: &BackendSpec) -> Selected {
     select::select(spec, Precision::default())
 }

@@ -5,37 +5,48 @@
 use super::cuda::CudaBackend;
 use super::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings};
 use crate::core::Plan;
+use std::sync::Arc;
 
 /// Chooses the engine for a request (DESIGN §6): an explicit CUDA request opens the devices; when
 /// that is impossible (no driver, no GPU, NVRTC missing or failing) the CPU engine runs and the
 /// note says why, in one line. `auto` and `cpu` run on the CPU: the data lives on the host.
 pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {
-    let cpu = || Box::new(super::cpu::CpuBackend::new());
-    match spec {
-        BackendSpec::Cpu | BackendSpec::Auto => Selected {
+    let cpu = || Arc::new(super::cpu::CpuBackend::new());
+    match open_cuda(spec, precision) {
+        None => Selected {
             backend: cpu(),
             note: None,
         },
-        BackendSpec::Cuda(ids) => match CudaBackend::new(ids, precision) {
-            Ok(b) => Selected {
-                backend: Box::new(b),
-                note: None,
-            },
-            Err(e) => {
-                let why = match &e {
-                    EngineError::CudaUnavailable(m) => m.clone(),
-                    other => other.to_string(),
-                };
-                Selected {
-                    backend: cpu(),
-                    note: Some(format!(
-                        "CUDA engine unavailable ({}); using the CPU engine",
-                        one_line(&why)
-                    )),
-                }
-            }
+        Some(Ok(b)) => Selected {
+            backend: b,
+            note: None,
         },
+        Some(Err(e)) => {
+            let why = match &e {
+                EngineError::CudaUnavailable(m) => m.clone(),
+                other => other.to_string(),
+            };
+            Selected {
+                backend: cpu(),
+                note: Some(format!(
+                    "CUDA engine unavailable ({}); using the CPU engine",
+                    one_line(&why)
+                )),
+            }
+        }
     }
+}
+
+/// The CUDA engine of a CUDA request, or why it cannot open; `None` for `cpu` and `auto`. For
+/// callers that say in their own words what runs instead (the explorer's panels).
+pub fn open_cuda(
+    spec: &BackendSpec,
+    precision: Precision,
+) -> Option<Result<Arc<dyn Backend>, EngineError>> {
+    let BackendSpec::Cuda(ids) = spec else {
+        return None;
+    };
+    Some(CudaBackend::new(ids, precision).map(|b| Arc::new(b) as Arc<dyn Backend>))
 }
 
 pub(crate) fn one_line(s: &str) -> String {

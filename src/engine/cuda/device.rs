@@ -520,13 +520,12 @@ impl DeviceEngine {
         let map = plan.compose(in_shape)?;
         let mut st = lock(&self.state);
         let n: usize = map.out_shape.iter().product();
-        let has_field = match plan.elastic {
-            Some(e) if e.alpha != 0.0 => {
-                let sigma_vox = plan.field_sigma_vox(map.ndim).unwrap_or_default();
-                self.ensure_field(&mut st, &sigma_vox, e.seed, &map.out_shape)?;
+        let has_field = match plan.field_spec(&map.out_shape) {
+            Some(spec) => {
+                self.ensure_field(&mut st, &spec)?;
                 true
             }
-            _ => false,
+            None => false,
         };
         let st = &mut *st;
         let stream = &self.dev.stream;
@@ -571,12 +570,11 @@ impl DeviceEngine {
         plan: &Plan,
         out_shape: &[usize],
     ) -> Result<Option<(f64, f64)>, EngineError> {
-        let Some(e) = plan.elastic.filter(|e| e.alpha != 0.0) else {
+        let (Some(spec), Some(e)) = (plan.field_spec(out_shape), plan.elastic) else {
             return Ok(None);
         };
         let mut st = lock(&self.state);
-        let sigma_vox = plan.field_sigma_vox(out_shape.len()).unwrap_or_default();
-        self.ensure_field(&mut st, &sigma_vox, e.seed, out_shape)?;
+        self.ensure_field(&mut st, &spec)?;
         let st = &mut *st;
         let n: usize = out_shape.iter().product();
         let stream = &self.dev.stream;
@@ -619,6 +617,14 @@ impl DeviceEngine {
         let max2 = f64::from_bits(v[0].to_bits());
         let a = e.alpha.abs();
         Ok(Some((a * max2.sqrt(), a * (v[1] / n.max(1) as f64).sqrt())))
+    }
+
+    /// Whether the unit field of `spec` is the one cached on the device.
+    pub(super) fn holds_field(&self, spec: &FieldSpec) -> bool {
+        lock(&self.state)
+            .field
+            .as_ref()
+            .is_some_and(|f| f.spec == *spec)
     }
 
     pub(super) fn drop_caches(&self) {

@@ -26,9 +26,7 @@ impl FieldTime {
 
 /// The cached unit field of one (seed, per-axis sigma in voxels, shape).
 pub(super) struct CachedField {
-    pub(super) seed: u64,
-    pub(super) sigma_vox: Vec<f64>,
-    pub(super) shape: Vec<usize>,
+    pub(super) spec: FieldSpec,
     pub(super) buf: DevBuf<f32>,
 }
 
@@ -329,24 +327,23 @@ impl DeviceEngine {
         Ok(())
     }
 
-    /// Makes sure the unit field of (seed, per-axis sigma in voxels, out_shape) is on the device.
+    /// Makes sure the unit field of `spec` is on the device.
     /// The passes are queued on the compute stream and not waited for, so that the caller can
     /// upload the image while they run; the returned [`FieldTime`] reads their device time later.
     pub(super) fn ensure_field(
         &self,
         st: &mut State,
-        sigma_vox: &[f64],
-        seed: u64,
-        shape: &[usize],
+        spec: &FieldSpec,
     ) -> Result<FieldTime, EngineError> {
-        if let Some(f) = &st.field
-            && f.seed == seed
-            && f.sigma_vox == sigma_vox
-            && f.shape == shape
-        {
+        if st.field.as_ref().is_some_and(|f| f.spec == *spec) {
             return Ok(FieldTime::Cached);
         }
         st.field = None;
+        let FieldSpec {
+            seed,
+            ref sigma_vox,
+            ref shape,
+        } = *spec;
         let ndim = shape.len();
         if sigma_vox.len() != ndim {
             return Err(EngineError::Cuda(format!(
@@ -406,9 +403,7 @@ impl DeviceEngine {
         }
         let e1 = self.event(stream)?;
         st.field = Some(CachedField {
-            seed,
-            sigma_vox: sigma_vox.to_vec(),
-            shape: shape.to_vec(),
+            spec: spec.clone(),
             buf,
         });
         Ok(FieldTime::Queued(e0, e1))

@@ -48,10 +48,12 @@ use cudarc::driver::{
 use rayon::prelude::*;
 
 use super::boundary::SPLINE_PREPAD;
-use super::{Backend, EngineError, Job, Outputs, Precision, Timings, check_job_region};
+use super::{
+    Backend, EngineError, Job, Outputs, Plane, Precision, Prepare, Timings, check_job_region,
+};
 
 use crate::core::gaussian::gaussian_kernel1d;
-use crate::core::{CoordMap, Mode, Order, Plan, Volume};
+use crate::core::{CoordMap, FieldSpec, Mode, Order, Plan, Volume};
 use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, ensure};
 use crate::gpu::device::{DeviceContext, MemStats};
 
@@ -114,33 +116,6 @@ impl CudaBackend {
         }
     }
 
-    /// The devices' memory statistics.
-    pub fn mem_stats(&self) -> Vec<MemStats> {
-        self.engines.iter().map(|e| e.dev.mem_stats()).collect()
-    }
-
-    /// `--save-coords` from the GPU: `(ndim, *out_shape)` f32 input coordinates.
-    pub fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
-        self.engines[0].coordinates(plan, in_shape)
-    }
-
-    /// Largest and RMS elastic displacement `|alpha| |G|`, from the device's cached field: voxels,
-    /// or millimetres when the plan's space is mm.
-    pub fn displacement_stats(
-        &self,
-        plan: &Plan,
-        out_shape: &[usize],
-    ) -> Result<Option<(f64, f64)>, EngineError> {
-        self.engines[0].displacement_stats(plan, out_shape)
-    }
-
-    /// Drops the cached field and buffers of every device of this backend.
-    pub fn clear_cache(&self) {
-        for e in &self.engines {
-            e.drop_caches();
-        }
-    }
-
     /// Applies many jobs, split across the backend's devices (job i on device i mod n), each
     /// device working through its share on its own thread: consecutive jobs of one kind
     /// ([`many_key`]) run together in batched launches ([`DeviceEngine::apply_many`]), as many
@@ -183,35 +158,6 @@ impl CudaBackend {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(EngineError::Cuda("a device worker stopped".into()))))
             .collect()
-    }
-}
-
-impl CudaBackend {
-    /// One output plane of a 3D transform, the plane `index` normal to `axis` (the viewer's path:
-    /// `out_image` holds `channels` planes, `out_label` the label planes), computed on the first
-    /// device: the kernel runs over that plane only and only the plane comes back. With
-    /// `image_key` (the caller's key of the image and label content), the next call with the same
-    /// key reuses the device copy instead of uploading again, so a slider move costs the plane,
-    /// not the volume. Same values as that plane of [`Backend::apply`].
-    pub fn apply_slice(
-        &self,
-        job: Job<'_>,
-        image_key: Option<u64>,
-        axis: usize,
-        index: usize,
-        out_image: &mut [f32],
-        out_label: Option<&mut [f32]>,
-    ) -> Result<Timings, EngineError> {
-        let region = Region {
-            plane: Some((axis, index)),
-            resident: image_key,
-            device: None,
-        };
-        let out = Outputs {
-            image: out_image,
-            label: out_label,
-        };
-        self.engines[0].apply_region(job, out, self.precision, region)
     }
 }
 
@@ -297,6 +243,68 @@ impl Backend for CudaBackend {
 
     fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
         self.apply_batch(jobs)
+    }
+
+    /// On the first device: the kernel runs over the plane only and only the plane comes back;
+    /// with `resident`, a slider move costs the plane, not the upload of the volume.
+    fn apply_plane(
+        &self,
+        job: Job<'_>,
+        plane: Plane,
+        resident: Option<u64>,
+        out: Outputs<'_>,
+    ) -> Result<Timings, EngineError> {
+        let region = Region {
+            plane: Some((plane.axis, plane.index)),
+            resident,
+            device: None,
+        };
+        self.engines[0].apply_region(job, out, self.precision, region)
+    }
+
+    /// From the first device, with its cached field.
+    fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
+        plan.validate(in_shape.len())?;
+        self.engines[0].coordinates(plan, in_shape)
+    }
+
+    /// From the first device's cached field, reduced on the device.
+    fn displacement_stats(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<(f64, f64)>, EngineError> {
+        self.engines[0].displacement_stats(plan, out_shape)
+    }
+
+    /// Kernels: the field kernels of every sigma bucket on every device (a few seconds, once per
+    /// device). A field is made inside the apply that needs it, timed there: preparing it
+    /// ahead does nothing here.
+    fn prepare(&self, what: Prepare<'_>) -> Result<f64, EngineError> {
+        if let Prepare::Kernels = what {
+            for e in &self.engines {
+                warm_field_kernels(e.dev.ordinal)?;
+            }
+        }
+        Ok(0.0)
+    }
+
+    fn holds_field(&self, plan: &Plan, out_shape: &[usize]) -> bool {
+        let Some(spec) = plan.field_spec(out_shape) else {
+            return false;
+        };
+        self.engines[0].holds_field(&spec)
+    }
+
+    /// Drops the cached field and buffers of every device of this backend.
+    fn clear_cache(&self) {
+        for e in &self.engines {
+            e.drop_caches();
+        }
+    }
+
+    fn mem_stats(&self) -> Vec<MemStats> {
+        self.engines.iter().map(|e| e.dev.mem_stats()).collect()
     }
 }
 

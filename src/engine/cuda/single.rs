@@ -129,10 +129,9 @@ impl DeviceEngine {
         }
         // Everything queued before the field: what the image and label uploads must wait for.
         let before_field = self.event(&stream)?;
-        let has_field = match elastic {
-            Some(e) => {
-                let sigma_vox = plan.field_sigma_vox(out_shape.len()).unwrap_or_default();
-                field_time = self.ensure_field(st, &sigma_vox, e.seed, &out_shape)?;
+        let has_field = match plan.field_spec(&out_shape) {
+            Some(spec) => {
+                field_time = self.ensure_field(st, &spec)?;
                 true
             }
             None => false,
