@@ -1,0 +1,104 @@
+//! Opening and saving files from the window: a scan and its label map handed to the worker, the
+//! system's file dialog or the built-in browser, and the augmented volume written in the
+//! background.
+
+use std::path::{Path, PathBuf};
+
+use super::{Command, Runtime, SAMPLE, SAMPLE_LABEL, browse};
+
+/// Writes the augmented volume to `path` (float32) and its label map, in its own type, beside it
+/// (`NAME_label.EXT`); each file appears whole or not at all.
+fn save_augmented(
+    path: &Path,
+    image: &crate::core::volume::Volume,
+    label: Option<&crate::core::volume::Volume>,
+) -> Result<String, String> {
+    use crate::io::{self, SaveOptions};
+    io::save(path, image, &SaveOptions { keep_dtype: false }).map_err(|e| e.to_string())?;
+    let mut note = format!("saved {}", path.display());
+    if let Some(l) = label {
+        let lp = label_path_beside(path);
+        io::save(&lp, l, &SaveOptions { keep_dtype: true }).map_err(|e| e.to_string())?;
+        note.push_str(&format!(" and {}", lp.display()));
+    }
+    Ok(note)
+}
+
+/// `dir/NAME_label.EXT` beside `dir/NAME.EXT` (`.nii.gz` counts as one extension).
+pub fn label_path_beside(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let (stem, ext) = match name.strip_suffix(".nii.gz") {
+        Some(s) => (s.to_string(), "nii.gz".to_string()),
+        None => match name.rsplit_once('.') {
+            Some((s, e)) => (s.to_string(), e.to_string()),
+            None => (name.clone(), "nii.gz".to_string()),
+        },
+    };
+    path.with_file_name(format!("{stem}_label.{ext}"))
+}
+
+/// Asks the worker to load `image` and `label` (the sample's label map with the sample).
+pub(super) fn open(rt: &mut Runtime, image: PathBuf, label: Option<PathBuf>) {
+    let label = label.or_else(|| (image == Path::new(SAMPLE)).then(|| PathBuf::from(SAMPLE_LABEL)));
+    match &rt.worker {
+        Some(w) => {
+            w.load(image.clone(), label);
+            rt.loading = Some(image);
+        }
+        None => rt.error = Some("the worker thread is not running".into()),
+    }
+}
+
+/// Shows the system's file dialog for `purpose`, else (there is none, or it cannot start) the
+/// built-in browser.
+pub(super) fn pick(rt: &mut Runtime, purpose: browse::Purpose) {
+    let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+    if browse::system_dialog_available() {
+        if let Err(e) = browse::system_dialog(purpose.clone(), rt.dialogs.0.clone()) {
+            rt.browse.show(
+                purpose,
+                start.as_deref(),
+                Some(format!("the system file dialog cannot start ({e})")),
+            );
+        }
+    } else {
+        rt.browse.show(
+            purpose,
+            start.as_deref(),
+            Some(
+                "no system file dialog (install xdg-desktop-portal-gtk or zenity): \
+                 augscope's own browser"
+                    .into(),
+            ),
+        );
+    }
+}
+
+/// Writes the current augmented volume and its label map to `path` on a thread of its own; what
+/// it comes to arrives as [`Command::Saved`].
+pub(super) fn save_in_background(rt: &mut Runtime, path: PathBuf) {
+    let full = rt.full.as_ref().filter(|f| f.generation == rt.generation);
+    match full {
+        None => rt.error = Some("nothing to save yet: the transform is still running".into()),
+        Some(f) => {
+            let (image, label) = (f.image.clone(), f.label.clone());
+            let tx = rt.dialogs.0.clone();
+            let ctx = rt.egui_ctx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("augscope-save".into())
+                .spawn(move || {
+                    let _ = tx.send(Command::Saved(save_augmented(
+                        &path,
+                        &image,
+                        label.as_deref(),
+                    )));
+                    ctx.request_repaint();
+                });
+            if let Err(e) = spawned {
+                rt.error = Some(format!("cannot start saving: {e}"));
+            }
+        }
+    }
+}

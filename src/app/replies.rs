@@ -1,0 +1,144 @@
+//! The worker's replies, taken once per frame: a loaded scan, the slices and the whole volume of
+//! a generation, progress, comparisons, FEBDS masks, devices and memory.
+
+use std::time::Instant;
+
+use super::state::State;
+use super::worker::{Loaded, Reply};
+use super::{App, Nav, Progress, Runtime, Scan, slices};
+
+impl App {
+    /// Takes the worker's replies and the commands the dialogs and background threads sent.
+    pub(super) fn receive(&mut self) {
+        let mut replies = vec![];
+        if let Some(w) = &self.rt.worker {
+            while let Some(r) = w.try_recv() {
+                replies.push(r);
+            }
+        }
+        while let Ok(cmd) = self.rt.dialogs.1.try_recv() {
+            self.apply(cmd);
+        }
+        let App { state, rt } = self;
+        rt.export.poll();
+        for r in replies {
+            match r {
+                Reply::Loaded(Ok(l)) => loaded(state, rt, l),
+                Reply::Loaded(Err(e)) => {
+                    rt.loading = None;
+                    rt.error = Some(e);
+                }
+                Reply::Slices(s) => {
+                    if s.generation == rt.generation {
+                        if let Some((g, _, t)) = &rt.sent
+                            && *g == s.generation
+                        {
+                            rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        rt.latency.slice_compute_ms = Some(s.elapsed_ms);
+                        rt.shown = Some(s);
+                    }
+                }
+                Reply::Filling(g) => rt.filling = Some(g),
+                Reply::Progress {
+                    generation,
+                    done,
+                    total,
+                } => {
+                    if generation == rt.generation {
+                        let first = match rt.progress {
+                            Some(p) if p.generation == generation => p.first,
+                            _ => (Instant::now(), done),
+                        };
+                        rt.progress = Some(Progress {
+                            generation,
+                            done,
+                            total,
+                            first,
+                        });
+                    }
+                }
+                Reply::Full(f) => {
+                    if f.generation == rt.generation {
+                        if let Some((g, _, t)) = &rt.sent
+                            && *g == f.generation
+                            && rt.shown.as_ref().is_none_or(|s| s.generation != *g)
+                        {
+                            rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        // A run's note, else the scan's own (e.g. why its label map was not
+                        // used), which stays as long as the scan is open.
+                        rt.note = f
+                            .note
+                            .clone()
+                            .or_else(|| rt.scan.as_ref().and_then(|s| s.loaded.note.clone()));
+                        rt.full = Some(f);
+                        rt.shown = None;
+                    }
+                }
+                Reply::Compared(c) => rt.comparison = Some(c),
+                Reply::Masks(m) => rt.masks = Some(m),
+                Reply::Failed {
+                    generation,
+                    message,
+                } => {
+                    if generation == rt.generation {
+                        rt.error = Some(message);
+                    }
+                }
+                Reply::Devices(d) => rt.devices = Some(d),
+                Reply::Memory(m) => rt.memory = m,
+            }
+        }
+    }
+}
+
+/// A scan has loaded: its window, views and cursor; everything computed for the last one is
+/// dropped.
+fn loaded(state: &mut State, rt: &mut Runtime, l: Loaded) {
+    rt.loading = None;
+    rt.error = None;
+    rt.note = l.note.clone();
+    state.push_recent(l.path.clone(), l.label_path.clone());
+    let before = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+    state.switch_scan(before.as_deref(), &l.path);
+    let views = slices::views(&l.image);
+    let cursor = l.image.shape.iter().map(|n| n / 2).collect();
+    if state.display.wl_path.as_deref() != Some(l.path.as_path()) || state.display.level.is_none() {
+        // The file's own window (DICOM window centre and width) where it has
+        // one, else the percentiles; "Auto" always takes the percentiles.
+        match l.image.default_window {
+            Some((c, w)) if c.is_finite() && w.is_finite() && w > 0.0 => {
+                state.display.level = Some(c as f32);
+                state.display.width = Some(w as f32);
+            }
+            _ => {
+                let (lo, hi) = l.auto_window;
+                state.display.level = Some(0.5 * (lo + hi));
+                state.display.width = Some((hi - lo).max(1e-6));
+            }
+        }
+        state.display.wl_path = Some(l.path.clone());
+    }
+    let nav = Nav {
+        zoom: rt.initial_zoom.unwrap_or(1.0),
+        ..Nav::default()
+    };
+    rt.nav = vec![nav; views.len()];
+    rt.active_view = 0;
+    rt.scan = Some(Scan {
+        loaded: l,
+        views,
+        cursor,
+        frame: 0,
+    });
+    rt.full = None;
+    rt.shown = None;
+    rt.original_cursor.clear();
+    rt.comparison = None;
+    rt.compare_sent = None;
+    rt.sent = None;
+    rt.masks = None;
+    rt.mask_sent = None;
+    rt.generation += 1;
+}

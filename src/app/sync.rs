@@ -1,0 +1,215 @@
+//! What the views need from the worker, sent once per frame: the transform of the current
+//! parameters, planes cut from the whole volume once it is there, the CPU vs GPU comparison, and
+//! the FEBDS masks of the planes on screen.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::App;
+use super::slices::{self, DisplaySlice};
+use super::worker::{Compute, FilterStep, MaskRequest, SliceSet};
+
+impl App {
+    /// The FEBDS planes the views want masks of (original and augmented planes on screen), when
+    /// the overlay is on.
+    pub fn mask_planes(&self) -> Option<(crate::filter::FebdsMethod, Vec<Arc<DisplaySlice>>)> {
+        let method = self.state.params.filter.febds()?;
+        let rt = &self.rt;
+        let shown = rt
+            .shown
+            .as_ref()
+            .filter(|s| s.generation == rt.generation)?;
+        let mut planes: Vec<Arc<DisplaySlice>> = shown.image.clone();
+        if self.state.display.side_by_side {
+            planes.extend(rt.original.iter().cloned());
+        }
+        Some((method, planes))
+    }
+
+    /// Whether masks were asked for and have not all arrived.
+    pub(super) fn masks_pending(&self) -> bool {
+        let Some((method, planes)) = self.mask_planes() else {
+            return false;
+        };
+        let ids: Vec<u64> = planes.iter().map(|p| p.id).collect();
+        self.rt.masks.as_ref().is_none_or(|m| {
+            m.method != method || ids.iter().any(|id| !m.masks.iter().any(|(i, _)| i == id))
+        })
+    }
+
+    /// Sends what the views need and extracts planes that are at hand.
+    pub(super) fn sync(&mut self) {
+        let App { state, rt } = self;
+        let Some(scan) = &rt.scan else {
+            return;
+        };
+        if rt.applied.as_ref() != Some(&state.params) {
+            if rt.applied.is_some() {
+                rt.generation += 1;
+            }
+            rt.applied = Some(state.params.clone());
+        }
+        if rt.work_started.is_none_or(|(g, _)| g != rt.generation) {
+            rt.work_started = Some((rt.generation, Instant::now()));
+        }
+        let img = &scan.loaded.image;
+        if rt.original_cursor != scan.cursor || rt.original.len() != scan.views.len() {
+            rt.original = scan
+                .views
+                .iter()
+                .map(|v| {
+                    let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                    slices::extract(&img.data, &img.shape, img.channels, &img.spacing_mm, v, idx)
+                })
+                .collect();
+            rt.original_label = scan
+                .views
+                .iter()
+                .map(|v| {
+                    let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                    scan.loaded
+                        .label
+                        .as_ref()
+                        .map(|l| slices::extract(&l.data, &l.shape, 1, &img.spacing_mm, v, idx))
+                })
+                .collect();
+            rt.original_cursor = scan.cursor.clone();
+        }
+        let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
+        let spec = state.params.backend.spec(have_cuda);
+        let nd = img.ndim();
+        let plan = state.params.to_plan(nd, &img.spacing_mm);
+        let fp = &state.params.filter;
+        let filter = fp
+            .intensity_filter(scan.loaded.range.1)
+            .map(|filter| FilterStep {
+                filter,
+                boundary: fp.boundary(),
+                stage: fp.stage,
+            });
+        match &rt.full {
+            Some(f) if f.generation == rt.generation => {
+                let fresh = rt
+                    .shown
+                    .as_ref()
+                    .is_some_and(|s| s.generation == f.generation && s.cursor == scan.cursor);
+                if !fresh {
+                    let image = scan
+                        .views
+                        .iter()
+                        .map(|v| {
+                            let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                            slices::extract(
+                                &f.image.data,
+                                &f.image.shape,
+                                f.image.channels,
+                                &img.spacing_mm,
+                                v,
+                                idx,
+                            )
+                        })
+                        .collect();
+                    let label = scan
+                        .views
+                        .iter()
+                        .map(|v| {
+                            let idx = v.normal.map_or(0, |a| scan.cursor[a]);
+                            f.label.as_ref().map(|l| {
+                                slices::extract(&l.data, &l.shape, 1, &img.spacing_mm, v, idx)
+                            })
+                        })
+                        .collect();
+                    rt.shown = Some(SliceSet {
+                        generation: f.generation,
+                        cursor: scan.cursor.clone(),
+                        image,
+                        label,
+                        elapsed_ms: 0.0,
+                        filter: f.filter.clone(),
+                        unfiltered: false,
+                    });
+                }
+            }
+            _ => {
+                let sent = rt
+                    .sent
+                    .as_ref()
+                    .is_some_and(|(g, c, _)| *g == rt.generation && *c == scan.cursor);
+                if !sent && let Some(w) = &rt.worker {
+                    w.compute(Compute {
+                        generation: rt.generation,
+                        plan: plan.clone(),
+                        backend: spec.clone(),
+                        precision: state.params.precision,
+                        cursor: scan.cursor.clone(),
+                        views: scan.views.clone(),
+                        slices_first: nd == 3,
+                        filter: filter.clone(),
+                        model: state.params.preview_as,
+                    });
+                    rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
+                }
+            }
+        }
+        if state.show_compare
+            && rt.compare_sent != Some(rt.generation)
+            && let Some(w) = &rt.worker
+        {
+            w.compare(Compute {
+                generation: rt.generation,
+                plan,
+                backend: spec,
+                precision: state.params.precision,
+                cursor: scan.cursor.clone(),
+                views: scan.views.clone(),
+                slices_first: false,
+                filter: None,
+                model: Default::default(),
+            });
+            rt.compare_sent = Some(rt.generation);
+        }
+        self.request_masks();
+    }
+
+    /// Asks the worker for the FEBDS masks of the planes on screen when they changed.
+    fn request_masks(&mut self) {
+        let Some((method, planes)) = self.mask_planes() else {
+            return;
+        };
+        let ids: Vec<u64> = planes.iter().map(|p| p.id).collect();
+        if self.rt.mask_sent.as_ref() == Some(&(method, ids.clone())) {
+            return;
+        }
+        let (offset, factor) = febds_map(self.scan_range());
+        let have_cuda = self
+            .rt
+            .devices
+            .as_ref()
+            .is_some_and(|d| !d.devices.is_empty());
+        if let Some(w) = &self.rt.worker {
+            w.masks(MaskRequest {
+                method,
+                planes,
+                offset,
+                factor,
+                backend: self.state.params.backend.spec(have_cuda),
+                precision: self.state.params.precision,
+            });
+            self.rt.mask_sent = Some((method, ids));
+        }
+    }
+}
+
+/// FEBDS reads 12-bit intensities (0..4095: its gamma and Otsu histogram assume them). A scan
+/// whose values lie in [0, 4095] with a maximum above 255 is taken as 12-bit data and passed
+/// unchanged (`x ↦ x`); any other (8-bit images, floats, CT in HU) is mapped linearly from its
+/// [min, max] onto [0, 4095]. Returns `(offset, factor)` of `x ↦ (x − offset) · factor`.
+pub fn febds_map((lo, hi): (f32, f32)) -> (f32, f32) {
+    if lo >= 0.0 && hi <= 4095.0 && hi > 255.0 {
+        (0.0, 1.0)
+    } else if hi > lo {
+        (lo, 4095.0 / (hi - lo))
+    } else {
+        (lo, 1.0)
+    }
+}
