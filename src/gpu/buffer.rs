@@ -1,9 +1,14 @@
-//! Device buffers counted by the device's memory tracker, buffers borrowed from a caller, and the
-//! raw output pointer shared by the threads that scatter a batch.
+//! Device buffers counted by the device's memory tracker, buffers borrowed from a caller, the
+//! pinned staging memory every host-device copy goes through, and the raw output pointer shared
+//! by the threads that scatter a batch.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
+};
+use rayon::prelude::*;
 
 use super::GpuError;
 use super::device::{self, DeviceContext, driver_error};
@@ -102,5 +107,120 @@ impl SendPtr {
         // SAFETY: `start + len <= total`, the length of the `&mut [f32]` this pointer came from,
         // which outlives every call; the chunks handed out by `download` never overlap.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+/// Elements per transfer of a staged copy: the host fills (or drains) one chunk while the one
+/// before it transfers.
+const CHUNK: usize = 4 << 20;
+/// Elements each host thread fills or drains at a time within a chunk.
+const PIECE: usize = 1 << 16;
+
+/// Page-locked host memory, kept between calls and grown when a copy needs more, through which
+/// uploads and downloads go chunk by chunk (see [`Staging::upload`], [`Staging::download`]).
+pub struct Staging<T: DeviceRepr>(Option<PinnedHostSlice<T>>);
+
+impl<T: DeviceRepr> Default for Staging<T> {
+    fn default() -> Self {
+        Staging(None)
+    }
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync> Staging<T> {
+    /// The page-locked bytes held.
+    pub fn bytes(&self) -> usize {
+        self.0.as_ref().map_or(0, |p| p.num_bytes())
+    }
+
+    /// At least `len` elements of page-locked memory.
+    fn host(&mut self, dev: &DeviceContext, len: usize) -> Result<&mut [T], GpuError> {
+        if self.0.as_ref().is_none_or(|p| p.len() < len) {
+            self.0 = None;
+            // SAFETY: page-locked host memory of len elements; every element a transfer reads is
+            // written first (by `fill` before an upload, by the transfer before `take` reads it
+            // after a download).
+            let p = unsafe { dev.ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }
+                .map_err(|e| driver_error("pinned host memory", e))?;
+            self.0 = Some(p);
+        }
+        let Some(p) = self.0.as_mut() else {
+            return Err(GpuError::Cuda("pinned buffer missing".into()));
+        };
+        p.as_mut_slice()
+            .map_err(|e| driver_error("pinned host memory", e))
+    }
+
+    /// Copies `src_len` elements to `dst` on the device's copy stream: `fill(start, chunk)`
+    /// writes the values `start..start + chunk.len()`, in parallel pieces, while the chunk before
+    /// transfers. The transfers wait for the compute-stream work before `after` when given (the
+    /// kernels queued since, such as the elastic field, never read `dst` and run meanwhile),
+    /// else for everything queued on it; the compute stream then waits for the transfers.
+    pub fn upload(
+        &mut self,
+        dev: &DeviceContext,
+        dst: &mut CudaSlice<T>,
+        src_len: usize,
+        fill: impl Fn(usize, &mut [T]) + Sync,
+        after: Option<&CudaEvent>,
+    ) -> Result<(), GpuError> {
+        let host = self.host(dev, src_len)?;
+        let cs = &dev.copy_stream;
+        // The staging memory is refilled below: the copies of an earlier upload that read it
+        // must be done (a label map right after its image would otherwise race the image's
+        // transfer of a small volume).
+        cs.synchronize().map_err(|e| driver_error("upload", e))?;
+        // Wait for earlier kernels that may still read the buffer being overwritten.
+        match after {
+            Some(ev) => cs.wait(ev),
+            None => cs.join(&dev.stream),
+        }
+        .map_err(|e| driver_error("stream ordering", e))?;
+        for start in (0..src_len).step_by(CHUNK) {
+            let end = (start + CHUNK).min(src_len);
+            host[start..end]
+                .par_chunks_mut(PIECE)
+                .enumerate()
+                .for_each(|(i, c)| fill(start + i * PIECE, c));
+            let mut view = dst.slice_mut(start..end);
+            cs.memcpy_htod(&host[start..end], &mut view)
+                .map_err(|e| driver_error("upload", e))?;
+        }
+        dev.stream
+            .join(cs)
+            .map_err(|e| driver_error("stream ordering", e))
+    }
+
+    /// Copies `src_len` elements from the device on the compute stream, handing each chunk to
+    /// `take(start, chunk)` (which converts it into the caller's buffer, in parallel pieces)
+    /// while the next one transfers.
+    pub fn download(
+        &mut self,
+        dev: &DeviceContext,
+        src: &CudaSlice<T>,
+        src_len: usize,
+        take: impl Fn(usize, &[T]) + Sync,
+    ) -> Result<(), GpuError> {
+        let host = self.host(dev, src_len)?;
+        let stream = &dev.stream;
+        let mut events = vec![];
+        for start in (0..src_len).step_by(CHUNK) {
+            let end = (start + CHUNK).min(src_len);
+            let view = src.slice(start..end);
+            stream
+                .memcpy_dtoh(&view, &mut host[start..end])
+                .map_err(|e| driver_error("download", e))?;
+            let ev = stream
+                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| driver_error("cannot record an event", e))?;
+            events.push((start, end, ev));
+        }
+        for (start, end, ev) in events {
+            ev.synchronize().map_err(|e| driver_error("download", e))?;
+            host[start..end]
+                .par_chunks(PIECE)
+                .enumerate()
+                .for_each(|(i, c)| take(start + i * PIECE, c));
+        }
+        Ok(())
     }
 }

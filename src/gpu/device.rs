@@ -378,6 +378,9 @@ pub struct DeviceContext {
     pub ctx: Arc<CudaContext>,
     /// The stream kernels and copies run on.
     pub stream: Arc<CudaStream>,
+    /// The stream uploads run on (see [`super::buffer::Staging::upload`]), so that a transfer
+    /// overlaps kernels queued on `stream` that do not read its target.
+    pub copy_stream: Arc<CudaStream>,
     pub tracker: Arc<MemTracker>,
     /// NVRTC's target, `sm_XY` from the compute capability.
     pub arch: Option<&'static str>,
@@ -405,6 +408,9 @@ impl DeviceContext {
         let stream = ctx
             .new_stream()
             .map_err(|e| driver_error("cannot create a stream", e))?;
+        let copy_stream = ctx
+            .new_stream()
+            .map_err(|e| driver_error("cannot create a stream", e))?;
         let cc = ctx
             .compute_capability()
             .map_err(|e| driver_error("cannot read the compute capability", e))?;
@@ -416,6 +422,7 @@ impl DeviceContext {
             compute_capability: cc,
             ctx,
             stream,
+            copy_stream,
             tracker: Arc::new(MemTracker::new(limit)),
             pinned_bytes: AtomicUsize::new(0),
             functions: Mutex::default(),
@@ -492,6 +499,7 @@ impl DeviceContext {
 impl Drop for DeviceContext {
     fn drop(&mut self) {
         // Buffers free themselves on their stream; wait so that nothing outlives the scope.
+        let _ = self.copy_stream.synchronize();
         let _ = self.stream.synchronize();
     }
 }

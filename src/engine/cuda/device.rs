@@ -22,8 +22,8 @@ pub(super) struct Workspace {
     pub(super) dummy_out: Option<DevBuf<f32>>,
     /// Philox keys of the samples of a field launch.
     pub(super) keys: Option<DevBuf<u32>>,
-    pub(super) pin_f32: Option<PinnedHostSlice<f32>>,
-    pub(super) pin_u16: Option<PinnedHostSlice<u16>>,
+    pub(super) pin_f32: Staging<f32>,
+    pub(super) pin_u16: Staging<u16>,
 }
 
 impl Workspace {
@@ -82,7 +82,6 @@ pub struct DeviceArrays {
 /// process that uses the device.
 pub struct DeviceEngine {
     pub dev: DeviceContext,
-    pub(super) copy_stream: Arc<CudaStream>,
     pub(super) state: Mutex<State>,
 }
 
@@ -115,16 +114,11 @@ impl DeviceEngine {
         let dev = DeviceContext::open(ordinal)?;
         nvrtc_version().map_err(EngineError::CudaUnavailable)?;
         // SAFETY: augscope orders its work itself: every buffer is used on `dev.stream`, except
-        // uploads on `copy_stream`, which the compute stream waits for with an event before any
-        // kernel reads them; so cudarc's per-buffer event tracking is not needed.
+        // uploads on `dev.copy_stream`, which the compute stream waits for before any kernel
+        // reads them; so cudarc's per-buffer event tracking is not needed.
         unsafe { dev.ctx.disable_event_tracking() };
-        let copy_stream = dev
-            .ctx
-            .new_stream()
-            .map_err(|e| driver_error("cannot create a stream", e))?;
         let eng = DeviceEngine {
             dev,
-            copy_stream,
             state: Mutex::default(),
         };
         // Build and load one kernel now, so that a broken NVRTC or driver shows at selection, not
@@ -165,8 +159,8 @@ impl DeviceEngine {
             .map_err(|e| driver_error("cannot record an event", e))
     }
 
-    /// Copies f32 values to the device through the engine's pinned staging buffer ([`Self::upload`]),
-    /// for other kernel families (the filters) on this device's stream.
+    /// Copies f32 values to the device through the engine's pinned staging buffer, for
+    /// other kernel families (the filters) on this device's stream.
     pub(crate) fn upload_f32(
         &self,
         src: &[f32],
@@ -175,142 +169,25 @@ impl DeviceEngine {
         let mut st = lock(&self.state);
         // The workspace's image now holds something else: no call may reuse it by key.
         st.resident = None;
-        let pin = &mut st.ws.pin_f32;
-        self.upload(pin, dst, src.len(), |s, c| {
-            c.copy_from_slice(&src[s..s + c.len()])
-        })
+        let fill = |s: usize, c: &mut [f32]| c.copy_from_slice(&src[s..s + c.len()]);
+        Ok(st
+            .ws
+            .pin_f32
+            .upload(&self.dev, dst, src.len(), fill, None)?)
     }
 
     /// Copies the first `out.len()` f32 values of `src` to the host through the engine's pinned
-    /// staging buffer ([`Self::download`]).
+    /// staging buffer.
     pub(crate) fn download_f32(
         &self,
         src: &CudaSlice<f32>,
         out: &mut [f32],
     ) -> Result<(), EngineError> {
         let mut st = lock(&self.state);
-        let pin = &mut st.ws.pin_f32;
         let ptr = SendPtr(out.as_mut_ptr());
         let len = out.len();
-        self.download(pin, src, len, |s, c| {
-            ptr.slice(s, c.len(), len).copy_from_slice(c);
-        })
-    }
-
-    /// Copies `src` to the device through pinned staging memory, in chunks, so that the host copy
-    /// of one chunk overlaps the transfer of the one before. The transfers wait for every kernel
-    /// queued so far (one may still read `dst`).
-    pub(super) fn upload<
-        T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + Default,
-    >(
-        &self,
-        pin: &mut Option<PinnedHostSlice<T>>,
-        dst: &mut CudaSlice<T>,
-        src_len: usize,
-        fill: impl Fn(usize, &mut [T]) + Sync,
-    ) -> Result<(), EngineError> {
-        self.upload_after(pin, dst, src_len, fill, None)
-    }
-
-    /// [`Self::upload`], with the transfers waiting only for the compute-stream work before
-    /// `after` when given: kernels queued since (the elastic field, which never reads `dst`) run
-    /// while the image transfers.
-    pub(super) fn upload_after<
-        T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync + Default,
-    >(
-        &self,
-        pin: &mut Option<PinnedHostSlice<T>>,
-        dst: &mut CudaSlice<T>,
-        src_len: usize,
-        fill: impl Fn(usize, &mut [T]) + Sync,
-        after: Option<&cudarc::driver::CudaEvent>,
-    ) -> Result<(), EngineError> {
-        const CHUNK: usize = 4 << 20;
-        if pin.as_ref().is_none_or(|p| p.len() < src_len) {
-            *pin = None;
-            // SAFETY: page-locked host memory of src_len elements; every element is written by
-            // `fill` before the transfer that reads it.
-            let p = unsafe { self.dev.ctx.alloc_pinned_with_flags::<T>(src_len.max(1), 0) }
-                .map_err(|e| driver_error("pinned host memory", e))?;
-            *pin = Some(p);
-        }
-        let Some(p) = pin.as_mut() else {
-            return Err(EngineError::Cuda("pinned buffer missing".into()));
-        };
-        let host = p
-            .as_mut_slice()
-            .map_err(|e| driver_error("pinned host memory", e))?;
-        let cs = &self.copy_stream;
-        // The staging buffer is refilled below: the copies of an earlier upload that read it
-        // must be done (a label map right after its image would otherwise race the image's
-        // transfer of a small volume).
-        cs.synchronize().map_err(|e| driver_error("upload", e))?;
-        // Wait for earlier kernels that may still read the buffer being overwritten.
-        match after {
-            Some(ev) => cs.wait(ev),
-            None => cs.join(&self.dev.stream),
-        }
-        .map_err(|e| driver_error("stream ordering", e))?;
-        for start in (0..src_len).step_by(CHUNK) {
-            let end = (start + CHUNK).min(src_len);
-            host[start..end]
-                .par_chunks_mut(1 << 16)
-                .enumerate()
-                .for_each(|(i, c)| fill(start + i * (1 << 16), c));
-            let mut view = dst.slice_mut(start..end);
-            cs.memcpy_htod(&host[start..end], &mut view)
-                .map_err(|e| driver_error("upload", e))?;
-        }
-        self.dev
-            .stream
-            .join(cs)
-            .map_err(|e| driver_error("stream ordering", e))?;
-        Ok(())
-    }
-
-    /// Copies `src_len` elements from the device to the host, chunk by chunk, handing each chunk
-    /// to `take` (which converts it into the caller's buffer) while the next one transfers.
-    pub(super) fn download<T: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Send + Sync>(
-        &self,
-        pin: &mut Option<PinnedHostSlice<T>>,
-        src: &CudaSlice<T>,
-        src_len: usize,
-        take: impl Fn(usize, &[T]) + Sync,
-    ) -> Result<(), EngineError> {
-        const CHUNK: usize = 4 << 20;
-        if pin.as_ref().is_none_or(|p| p.len() < src_len) {
-            *pin = None;
-            // SAFETY: page-locked host memory of src_len elements, written by the transfers
-            // below before `take` reads it (each chunk after its event completes).
-            let p = unsafe { self.dev.ctx.alloc_pinned_with_flags::<T>(src_len.max(1), 0) }
-                .map_err(|e| driver_error("pinned host memory", e))?;
-            *pin = Some(p);
-        }
-        let Some(p) = pin.as_mut() else {
-            return Err(EngineError::Cuda("pinned buffer missing".into()));
-        };
-        let host = p
-            .as_mut_slice()
-            .map_err(|e| driver_error("pinned host memory", e))?;
-        let stream = &self.dev.stream;
-        let mut events = vec![];
-        for start in (0..src_len).step_by(CHUNK) {
-            let end = (start + CHUNK).min(src_len);
-            let view = src.slice(start..end);
-            stream
-                .memcpy_dtoh(&view, &mut host[start..end])
-                .map_err(|e| driver_error("download", e))?;
-            events.push((start, end, self.event(stream)?));
-        }
-        for (start, end, ev) in events {
-            ev.synchronize().map_err(|e| driver_error("download", e))?;
-            let chunk = &host[start..end];
-            chunk
-                .par_chunks(1 << 16)
-                .enumerate()
-                .for_each(|(i, c)| take(start + i * (1 << 16), c));
-        }
-        Ok(())
+        let take = |s: usize, c: &[f32]| ptr.slice(s, c.len(), len).copy_from_slice(c);
+        Ok(st.ws.pin_f32.download(&self.dev, src, len, take)?)
     }
 
     pub(super) fn apply(
@@ -369,9 +246,8 @@ impl DeviceEngine {
         };
         timings.prefilter_ms = ms(pre0, pre1)?;
         timings.resample_ms = ms(rs0, rs1)?;
-        let pinned = ws.pin_f32.as_ref().map_or(0, |p| p.num_bytes())
-            + ws.pin_u16.as_ref().map_or(0, |p| p.num_bytes());
-        self.dev.set_pinned_bytes(pinned);
+        self.dev
+            .set_pinned_bytes(ws.pin_f32.bytes() + ws.pin_u16.bytes());
         Ok(())
     }
 

@@ -105,9 +105,13 @@ impl DeviceEngine {
             .collect();
         let per = channels * n_in;
         let buf = ensure(&self.dev, &mut ws.img_f32, copies * per, "the images")?;
-        self.upload(&mut ws.pin_f32, &mut buf.s, copies * per, |s, c| {
-            fill_stacked(&imgs, per, s, c)
-        })?;
+        ws.pin_f32.upload(
+            &self.dev,
+            &mut buf.s,
+            copies * per,
+            |s, c| fill_stacked(&imgs, per, s, c),
+            None,
+        )?;
         if lab_channels > 0 {
             let labs: Vec<&[f32]> = todo[..copies]
                 .iter()
@@ -115,9 +119,13 @@ impl DeviceEngine {
                 .collect();
             let per = lab_channels * n_in;
             let buf = ensure(&self.dev, &mut ws.lab_in, copies * per, "the label maps")?;
-            self.upload(&mut ws.pin_f32, &mut buf.s, copies * per, |s, c| {
-                fill_stacked(&labs, per, s, c)
-            })?;
+            ws.pin_f32.upload(
+                &self.dev,
+                &mut buf.s,
+                copies * per,
+                |s, c| fill_stacked(&labs, per, s, c),
+                None,
+            )?;
         }
         timings.upload_ms = t_up.elapsed().as_secs_f64() * 1e3;
 
@@ -321,7 +329,7 @@ impl DeviceEngine {
             .collect();
         let per = channels * n_out;
         let src = ws.out_f32.as_ref().ok_or_else(missing)?;
-        self.download(&mut ws.pin_f32, &src.s, b * per, |s, c| {
+        ws.pin_f32.download(&self.dev, &src.s, b * per, |s, c| {
             scatter_stacked(&outs, per, s, c)
         })?;
         if lab_channels > 0 {
@@ -337,7 +345,7 @@ impl DeviceEngine {
                 .collect();
             let per = lab_channels * n_out;
             let src = ws.lab_out.as_ref().ok_or_else(missing)?;
-            self.download(&mut ws.pin_f32, &src.s, b * per, |s, c| {
+            ws.pin_f32.download(&self.dev, &src.s, b * per, |s, c| {
                 scatter_stacked(&outs, per, s, c)
             })?;
         }

@@ -43,9 +43,8 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use rayon::prelude::*;
 
 use super::boundary::SPLINE_PREPAD;
 use super::{
@@ -54,7 +53,7 @@ use super::{
 
 use crate::core::gaussian::gaussian_kernel1d;
 use crate::core::{CoordMap, FieldSpec, Mode, Order, Plan, Volume};
-use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, ensure};
+use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, Staging, ensure};
 use crate::gpu::device::{DeviceContext, MemStats};
 
 /// A one-dimensional launch of `n` threads.

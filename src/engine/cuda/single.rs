@@ -174,8 +174,8 @@ impl DeviceEngine {
             } else {
                 |v| half::bf16::from_f32(v).to_bits()
             };
-            self.upload_after(
-                &mut ws.pin_u16,
+            ws.pin_u16.upload(
+                &self.dev,
                 &mut buf.s,
                 img_len,
                 |s, c| {
@@ -189,8 +189,8 @@ impl DeviceEngine {
         } else {
             let buf = ensure(&self.dev, &mut ws.img_f32, img_len, "the image")?;
             let data = &img.data;
-            self.upload_after(
-                &mut ws.pin_f32,
+            ws.pin_f32.upload(
+                &self.dev,
                 &mut buf.s,
                 img_len,
                 |s, c| c.copy_from_slice(&data[s..s + c.len()]),
@@ -200,8 +200,8 @@ impl DeviceEngine {
         if let (Some(l), false, None) = (job.label, reuse, dio) {
             let buf = ensure(&self.dev, &mut ws.lab_in, l.data.len(), "the label map")?;
             let data = &l.data;
-            self.upload_after(
-                &mut ws.pin_f32,
+            ws.pin_f32.upload(
+                &self.dev,
                 &mut buf.s,
                 data.len(),
                 |s, c| c.copy_from_slice(&data[s..s + c.len()]),
@@ -361,26 +361,29 @@ impl DeviceEngine {
             } else {
                 |b| half::bf16::from_bits(b).to_f32()
             };
-            self.download(&mut ws.pin_u16, &src.s, channels * n_out, |s, c| {
-                // SAFETY-free: disjoint ranges of `out.image` per chunk (see SendPtr::slice).
-                let o = out_ptr.slice(s, c.len(), out_len);
-                for (o, &b) in o.iter_mut().zip(c) {
-                    *o = conv(b);
-                }
-            })?;
+            ws.pin_u16
+                .download(&self.dev, &src.s, channels * n_out, |s, c| {
+                    // SAFETY-free: disjoint ranges of `out.image` per chunk (see SendPtr::slice).
+                    let o = out_ptr.slice(s, c.len(), out_len);
+                    for (o, &b) in o.iter_mut().zip(c) {
+                        *o = conv(b);
+                    }
+                })?;
         } else {
             let src = ws.out_f32.as_ref().ok_or_else(missing)?;
-            self.download(&mut ws.pin_f32, &src.s, channels * n_out, |s, c| {
-                out_ptr.slice(s, c.len(), out_len).copy_from_slice(c);
-            })?;
+            ws.pin_f32
+                .download(&self.dev, &src.s, channels * n_out, |s, c| {
+                    out_ptr.slice(s, c.len(), out_len).copy_from_slice(c);
+                })?;
         }
         if let (Some(l), Some(lo)) = (job.label, out.label) {
             let src = ws.lab_out.as_ref().ok_or_else(missing)?;
             let ptr = SendPtr(lo.as_mut_ptr());
             let len = lo.len();
-            self.download(&mut ws.pin_f32, &src.s, l.channels * n_out, |s, c| {
-                ptr.slice(s, c.len(), len).copy_from_slice(c);
-            })?;
+            ws.pin_f32
+                .download(&self.dev, &src.s, l.channels * n_out, |s, c| {
+                    ptr.slice(s, c.len(), len).copy_from_slice(c);
+                })?;
         }
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
         self.finish(ws, [&e_pre0, &e_pre1, &e_rs0, &e_rs1], &mut timings)?;
