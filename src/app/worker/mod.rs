@@ -360,17 +360,23 @@ impl WorkerLoop {
     }
 
     fn compute(&mut self, c: Compute) {
-        let Some(scan) = self.image.clone() else {
-            return;
-        };
-        let label = self.label.clone();
-        if let Err(e) = c.plan.validate(scan.ndim()) {
+        if let Err(message) = self.try_compute(&c) {
             self.send(Reply::Failed {
                 generation: c.generation,
-                message: e.to_string(),
+                message,
             });
-            return;
         }
+    }
+
+    /// One request: the scan (filtered when a filter acts before), the planes on screen first
+    /// when asked, then the whole volume (filtered when a filter acts after). `Ok` also when a
+    /// newer request superseded this one, which then tells nothing.
+    fn try_compute(&mut self, c: &Compute) -> Result<(), String> {
+        let Some(scan) = self.image.clone() else {
+            return Ok(());
+        };
+        let label = self.label.clone();
+        c.plan.validate(scan.ndim()).map_err(|e| e.to_string())?;
         let (gpu, note) = match self
             .gpu
             .open(&c.backend, c.precision, "using the CPU engine")
@@ -378,42 +384,8 @@ impl WorkerLoop {
             Ok(g) => (g, None),
             Err(note) => (None, Some(note)),
         };
-        let on_gpu = gpu.is_some();
-        // The volume the transform reads: the scan, or the scan filtered once per filter setting.
-        let before = c.filter.as_ref().filter(|f| f.stage == FilterStage::Before);
         let after = c.filter.as_ref().filter(|f| f.stage == FilterStage::After);
-        let (image, image_key, before_report) = match before {
-            Some(step) => {
-                let key = FilterKey {
-                    source: self.image_key,
-                    filter: step.filter.clone(),
-                    boundary: step.boundary,
-                    backend: c.backend.clone(),
-                    precision: c.precision,
-                };
-                let keys = &mut self.keys;
-                let r = self.prefiltered.get_or_run(
-                    key,
-                    || Self::new_key(keys),
-                    || filter_volume(step, &scan, &c.backend, c.precision),
-                );
-                match r {
-                    Ok((v, report, k)) => (v, k, Some(report)),
-                    Err(message) => {
-                        self.send(Reply::Failed {
-                            generation: c.generation,
-                            message,
-                        });
-                        return;
-                    }
-                }
-            }
-            None => {
-                // Nothing filters the scan now: free the filtered copy.
-                self.prefiltered.clear();
-                (scan, self.image_key, None)
-            }
-        };
+        let (image, image_key, before_report) = self.source(c, scan)?;
         if after.is_none() {
             self.transformed = None;
         }
@@ -431,86 +403,29 @@ impl WorkerLoop {
         // A library's model runs over the whole volume (its resample chains and fields have no
         // plane path).
         if c.slices_first && !reuse && c.model.is_own() {
-            // The planes on screen first: on the GPU each is one launch over the plane with the
-            // image kept on the device; on the CPU each is computed on its own.
             let scan = (image.as_ref(), label.as_deref(), image_key);
-            let slices = match &gpu {
-                // A GPU failure (out of memory, say) leaves the planes to the CPU; the whole
-                // volume below reports what happened.
-                Some(b) => compute_slices(&SliceEngines::one(b.clone()), &c, scan)
-                    .or_else(|_| compute_slices(&self.slicing, &c, scan)),
-                None => compute_slices(&self.slicing, &c, scan),
-            };
-            // A point-wise filter after the transform is exact on a plane; the others need the
-            // whole volume and wait for it.
-            let slices = slices.and_then(|mut s| {
-                s.filter = before_report.clone();
-                if let Some(step) = after {
-                    if is_pointwise(&step.filter) {
-                        s.image = s
-                            .image
-                            .iter()
-                            .map(|p| filter_plane(step, p))
-                            .collect::<Result<_, _>>()?;
-                    } else {
-                        s.unfiltered = true;
-                    }
-                }
-                Ok(s)
-            });
-            match slices {
-                Ok(s) => self.send(Reply::Slices(s)),
-                Err(message) => {
-                    self.send(Reply::Failed {
-                        generation: c.generation,
-                        message,
-                    });
-                    return;
-                }
-            }
-            // Fill in the whole volume only when the slider has come to rest.
-            let s = self.shared.lock();
-            let (s, _) = self
-                .shared
-                .wake
-                .wait_timeout_while(s, FILL_DELAY, |s| {
-                    !s.shutdown && s.load.is_none() && s.compute.is_none()
-                })
-                .unwrap_or_else(|p| p.into_inner());
-            if s.shutdown || s.load.is_some() || s.compute.is_some() {
-                return;
+            let rested = self.slices_first(c, gpu.as_ref(), scan, &before_report)?;
+            if !rested {
+                return Ok(());
             }
         }
         let transformed = match self.transformed.take().filter(|t| t.key == transform_key) {
             Some(t) => t,
-            None => match self.transform(&c, &image, image_key, label.as_deref(), gpu.as_ref()) {
+            None => match self.transform(c, &image, image_key, label.as_deref(), gpu.as_ref())? {
                 // Superseded: the newer request is served next; this one tells nothing.
-                Ok(None) => return,
-                Ok(Some(t)) => Transformed {
+                None => return Ok(()),
+                Some(t) => Transformed {
                     key: transform_key,
                     note: t.note.or(note),
                     ..t
                 },
-                Err(message) => {
-                    self.send(Reply::Failed {
-                        generation: c.generation,
-                        message,
-                    });
-                    return;
-                }
             },
         };
         let (image_out, filter) = match after {
-            Some(step) => match filter_volume(step, &transformed.image, &c.backend, c.precision) {
-                Ok((v, report)) => (Arc::new(v), Some(report)),
-                Err(message) => {
-                    self.send(Reply::Failed {
-                        generation: c.generation,
-                        message,
-                    });
-                    return;
-                }
-            },
+            Some(step) => {
+                let (v, report) = filter_volume(step, &transformed.image, &c.backend, c.precision)?;
+                (Arc::new(v), Some(report))
+            }
             None => (transformed.image.clone(), before_report),
         };
         self.send(Reply::Full(FullResult {
@@ -530,9 +445,83 @@ impl WorkerLoop {
             // Kept for the next filter setting: moving a filter slider does not transform again.
             self.transformed = Some(transformed);
         }
-        if on_gpu {
+        if gpu.is_some() {
             self.send(Reply::Memory(engine::cuda::mem_stats()));
         }
+        Ok(())
+    }
+
+    /// The volume the transform reads, with its content key: the scan, or the scan filtered once
+    /// per filter setting (with the filter's report) when a filter acts before the transform.
+    fn source(
+        &mut self,
+        c: &Compute,
+        scan: Arc<Volume>,
+    ) -> Result<(Arc<Volume>, u64, Option<FilterReport>), String> {
+        let Some(step) = c.filter.as_ref().filter(|f| f.stage == FilterStage::Before) else {
+            // Nothing filters the scan now: free the filtered copy.
+            self.prefiltered.clear();
+            return Ok((scan, self.image_key, None));
+        };
+        let key = FilterKey {
+            source: self.image_key,
+            filter: step.filter.clone(),
+            boundary: step.boundary,
+            backend: c.backend.clone(),
+            precision: c.precision,
+        };
+        let keys = &mut self.keys;
+        let (v, report, k) = self.prefiltered.get_or_run(
+            key,
+            || Self::new_key(keys),
+            || filter_volume(step, &scan, &c.backend, c.precision),
+        )?;
+        Ok((v, k, Some(report)))
+    }
+
+    /// The planes on screen, sent first: on the GPU each is one launch over the plane with the
+    /// image kept on the device; on the CPU each is computed on its own. Then waits for the
+    /// slider to come to rest: `Ok(false)` when a newer request (or a shutdown) came meanwhile.
+    fn slices_first(
+        &self,
+        c: &Compute,
+        gpu: Option<&Arc<dyn Backend>>,
+        scan: (&Volume, Option<&Volume>, u64),
+        before_report: &Option<FilterReport>,
+    ) -> Result<bool, String> {
+        let after = c.filter.as_ref().filter(|f| f.stage == FilterStage::After);
+        let mut s = match gpu {
+            // A GPU failure (out of memory, say) leaves the planes to the CPU; the whole
+            // volume reports what happened.
+            Some(b) => compute_slices(&SliceEngines::one(b.clone()), c, scan)
+                .or_else(|_| compute_slices(&self.slicing, c, scan)),
+            None => compute_slices(&self.slicing, c, scan),
+        }?;
+        s.filter = before_report.clone();
+        // A point-wise filter after the transform is exact on a plane; the others need the
+        // whole volume and wait for it.
+        if let Some(step) = after {
+            if is_pointwise(&step.filter) {
+                s.image = s
+                    .image
+                    .iter()
+                    .map(|p| filter_plane(step, p))
+                    .collect::<Result<_, _>>()?;
+            } else {
+                s.unfiltered = true;
+            }
+        }
+        self.send(Reply::Slices(s));
+        // Fill in the whole volume only when the slider has come to rest.
+        let s = self.shared.lock();
+        let (s, _) = self
+            .shared
+            .wake
+            .wait_timeout_while(s, FILL_DELAY, |s| {
+                !s.shutdown && s.load.is_none() && s.compute.is_none()
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(!(s.shutdown || s.load.is_some() || s.compute.is_some()))
     }
 
     /// The whole transformed volume of `image` (content key `image_key`) on the GPU or the CPU;
