@@ -1,5 +1,10 @@
 //! Many samples of one shape in batched launches: samples stacked along a leading axis, one field
-//! pass per sigma group, one resample launch for the batch.
+//! pass per sigma group, one resample launch for the batch. It shares its stages with the single
+//! job's path (`single.rs`): the staged copies (`gpu::buffer::Staging`), the prefilter
+//! (`prefilter_device`), the field passes and the timing (`finish`); the two differ in what a
+//! single job alone has (a plane, f16/bf16 storage, the caller's device arrays, the cached field
+//! and the resident image). A sentence on its length: like the single path, the function is the
+//! batch's stages in order on one stream, and reads best in order.
 
 use super::*;
 
