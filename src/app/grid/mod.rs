@@ -5,493 +5,36 @@
 //! displacement beneath.
 //!
 //! The tiles are computed on a thread of this module's own ([`GridWorker`]) with the engines'
-//! plane path ([`Backend::apply_plane`]: the CPU engine, or the CUDA engine when the engine
-//! selection is CUDA and a device works), and fill in as they finish. The newest request wins:
-//! a change of preset, scan, N, seed or plane bumps the generation, and the thread abandons
-//! stale work between tiles. Arrays are `[z, y, x]` (2D `[y, x]`).
+//! plane path ([`Backend::apply_plane`](crate::engine::Backend::apply_plane): the CPU engine,
+//! or the CUDA engine when the engine selection is CUDA and a device works), and fill in as they
+//! finish. The newest request wins: a change of preset, scan, N, seed or plane bumps the
+//! generation, and the thread abandons stale work between tiles. Arrays are `[z, y, x]` (2D
+//! `[y, x]`).
+
+mod histogram;
+mod worker;
+
+pub use histogram::{bins, histogram_values};
+pub use worker::{GridJob, GridReply, GridWorker, OverlaySpec, TileOverlay};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
 use eframe::egui;
 
 use crate::augment::preset::{Preset, Sample};
-use crate::augment::{Plan, Space};
 use crate::core::volume::Volume;
-use crate::engine::cpu::CpuBackend;
-use crate::engine::{Backend, BackendSpec, EngineError, Job, Outputs, Plane, Precision};
+use crate::engine::{BackendSpec, Precision};
 
-use super::overlay::{self, OverlayEngine, ViewOverlay};
-use super::slices::{self, DisplaySlice, ViewGeom};
+use super::overlay;
+use super::slices::{self, DisplaySlice};
 use super::state::{Params, State};
-use super::worker::GpuSlot;
 use super::{Runtime, export};
+
+use histogram::histograms;
 
 /// The grid sizes offered.
 pub const SIZES: [usize; 3] = [4, 9, 16];
-
-/// What one grid is computed for: the thread's whole input.
-#[derive(Clone)]
-pub struct GridJob {
-    pub generation: u64,
-    pub image: Arc<Volume>,
-    /// Distinguishes scans for the GPU's resident copy of the image.
-    pub image_key: u64,
-    pub preset: Preset,
-    pub n: usize,
-    pub first_seed: u64,
-    /// The plane `(axis, index)` of a 3D output grid; `None` for a 2D image (computed whole).
-    pub plane: Option<(usize, usize)>,
-    pub backend: BackendSpec,
-    pub precision: Precision,
-}
-
-/// The overlays a request computes for each tile, after the tile: those the Display toggles ask
-/// for, on the plane of the view the tiles show.
-#[derive(Clone)]
-pub struct OverlaySpec {
-    /// The view whose plane the tiles show (the overlays come in its display order).
-    pub view: ViewGeom,
-    pub deformation_grid: bool,
-    pub jacobian: bool,
-}
-
-/// The overlays of one tile: the Jacobian colours and folded count, the deformation-grid lines
-/// (see [`overlay::ViewOverlay`]), in the display order of the tile.
-pub struct TileOverlay {
-    pub view: ViewOverlay,
-    texture: Option<egui::TextureHandle>,
-}
-
-impl std::fmt::Debug for TileOverlay {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TileOverlay")
-            .field("width", &self.view.width)
-            .field("height", &self.view.height)
-            .field("folded", &self.view.jacobian.as_ref().map(|j| j.folded))
-            .field("grid_lines", &self.view.grid.len())
-            .finish()
-    }
-}
-
-/// What the thread sends back, each tagged with the generation it was computed for.
-#[derive(Debug)]
-pub enum GridReply {
-    /// The N draws, before any tile (the histograms of angles and scales need no image).
-    Samples {
-        generation: u64,
-        samples: Vec<Sample>,
-    },
-    /// Tile `k`: its plane in array order (channels leading, the two remaining axes in
-    /// increasing order), as `Backend::apply_plane` writes it.
-    Tile {
-        generation: u64,
-        k: usize,
-        data: Vec<f32>,
-        ms: f64,
-        /// Why the engine is not the one asked for.
-        note: Option<String>,
-    },
-    /// The overlays of tile `k`, right after the tile (only when a request asks for them).
-    Overlay {
-        generation: u64,
-        k: usize,
-        overlay: TileOverlay,
-    },
-    /// The realised elastic displacement (max, RMS) of draw `k`: voxels, or mm in mm space.
-    Displacement {
-        generation: u64,
-        k: usize,
-        stats: (f64, f64),
-    },
-    Failed {
-        generation: u64,
-        message: String,
-    },
-}
-
-/// The grid's thread: requests in, replies out; `latest` is the generation that counts.
-pub struct GridWorker {
-    tx: Option<Sender<(GridJob, Option<OverlaySpec>)>>,
-    rx: Receiver<GridReply>,
-    latest: Arc<AtomicU64>,
-    /// Tiles computed so far, over all requests (stale ones included).
-    computed: Arc<AtomicUsize>,
-    /// Tile overlays computed so far, over all requests.
-    overlays: Arc<AtomicUsize>,
-}
-
-impl GridWorker {
-    /// Starts the threads; `repaint` is called after every reply.
-    pub fn spawn(repaint: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
-        let (tx, jobs) = channel::<(GridJob, Option<OverlaySpec>)>();
-        let (field_tx, field_jobs) = channel::<FieldJob>();
-        let (out, rx) = channel();
-        let latest = Arc::new(AtomicU64::new(0));
-        let computed = Arc::new(AtomicUsize::new(0));
-        let overlays = Arc::new(AtomicUsize::new(0));
-        let repaint: Arc<dyn Fn() + Send + Sync> = Arc::new(repaint);
-        // The displacement of whole fields takes seconds a draw on a large scan: it runs on a
-        // thread of its own, so that the tiles of a newer request never wait for it.
-        {
-            let (current, out, repaint) = (latest.clone(), out.clone(), repaint.clone());
-            std::thread::Builder::new()
-                .name("augscope-grid-field".into())
-                .spawn(move || {
-                    while let Ok(mut job) = field_jobs.recv() {
-                        while let Ok(j) = field_jobs.try_recv() {
-                            job = j;
-                        }
-                        let send = |r: GridReply| {
-                            let gone = out.send(r).is_err();
-                            repaint();
-                            !gone
-                        };
-                        let stale = || current.load(Ordering::SeqCst) != job.generation;
-                        run_field_job(&job, &send, &stale);
-                    }
-                })?;
-        }
-        let current = latest.clone();
-        let counter = computed.clone();
-        let overlay_counter = overlays.clone();
-        std::thread::Builder::new()
-            .name("augscope-grid".into())
-            .spawn(move || {
-                let mut engines = Engines::default();
-                while let Ok(mut job) = jobs.recv() {
-                    // Only the newest request matters.
-                    while let Ok(j) = jobs.try_recv() {
-                        job = j;
-                    }
-                    if current.load(Ordering::SeqCst) != job.0.generation {
-                        continue;
-                    }
-                    let send = |r: GridReply| {
-                        let gone = out.send(r).is_err();
-                        repaint();
-                        !gone
-                    };
-                    let (job, spec) = job;
-                    let stale = || current.load(Ordering::SeqCst) != job.generation;
-                    let counters = (&*counter, &*overlay_counter);
-                    let done = run_job(&mut engines, &job, spec.as_ref(), &send, &stale, counters);
-                    if let Some(f) = done {
-                        // The field thread ends when this sender goes (with this thread).
-                        let _ = field_tx.send(f);
-                    }
-                }
-            })?;
-        Ok(GridWorker {
-            tx: Some(tx),
-            rx,
-            latest,
-            computed,
-            overlays,
-        })
-    }
-
-    /// Asks for `job`; any older request still running stops at its next tile.
-    pub fn request(&self, job: GridJob) {
-        self.request_with_overlays(job, None);
-    }
-
-    /// Asks for `job` and, after each tile, the overlays `spec` asks for.
-    pub fn request_with_overlays(&self, job: GridJob, spec: Option<OverlaySpec>) {
-        self.latest.store(job.generation, Ordering::SeqCst);
-        if let Some(tx) = &self.tx {
-            // The thread only ends when this sender is dropped.
-            let _ = tx.send((job, spec));
-        }
-    }
-
-    /// Tile overlays computed so far, over all requests.
-    pub fn overlays_computed(&self) -> usize {
-        self.overlays.load(Ordering::SeqCst)
-    }
-
-    /// Tiles computed so far, over all requests (stale ones included).
-    pub fn tiles_computed(&self) -> usize {
-        self.computed.load(Ordering::SeqCst)
-    }
-
-    pub fn try_recv(&self) -> Option<GridReply> {
-        self.rx.try_recv().ok()
-    }
-}
-
-impl Drop for GridWorker {
-    fn drop(&mut self) {
-        // Both threads end on their own, without being waited for: the tile thread after the
-        // tile in progress (its engines and their caches go with it), the field thread after
-        // the field in progress.
-        self.latest.store(u64::MAX, Ordering::SeqCst);
-        self.tx = None;
-    }
-}
-
-/// The thread's engines: the CPU engine (its caches: cubic coefficients of the scan, field
-/// planes), and the CUDA engine made once per (spec, precision).
-struct Engines {
-    cpu: Arc<dyn Backend>,
-    /// The overlays' computation, with its cache of unit field planes.
-    overlay: OverlayEngine,
-    gpu: GpuSlot,
-}
-
-impl Default for Engines {
-    fn default() -> Self {
-        Engines {
-            cpu: Arc::new(CpuBackend::new()),
-            overlay: OverlayEngine::default(),
-            gpu: GpuSlot::default(),
-        }
-    }
-}
-
-/// Values in tile `plane` of `image`: `channels * plane` for a 3D plane, the whole grid in 2D.
-fn tile_len(image: &Volume, plane: Option<(usize, usize)>) -> usize {
-    let n: usize = image.shape.iter().product();
-    image.channels
-        * match plane {
-            Some((axis, _)) => n / image.shape[axis].max(1),
-            None => n,
-        }
-}
-
-/// One tile on `engine`: the plane (3D) or the whole image (2D). `resident` is the scan's
-/// content key, which lets a GPU keep the scan on the device between tiles.
-fn tile(
-    engine: &dyn Backend,
-    plan: &Plan,
-    image: &Volume,
-    plane: Option<(usize, usize)>,
-    resident: u64,
-    out: &mut [f32],
-) -> Result<(), EngineError> {
-    let job = Job {
-        plan,
-        image,
-        label: None,
-    };
-    let out = Outputs {
-        image: out,
-        label: None,
-    };
-    match plane {
-        Some((axis, index)) => engine
-            .apply_plane(job, Plane { axis, index }, Some(resident), out)
-            .map(|_| ()),
-        None => engine.apply(job, out).map(|_| ()),
-    }
-}
-
-/// The displacement work of a request whose tiles are done.
-struct FieldJob {
-    generation: u64,
-    plans: Vec<Plan>,
-    shape: Vec<usize>,
-    gpu: Option<Arc<dyn Backend>>,
-}
-
-/// Computes one request: the draws, then the tiles in order; stops as soon as `stale()` says a
-/// newer request waits (checked between tiles) or nobody listens. Returns the displacement
-/// work for the field thread once every tile is sent.
-fn run_job(
-    engines: &mut Engines,
-    job: &GridJob,
-    spec: Option<&OverlaySpec>,
-    send: &dyn Fn(GridReply) -> bool,
-    stale: &dyn Fn() -> bool,
-    (computed, overlays): (&AtomicUsize, &AtomicUsize),
-) -> Option<FieldJob> {
-    let image = job.image.as_ref();
-    let nd = image.ndim();
-    let samples: Result<Vec<Sample>, String> = (0..job.n)
-        .map(|k| {
-            job.preset
-                .sample(job.first_seed.wrapping_add(k as u64), nd, &image.spacing_mm)
-                .map_err(|e| format!("preset {}: {e}", job.preset.name))
-        })
-        .collect();
-    let samples = match samples {
-        Ok(s) => s,
-        Err(message) => {
-            send(GridReply::Failed {
-                generation: job.generation,
-                message,
-            });
-            return None;
-        }
-    };
-    let plans: Vec<Plan> = samples.iter().map(|s| s.plan.clone()).collect();
-    if !send(GridReply::Samples {
-        generation: job.generation,
-        samples,
-    }) {
-        return None;
-    }
-    let (gpu, mut note) =
-        match engines
-            .gpu
-            .open(&job.backend, job.precision, "the grid uses the CPU engine")
-        {
-            Ok(g) => (g, None),
-            Err(n) => (None, Some(n)),
-        };
-    let len = tile_len(image, job.plane);
-    for (k, plan) in plans.iter().enumerate() {
-        if stale() {
-            return None;
-        }
-        let t = Instant::now();
-        let mut data = vec![0f32; len];
-        let on_gpu = gpu
-            .as_ref()
-            .map(|g| tile(g.as_ref(), plan, image, job.plane, job.image_key, &mut data));
-        let r = match on_gpu {
-            Some(Ok(())) => Ok(()),
-            Some(Err(e)) => {
-                // Out of memory or a failed launch: this tile on the CPU, and say so.
-                note = Some(format!("CUDA: {e}; this tile used the CPU engine"));
-                tile(
-                    engines.cpu.as_ref(),
-                    plan,
-                    image,
-                    job.plane,
-                    job.image_key,
-                    &mut data,
-                )
-            }
-            None => tile(
-                engines.cpu.as_ref(),
-                plan,
-                image,
-                job.plane,
-                job.image_key,
-                &mut data,
-            ),
-        };
-        if let Err(e) = r {
-            send(GridReply::Failed {
-                generation: job.generation,
-                message: e.to_string(),
-            });
-            return None;
-        }
-        computed.fetch_add(1, Ordering::SeqCst);
-        let tile = GridReply::Tile {
-            generation: job.generation,
-            k,
-            data,
-            ms: t.elapsed().as_secs_f64() * 1e3,
-            note: note.clone(),
-        };
-        if !send(tile) {
-            return None;
-        }
-        if let Some(spec) = spec.filter(|s| s.jacobian || s.deformation_grid) {
-            match tile_overlay(&mut engines.overlay, job, plan, spec, stale) {
-                Ok(Some(view)) => {
-                    overlays.fetch_add(1, Ordering::SeqCst);
-                    let reply = GridReply::Overlay {
-                        generation: job.generation,
-                        k,
-                        overlay: TileOverlay {
-                            view,
-                            texture: None,
-                        },
-                    };
-                    if !send(reply) {
-                        return None;
-                    }
-                }
-                Ok(None) => return None,
-                Err(message) => {
-                    send(GridReply::Failed {
-                        generation: job.generation,
-                        message: format!("overlay: {message}"),
-                    });
-                    return None;
-                }
-            }
-        }
-    }
-    Some(FieldJob {
-        generation: job.generation,
-        plans,
-        shape: image.shape.clone(),
-        gpu,
-    })
-}
-
-/// The overlays of one tile, as the augmented views compute theirs (the CPU engine's
-/// coordinates of the tile's plane and its two neighbours from the plan's map and unit field
-/// planes); `Ok(None)` when `stale()` said a newer request waits.
-fn tile_overlay(
-    engine: &mut OverlayEngine,
-    job: &GridJob,
-    plan: &Plan,
-    spec: &OverlaySpec,
-    stale: &dyn Fn() -> bool,
-) -> Result<Option<ViewOverlay>, String> {
-    let image = job.image.as_ref();
-    let mut cursor = vec![0usize; image.ndim()];
-    if let Some((axis, index)) = job.plane {
-        cursor[axis] = index;
-    }
-    let req = overlay::Request {
-        generation: job.generation,
-        plan: plan.clone(),
-        shape: image.shape.clone(),
-        spacing_mm: image.spacing_mm.clone(),
-        views: vec![spec.view.clone()],
-        cursor,
-        grid: spec.deformation_grid,
-        jacobian: spec.jacobian,
-        volume: false,
-    };
-    Ok(engine
-        .planes(&req, stale)?
-        .and_then(|p| p.views.into_iter().next()))
-}
-
-/// The displacement of every draw with elastic, one draw at a time, until `stale()`.
-fn run_field_job(job: &FieldJob, send: &dyn Fn(GridReply) -> bool, stale: &dyn Fn() -> bool) {
-    for (k, plan) in job.plans.iter().enumerate() {
-        if stale() {
-            return;
-        }
-        let Some(stats) = displacement(job.gpu.as_deref(), plan, &job.shape) else {
-            continue;
-        };
-        if !send(GridReply::Displacement {
-            generation: job.generation,
-            k,
-            stats,
-        }) {
-            return;
-        }
-    }
-}
-
-/// The realised displacement (max, RMS) of a plan's elastic field over the whole output grid,
-/// as the engine reports it (the explorer's readout): `|alpha| |G_sigma(noise)|`. On the CPU
-/// the field is made for this and dropped (the grid keeps no volume fields).
-fn displacement(gpu: Option<&dyn Backend>, plan: &Plan, shape: &[usize]) -> Option<(f64, f64)> {
-    let out_shape = plan.out_shape.clone().unwrap_or_else(|| shape.to_vec());
-    if let Some(g) = gpu
-        && let Ok(Some(s)) = g.displacement_stats(plan, &out_shape)
-    {
-        return Some(s);
-    }
-    CpuBackend::new()
-        .displacement_stats(plan, &out_shape)
-        .ok()
-        .flatten()
-}
 
 /// One finished tile.
 pub struct Tile {
@@ -907,128 +450,27 @@ fn done_text(s: &Sample, spacing_mm: &[f64]) -> String {
     t
 }
 
-/// Values of the histograms under the grid: (title, unit, values).
-pub fn histogram_values(g: &GridRuntime) -> Vec<(String, &'static str, Vec<f64>)> {
-    let mut out = vec![];
-    let nd = g
-        .samples
-        .iter()
-        .find_map(|s| (!s.plan.rotate_rad.is_empty()).then_some(s.plan.rotate_rad.len()))
-        .unwrap_or(0);
-    for a in 0..nd {
-        let v: Vec<f64> = g
-            .samples
-            .iter()
-            .filter_map(|s| s.plan.rotate_rad.get(a).copied())
-            .filter(|&r| r != 0.0)
-            .map(f64::to_degrees)
-            .collect();
-        let title = if nd == 1 {
-            "rotation".to_string()
-        } else {
-            format!("rotation about axis {a}")
-        };
-        out.push((title, "°", v));
-    }
-    let scales: Vec<f64> = g
-        .samples
-        .iter()
-        .flat_map(|s| s.plan.scale.iter().copied())
-        .filter(|&s| s != 1.0)
-        .collect();
-    out.push(("scale factor".into(), "×", scales));
-    let mm = g.samples.iter().any(|s| s.plan.space == Space::Mm);
-    let rms: Vec<f64> = g.displacement.iter().flatten().map(|d| d.1).collect();
-    out.push((
-        "elastic displacement RMS".into(),
-        if mm { "mm" } else { "vox" },
-        rms,
-    ));
-    out
-}
-
-/// Bin counts of `values` over `[lo, hi]`.
-pub fn bins(values: &[f64], lo: f64, hi: f64, n: usize) -> Vec<usize> {
-    let mut c = vec![0usize; n];
-    let w = (hi - lo).max(1e-12);
-    for &v in values {
-        let i = (((v - lo) / w) * n as f64)
-            .floor()
-            .clamp(0.0, (n - 1) as f64) as usize;
-        c[i] += 1;
-    }
-    c
-}
-
-/// A small bar histogram drawn with the painter, its range under it.
-fn histogram(
-    ui: &mut egui::Ui,
-    title: &str,
-    unit: &str,
-    values: &[f64],
-    of: usize,
-    pending: usize,
-) {
-    const BINS: usize = 12;
-    ui.vertical(|ui| {
-        let more = if pending > 0 {
-            format!(", {pending} computing")
-        } else {
-            String::new()
-        };
-        ui.label(egui::RichText::new(format!("{title} ({} of {of}{more})", values.len())).small());
-        let (rect, resp) = ui.allocate_exact_size(egui::vec2(150.0, 44.0), egui::Sense::hover());
-        let p = ui.painter_at(rect);
-        p.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
-        if values.is_empty() {
-            p.text(
-                rect.center(),
-                egui::Align2::CENTER_CENTER,
-                if pending > 0 {
-                    "computing…"
-                } else {
-                    "none drawn"
-                },
-                egui::FontId::proportional(10.0),
-                ui.visuals().weak_text_color(),
-            );
-            return;
-        }
-        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let (lo, hi) = if hi - lo < 1e-9 {
-            (lo - 0.5 * lo.abs().max(1e-3), hi + 0.5 * hi.abs().max(1e-3))
-        } else {
-            (lo, hi)
-        };
-        let counts = bins(values, lo, hi, BINS);
-        let top = counts.iter().copied().max().unwrap_or(1).max(1) as f32;
-        let bw = rect.width() / BINS as f32;
-        let color = ui.visuals().selection.bg_fill;
-        for (i, &c) in counts.iter().enumerate() {
-            if c == 0 {
-                continue;
+/// Uploads tile `k` through the window `[lo, hi]` when it has no texture yet or its texture
+/// was made for another window.
+fn tile_texture(ui: &egui::Ui, t: &mut Tile, k: usize, (lo, hi): (f32, f32)) {
+    let stale_tex = t.texture.as_ref().is_none_or(|(_, w)| *w != (lo, hi));
+    if stale_tex {
+        let img = tile_image(&t.display, lo, hi);
+        match &mut t.texture {
+            Some((h, w)) => {
+                h.set(img, egui::TextureOptions::LINEAR);
+                *w = (lo, hi);
             }
-            let h = (rect.height() - 2.0) * c as f32 / top;
-            let x0 = rect.left() + i as f32 * bw;
-            p.rect_filled(
-                egui::Rect::from_min_max(
-                    egui::pos2(x0 + 0.5, rect.bottom() - h),
-                    egui::pos2(x0 + bw - 0.5, rect.bottom()),
-                ),
-                0.0,
-                color,
-            );
+            None => {
+                let h = ui.ctx().load_texture(
+                    format!("grid-tile-{k}"),
+                    img,
+                    egui::TextureOptions::LINEAR,
+                );
+                t.texture = Some((h, (lo, hi)));
+            }
         }
-        let f = super::format::num;
-        ui.label(
-            egui::RichText::new(format!("{} … {} {unit}", f(lo), f(hi)))
-                .small()
-                .weak(),
-        );
-        let list: Vec<String> = values.iter().map(|v| f(*v)).collect();
-        resp.on_hover_text(list.join(", "));
-    });
+    }
 }
 
 /// The "What training will see" window (while `rt.grid.open`).
@@ -1122,25 +564,7 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                             ui.set_width(side);
                             match g.tiles.get_mut(k).and_then(Option::as_mut) {
                                 Some(t) => {
-                                    let stale_tex =
-                                        t.texture.as_ref().is_none_or(|(_, w)| *w != (lo, hi));
-                                    if stale_tex {
-                                        let img = tile_image(&t.display, lo, hi);
-                                        match &mut t.texture {
-                                            Some((h, w)) => {
-                                                h.set(img, egui::TextureOptions::LINEAR);
-                                                *w = (lo, hi);
-                                            }
-                                            None => {
-                                                let h = ui.ctx().load_texture(
-                                                    format!("grid-tile-{k}"),
-                                                    img,
-                                                    egui::TextureOptions::LINEAR,
-                                                );
-                                                t.texture = Some((h, (lo, hi)));
-                                            }
-                                        }
-                                    }
+                                    tile_texture(ui, t, k, (lo, hi));
                                     let d = &t.display;
                                     let wmm = d.width as f32 * d.pixel_mm[0];
                                     let hmm = d.height as f32 * d.pixel_mm[1];
@@ -1203,25 +627,7 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                     }
                 });
             if !g.samples.is_empty() {
-                ui.separator();
-                let hists = histogram_values(g);
-                let of = g.samples.len();
-                let pending = g
-                    .samples
-                    .iter()
-                    .zip(&g.displacement)
-                    .filter(|(s, d)| d.is_none() && s.plan.elastic.is_some_and(|e| e.alpha != 0.0))
-                    .count();
-                ui.horizontal_wrapped(|ui| {
-                    for (title, unit, values) in &hists {
-                        let pending = if title.starts_with("elastic") {
-                            pending
-                        } else {
-                            0
-                        };
-                        histogram(ui, title, unit, values, of, pending);
-                    }
-                });
+                histograms(ui, g);
             }
             if !rt.hide_timings
                 && let Some(first) = g.first_ms
