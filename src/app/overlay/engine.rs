@@ -13,12 +13,10 @@ use super::draw::det_colour;
 use super::{GRID_STEP, JacobianPlane, PlaneOverlays, Request, ViewOverlay, VolumeFolds};
 use crate::app::slices::{self, ViewGeom};
 use crate::augment::{CoordMap, Plan};
+use crate::core::FieldSpec;
 use crate::engine::cpu::coordinates;
 use crate::engine::field::ElasticField;
 use crate::engine::jacobian::{self, JacobianStats};
-
-/// What a unit field depends on: (output shape, per-axis sigma bits, seed).
-type FieldKey = (Vec<usize>, Vec<u64>, u64);
 
 /// Per-component planes of the unit field.
 type FieldPlane = Arc<Vec<Vec<f32>>>;
@@ -31,7 +29,8 @@ type FieldPlanes = HashMap<(usize, usize), FieldPlane>;
 #[derive(Default)]
 pub struct OverlayEngine {
     volume_field: Option<Arc<ElasticField>>,
-    plane_key: Option<FieldKey>,
+    /// The field the cached planes belong to.
+    plane_key: Option<FieldSpec>,
     planes: HashMap<(usize, usize), FieldPlane>,
 }
 
@@ -44,14 +43,9 @@ fn others(axis: usize) -> (usize, usize) {
     }
 }
 
-fn field_key(plan: &Plan, out_shape: &[usize]) -> Option<FieldKey> {
-    let e = plan.elastic.filter(|e| e.alpha != 0.0)?;
-    let sigma = plan.field_sigma_vox(out_shape.len())?;
-    Some((
-        out_shape.to_vec(),
-        sigma.iter().map(|s| s.to_bits()).collect(),
-        e.seed,
-    ))
+/// The unit field a spec names, computed whole.
+fn compute_field(spec: &FieldSpec) -> ElasticField {
+    ElasticField::compute_axes(&spec.shape, &spec.sigma_vox, spec.seed)
 }
 
 /// The input coordinates of the output plane `index` normal to `axis` of a 3D map, `(3, rows,
@@ -104,18 +98,14 @@ impl OverlayEngine {
         let Ok(map) = req.plan.compose(&req.shape) else {
             return true;
         };
-        let (Some(_), Some(sigma), Some(e)) = (
-            field_key(&req.plan, &map.out_shape),
-            req.plan.field_sigma_vox(map.ndim),
-            req.plan.elastic,
-        ) else {
+        let Some(spec) = req.plan.field_spec(&map.out_shape) else {
             return true;
         };
         map.ndim != 3
             || self
                 .volume_field
                 .as_ref()
-                .is_some_and(|f| f.matches(&map.out_shape, &sigma, e.seed))
+                .is_some_and(|f| f.matches(&spec.shape, &spec.sigma_vox, spec.seed))
     }
 
     /// The unit field's planes `(axis, q)` (q: flipped indices), from the volume's field when
@@ -127,20 +117,23 @@ impl OverlayEngine {
         needs: &[(usize, usize)],
         exact: bool,
     ) -> Option<(FieldPlanes, bool)> {
-        let key = field_key(plan, &map.out_shape)?;
-        let (shape, _, seed) = key.clone();
-        let sigma = plan.field_sigma_vox(3)?;
+        let key = plan.field_spec(&map.out_shape)?;
+        let FieldSpec {
+            seed,
+            sigma_vox: ref sigma,
+            ref shape,
+        } = key;
         let have_volume = self
             .volume_field
             .as_ref()
-            .is_some_and(|f| f.matches(&shape, &sigma, seed));
+            .is_some_and(|f| f.matches(shape, sigma, seed));
         if exact && !have_volume {
-            self.volume_field = Some(Arc::new(ElasticField::compute_axes(&shape, &sigma, seed)));
+            self.volume_field = Some(Arc::new(compute_field(&key)));
         }
         if let Some(f) = self
             .volume_field
             .as_ref()
-            .filter(|f| f.matches(&shape, &sigma, seed))
+            .filter(|f| f.matches(shape, sigma, seed))
         {
             return Some((
                 needs
@@ -152,7 +145,7 @@ impl OverlayEngine {
         }
         if self.plane_key.as_ref() != Some(&key) {
             self.planes.clear();
-            self.plane_key = Some(key);
+            self.plane_key = Some(key.clone());
         }
         let missing: Vec<(usize, usize)> = needs
             .iter()
@@ -171,7 +164,7 @@ impl OverlayEngine {
             if axes.len() == 1 {
                 let a = axes[0];
                 let q = per_axis[a][t];
-                let p = ElasticField::compute_plane_axes(&shape, &sigma, seed, a, q);
+                let p = ElasticField::compute_plane_axes(shape, sigma, seed, a, q);
                 self.planes.insert((a, q), Arc::new(p));
                 continue;
             }
@@ -181,7 +174,7 @@ impl OverlayEngine {
                     .copied()
                     .unwrap_or(shape[a].saturating_sub(1) / 2)
             });
-            let planes = ElasticField::compute_planes_axes(&shape, &sigma, seed, q3);
+            let planes = ElasticField::compute_planes_axes(shape, sigma, seed, q3);
             for (a, p) in planes.into_iter().enumerate() {
                 if per_axis[a].get(t).is_some() {
                     self.planes.insert((a, q3[a]), Arc::new(p));
@@ -214,10 +207,7 @@ impl OverlayEngine {
         let mut views = Vec::with_capacity(req.views.len());
         let exact;
         if map.ndim == 2 {
-            let field = field_key(&req.plan, &shape)
-                .and_then(|_| req.plan.field_sigma_vox(2))
-                .zip(req.plan.elastic)
-                .map(|(sigma, e)| ElasticField::compute_axes(&shape, &sigma, e.seed));
+            let field = req.plan.field_spec(&shape).map(|s| compute_field(&s));
             let coords = coordinates(&map, field.as_ref());
             let n: usize = shape.iter().product();
             let det = req
@@ -343,10 +333,7 @@ impl OverlayEngine {
         let shape = map.out_shape.clone();
         if map.ndim != 3 {
             // 2D: the plane is the whole image.
-            let field = field_key(&req.plan, &shape)
-                .and_then(|_| req.plan.field_sigma_vox(2))
-                .zip(req.plan.elastic)
-                .map(|(sigma, e)| ElasticField::compute_axes(&shape, &sigma, e.seed));
+            let field = req.plan.field_spec(&shape).map(|s| compute_field(&s));
             let det = jacobian::determinant(&coordinates(&map, field.as_ref()), 2, &shape);
             let (folded, s) = folds(&det, &map);
             return Ok(Some(VolumeFolds {
@@ -358,19 +345,18 @@ impl OverlayEngine {
                 elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
             }));
         }
-        let field = match (field_key(&req.plan, &shape), req.plan.field_sigma_vox(3)) {
-            (Some((_, _, seed)), Some(sigma)) => {
+        let field = match req.plan.field_spec(&shape) {
+            Some(spec) => {
                 let ok = self
                     .volume_field
                     .as_ref()
-                    .is_some_and(|f| f.matches(&shape, &sigma, seed));
+                    .is_some_and(|f| f.matches(&spec.shape, &spec.sigma_vox, spec.seed));
                 if !ok {
-                    self.volume_field =
-                        Some(Arc::new(ElasticField::compute_axes(&shape, &sigma, seed)));
+                    self.volume_field = Some(Arc::new(compute_field(&spec)));
                 }
                 self.volume_field.clone()
             }
-            _ => None,
+            None => None,
         };
         let n0 = shape[0];
         let coords = |z: usize| {
