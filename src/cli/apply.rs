@@ -135,63 +135,9 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     if let (Some(p), Some(l)) = (&a.label_out, &out_label) {
         staged.write(p, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
     }
-    let mut disp = None;
-    let mut jacobian = None;
-    if a.save_coords.is_some() || a.report.is_some() {
-        let map = plan.compose(&image.shape)?;
-        // The engine that ran the transform also gives the displacement readout and the
-        // coordinates (which feed --save-coords and the Jacobian readout), from its cached
-        // field; the CPU engine when that fails.
-        let cpu = engine::cpu::CpuBackend::new();
-        let ran: &dyn Backend = if oom_retried {
-            &cpu
-        } else {
-            selected.backend.as_ref()
-        };
-        let stats = ran
-            .displacement_stats(&plan, &map.out_shape)
-            .or_else(|_| cpu.displacement_stats(&plan, &map.out_shape))?;
-        let coords = ran
-            .coordinates(&plan, &image.shape)
-            .or_else(|_| cpu.coordinates(&plan, &image.shape))?;
-        if let Some((max_v, rms_v)) = stats {
-            let min_sp = image
-                .spacing_mm
-                .iter()
-                .cloned()
-                .fold(f64::INFINITY, f64::min);
-            let max_sp = image.spacing_mm.iter().cloned().fold(0.0, f64::max);
-            disp = Some(match plan.space {
-                Space::Voxel => serde_json::json!({
-                    "max_vox": max_v, "rms_vox": rms_v,
-                    "max_mm_range": [max_v * min_sp, max_v * max_sp],
-                    "rms_mm_range": [rms_v * min_sp, rms_v * max_sp],
-                }),
-                Space::Mm => serde_json::json!({
-                    "max_mm": max_v, "rms_mm": rms_v,
-                    "max_vox_range": [max_v / max_sp, max_v / min_sp],
-                    "rms_vox_range": [rms_v / max_sp, rms_v / min_sp],
-                }),
-            });
-        }
-        // The field is no longer needed: free it before the determinant takes its volume.
-        ran.clear_cache();
-        cpu.clear_cache();
-        if let Some(p) = &a.save_coords {
-            let mut shape = vec![map.ndim];
-            shape.extend_from_slice(&map.out_shape);
-            staged.write(p, |t| io::npy::write(t, &coords, &shape, crate::DType::F32))?;
-        }
-        if a.report.is_some() {
-            // det(∂x/∂p) of the saved coordinates; mirroring (a flip) is not counted as folding.
-            let det = engine::jacobian::determinant(&coords, map.ndim, &map.out_shape);
-            let s = engine::jacobian::stats_for_map(&det, &map);
-            jacobian = Some(serde_json::json!({
-                "min": s.min, "max": s.max, "folded_fraction": s.folded_fraction,
-                "orientation": engine::jacobian::orientation(&map),
-            }));
-        }
-    }
+    // The engine that ran the transform (the CPU after a retry) gives the readouts.
+    let ran = (!oom_retried).then(|| selected.backend.as_ref());
+    let (disp, jacobian) = readouts(&a, ran, &plan, &image, &mut staged)?;
     let t_write = t2.elapsed().as_secs_f64() * 1e3;
 
     if let Some(p) = &a.report {
@@ -218,6 +164,70 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         })?;
     }
     staged.commit()
+}
+
+/// The readouts beside the outputs, when asked for: the displacement and the Jacobian of the
+/// report, and the coordinates of `--save-coords` (staged with the outputs). `ran` is the engine
+/// that ran the transform (its cached field serves); the CPU engine when that fails or is absent.
+fn readouts(
+    a: &ApplyArgs,
+    ran: Option<&dyn Backend>,
+    plan: &Plan,
+    image: &crate::core::volume::Volume,
+    staged: &mut Staged,
+) -> anyhow::Result<(Option<serde_json::Value>, Option<serde_json::Value>)> {
+    let (mut disp, mut jacobian) = (None, None);
+    if a.save_coords.is_none() && a.report.is_none() {
+        return Ok((disp, jacobian));
+    }
+    let map = plan.compose(&image.shape)?;
+    // The coordinates feed both --save-coords and the Jacobian readout.
+    let cpu = engine::cpu::CpuBackend::new();
+    let ran = ran.unwrap_or(&cpu);
+    let stats = ran
+        .displacement_stats(plan, &map.out_shape)
+        .or_else(|_| cpu.displacement_stats(plan, &map.out_shape))?;
+    let coords = ran
+        .coordinates(plan, &image.shape)
+        .or_else(|_| cpu.coordinates(plan, &image.shape))?;
+    if let Some((max_v, rms_v)) = stats {
+        let min_sp = image
+            .spacing_mm
+            .iter()
+            .cloned()
+            .fold(f64::INFINITY, f64::min);
+        let max_sp = image.spacing_mm.iter().cloned().fold(0.0, f64::max);
+        disp = Some(match plan.space {
+            Space::Voxel => serde_json::json!({
+                "max_vox": max_v, "rms_vox": rms_v,
+                "max_mm_range": [max_v * min_sp, max_v * max_sp],
+                "rms_mm_range": [rms_v * min_sp, rms_v * max_sp],
+            }),
+            Space::Mm => serde_json::json!({
+                "max_mm": max_v, "rms_mm": rms_v,
+                "max_vox_range": [max_v / max_sp, max_v / min_sp],
+                "rms_vox_range": [rms_v / max_sp, rms_v / min_sp],
+            }),
+        });
+    }
+    // The field is no longer needed: free it before the determinant takes its volume.
+    ran.clear_cache();
+    cpu.clear_cache();
+    if let Some(p) = &a.save_coords {
+        let mut shape = vec![map.ndim];
+        shape.extend_from_slice(&map.out_shape);
+        staged.write(p, |t| io::npy::write(t, &coords, &shape, crate::DType::F32))?;
+    }
+    if a.report.is_some() {
+        // det(∂x/∂p) of the saved coordinates; mirroring (a flip) is not counted as folding.
+        let det = engine::jacobian::determinant(&coords, map.ndim, &map.out_shape);
+        let s = engine::jacobian::stats_for_map(&det, &map);
+        jacobian = Some(serde_json::json!({
+            "min": s.min, "max": s.max, "folded_fraction": s.folded_fraction,
+            "orientation": engine::jacobian::orientation(&map),
+        }));
+    }
+    Ok((disp, jacobian))
 }
 
 /// Outputs of one command, written all or none: each is written whole under a hidden name in
