@@ -210,7 +210,7 @@ impl DeviceEngine {
         jobs: &mut [(Job<'_>, Outputs<'_>)],
         precision: Precision,
     ) -> Result<Timings, EngineError> {
-        self.with_state(|st| self.apply_many_locked(st, jobs, precision))
+        self.with_state(|st| self.transform(st, jobs, precision, Region::default()))
     }
 
     /// Runs `f` on the locked state; after a GPU out of memory the caches are freed (and the
@@ -258,7 +258,7 @@ impl DeviceEngine {
         precision: Precision,
         region: Region,
     ) -> Result<Timings, EngineError> {
-        self.with_state(|st| self.apply_locked(st, &job, out, precision, region))
+        self.with_state(|st| self.transform(st, &mut [(job, out)], precision, region))
     }
 
     /// Order 3: pads (nearest, grid-constant: scipy's nprepad) and prefilters on the device the

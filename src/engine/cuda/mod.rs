@@ -17,7 +17,7 @@ mod device;
 mod field;
 mod kernels;
 mod many;
-mod single;
+mod transform;
 
 pub use crate::gpu::nvrtc::{
     BOUNDARY_CUH, Family, ModuleImage, compile, compile_module, compile_module_in, driver_version,
