@@ -339,26 +339,14 @@ fn run_job(
             .map(|g| tile(g.as_ref(), plan, image, job.plane, job.image_key, &mut data));
         let r = match on_gpu {
             Some(Ok(())) => Ok(()),
-            Some(Err(e)) => {
-                // Out of memory or a failed launch: this tile on the CPU, and say so.
-                note = Some(format!("CUDA: {e}; this tile used the CPU engine"));
-                tile(
-                    engines.cpu.as_ref(),
-                    plan,
-                    image,
-                    job.plane,
-                    job.image_key,
-                    &mut data,
-                )
+            failed => {
+                if let Some(Err(e)) = failed {
+                    // Out of memory or a failed launch: this tile on the CPU, and say so.
+                    note = Some(format!("CUDA: {e}; this tile used the CPU engine"));
+                }
+                let cpu = engines.cpu.as_ref();
+                tile(cpu, plan, image, job.plane, job.image_key, &mut data)
             }
-            None => tile(
-                engines.cpu.as_ref(),
-                plan,
-                image,
-                job.plane,
-                job.image_key,
-                &mut data,
-            ),
         };
         if let Err(e) = r {
             send(GridReply::Failed {
