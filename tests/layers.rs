@@ -172,7 +172,7 @@ fn unsafe_code_is_allowed_only_where_the_architecture_says() {
     let allowed = [
         "gpu/mod.rs",
         "engine/cuda/mod.rs",
-        "filter/cuda.rs",
+        "filter/cuda/mod.rs",
         "engine/noise.rs",
         "app/preflight.rs",
     ];

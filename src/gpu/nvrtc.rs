@@ -24,7 +24,7 @@ pub enum Family {
     Field,
     /// `pad_f32`, `prefilter_axis_f32`, `to_store_f32`.
     Prefilter,
-    /// The filters (`sep_line_f32`, `median_f32`, …); their host code is `src/filter/cuda.rs`.
+    /// The filters (`sep_line_f32`, `median_f32`, …); their host code is `src/filter/cuda/`.
     Filter,
 }
 
