@@ -3,7 +3,7 @@
 # test binaries of the new build (in .gpu/tests), the bit-identity matrix of scripts/identity.sh
 # on CUDA and on the CPU with both builds (.gpu/before/augscope and .gpu/augscope), then
 # `augscope bench` of both builds, alternated, so that the speed is compared within the noise.
-# The scans come in .gpu/data. Results go to $OUT.
+# The scans come in .gpu/data. Results go to $OUT. BACKENDS and NO_BENCH=1 narrow the run.
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -17,12 +17,12 @@ for t in .gpu/tests/*; do
   echo "rc $?" >> "$OUT/tests.txt"
 done
 grep -E '^== |test result|rc |FAILED|panicked' "$OUT/tests.txt"; cat "$OUT/gpu.txt"
-OUT=$OUT scripts/identity.sh .gpu/data cuda .gpu/before/augscope .gpu/augscope > "$OUT/identity_cuda.txt" 2>&1
-cat "$OUT/identity_cuda.txt"
-mv "$OUT/identity" "$OUT/identity_cuda_files"; rm -rf "$OUT/identity_cuda_files"
-OUT=$OUT scripts/identity.sh .gpu/data cpu .gpu/before/augscope .gpu/augscope > "$OUT/identity_cpu.txt" 2>&1
-cat "$OUT/identity_cpu.txt"
-rm -rf "$OUT/identity"
+# BACKENDS: the engines the identity matrix runs on (default: cuda and cpu).
+for be in ${BACKENDS:-cuda cpu}; do
+  OUT=$OUT scripts/identity.sh .gpu/data "$be" .gpu/before/augscope .gpu/augscope > "$OUT/identity_$be.txt" 2>&1
+  cat "$OUT/identity_$be.txt"
+  rm -rf "$OUT/identity"
+done
 [ "${NO_BENCH:-0}" = 1 ] && exit 0
 for round in 1 2; do
   for b in before after; do
