@@ -2,105 +2,15 @@
 
 use super::*;
 use crate::augment::DoneList;
+use crate::core::Volume;
 use crate::engine::Backend;
 
 pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    // Refuse to overwrite any input, before reading anything.
-    let inputs: Vec<&PathBuf> = [Some(&a.input), a.label.as_ref()]
-        .into_iter()
-        .flatten()
-        .collect();
-    let outputs: Vec<&PathBuf> = [
-        Some(&a.output),
-        a.label_out.as_ref(),
-        a.save_coords.as_ref(),
-        a.report.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    for o in &outputs {
-        for i in &inputs {
-            if resolved(o) == resolved(i) {
-                return Err(usage(format!(
-                    "output would overwrite an input: {}",
-                    o.display()
-                )));
-            }
-        }
-    }
-    for (k, o) in outputs.iter().enumerate() {
-        if outputs[..k].iter().any(|p| resolved(p) == resolved(o)) {
-            return Err(usage(format!(
-                "the same path is given for two outputs: {}",
-                o.display()
-            )));
-        }
-    }
-    // Output formats must be known before any work is done.
-    io::Format::from_path(&a.output)?;
-    if let Some(l) = &a.label_out {
-        io::Format::from_path(l)?;
-    }
-    if a.save_coords.is_some() && !a.model.is_own() {
-        return Err(usage(format!(
-            "--save-coords gives augscope's coordinates; {} resamples its own way (see the \
-             report's model_steps): leave out --as or --save-coords",
-            a.model.label()
-        )));
-    }
-    if let Some(c) = &a.save_coords
-        && !c.to_string_lossy().to_ascii_lowercase().ends_with(".npy")
-    {
-        return Err(usage(format!(
-            "--save-coords writes a .npy file: {}",
-            c.display()
-        )));
-    }
-
-    let load_opts = LoadOptions {
-        channels_first: a.channels,
-    };
-    let image = io::load(&a.input, &load_opts)?;
-    let label = match &a.label {
-        Some(p) => {
-            let l = io::load(p, &LoadOptions::default())?;
-            if l.shape != image.shape {
-                return Err(usage(format!(
-                    "label map shape {:?} differs from the image shape {:?}: {}",
-                    l.shape,
-                    image.shape,
-                    p.display()
-                )));
-            }
-            Some(l)
-        }
-        None => None,
-    };
+    check_outputs(&a)?;
+    let (image, label) = load_inputs(&a)?;
     let t_read = t0.elapsed().as_secs_f64() * 1e3;
-
-    let plan = Plan {
-        flip: a.flip.clone().map(|v| v.0).unwrap_or_default(),
-        rotate_rad: a.rotate.clone().map(|v| v.0).unwrap_or_default(),
-        scale: a.scale.clone().map(|v| v.0).unwrap_or_default(),
-        translate: a.translate.clone().map(|v| v.0).unwrap_or_default(),
-        elastic: a.elastic.map(|(alpha, sigma)| Elastic {
-            alpha,
-            sigma,
-            seed: a.seed,
-        }),
-        order: a.order,
-        mode: a.mode,
-        cval: a.cval,
-        out_shape: None,
-        space: a.space,
-        spacing_mm: match a.space {
-            Space::Mm => image.spacing_mm.clone(),
-            Space::Voxel => vec![],
-        },
-    };
-    plan.validate(image.ndim())?;
+    let plan = plan_of(&a, &image)?;
 
     if !a.model.is_own() {
         return apply_as(&a, &image, label.as_ref(), &plan, t0, t_read);
@@ -164,6 +74,114 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         })?;
     }
     staged.commit()
+}
+
+/// The outputs before anything is read: none overwrites an input or another output, their
+/// formats are known, and `--save-coords` is a `.npy` of augscope's own transform.
+fn check_outputs(a: &ApplyArgs) -> anyhow::Result<()> {
+    // Refuse to overwrite any input, before reading anything.
+    let inputs: Vec<&PathBuf> = [Some(&a.input), a.label.as_ref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let outputs: Vec<&PathBuf> = [
+        Some(&a.output),
+        a.label_out.as_ref(),
+        a.save_coords.as_ref(),
+        a.report.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for o in &outputs {
+        for i in &inputs {
+            if resolved(o) == resolved(i) {
+                return Err(usage(format!(
+                    "output would overwrite an input: {}",
+                    o.display()
+                )));
+            }
+        }
+    }
+    for (k, o) in outputs.iter().enumerate() {
+        if outputs[..k].iter().any(|p| resolved(p) == resolved(o)) {
+            return Err(usage(format!(
+                "the same path is given for two outputs: {}",
+                o.display()
+            )));
+        }
+    }
+    // Output formats must be known before any work is done.
+    io::Format::from_path(&a.output)?;
+    if let Some(l) = &a.label_out {
+        io::Format::from_path(l)?;
+    }
+    if a.save_coords.is_some() && !a.model.is_own() {
+        return Err(usage(format!(
+            "--save-coords gives augscope's coordinates; {} resamples its own way (see the \
+             report's model_steps): leave out --as or --save-coords",
+            a.model.label()
+        )));
+    }
+    if let Some(c) = &a.save_coords
+        && !c.to_string_lossy().to_ascii_lowercase().ends_with(".npy")
+    {
+        return Err(usage(format!(
+            "--save-coords writes a .npy file: {}",
+            c.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The image and its label map (on the image's grid).
+fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
+    let load_opts = LoadOptions {
+        channels_first: a.channels,
+    };
+    let image = io::load(&a.input, &load_opts)?;
+    let label = match &a.label {
+        Some(p) => {
+            let l = io::load(p, &LoadOptions::default())?;
+            if l.shape != image.shape {
+                return Err(usage(format!(
+                    "label map shape {:?} differs from the image shape {:?}: {}",
+                    l.shape,
+                    image.shape,
+                    p.display()
+                )));
+            }
+            Some(l)
+        }
+        None => None,
+    };
+    Ok((image, label))
+}
+
+/// The transform of the command line, checked against the image.
+fn plan_of(a: &ApplyArgs, image: &Volume) -> anyhow::Result<Plan> {
+    let plan = Plan {
+        flip: a.flip.clone().map(|v| v.0).unwrap_or_default(),
+        rotate_rad: a.rotate.clone().map(|v| v.0).unwrap_or_default(),
+        scale: a.scale.clone().map(|v| v.0).unwrap_or_default(),
+        translate: a.translate.clone().map(|v| v.0).unwrap_or_default(),
+        elastic: a.elastic.map(|(alpha, sigma)| Elastic {
+            alpha,
+            sigma,
+            seed: a.seed,
+        }),
+        order: a.order,
+        mode: a.mode,
+        cval: a.cval,
+        out_shape: None,
+        space: a.space,
+        spacing_mm: match a.space {
+            Space::Mm => image.spacing_mm.clone(),
+            Space::Voxel => vec![],
+        },
+    };
+    plan.validate(image.ndim())?;
+    Ok(plan)
 }
 
 /// The readouts beside the outputs, when asked for: the displacement and the Jacobian of the
