@@ -58,24 +58,7 @@ fn view_ui(
 ) -> Vec<Command> {
     let mut out = vec![];
     let view_index = v.index;
-    // The title sits in a strip above the image, clear of the orientation letters.
-    let header = Rect::from_min_max(rect.min, Pos2::new(rect.max.x, rect.min.y + 18.0));
-    // One line, cut with "…" where the view is too narrow (the whole title on hover).
-    let font = egui::FontId::proportional(13.0);
-    let mut job =
-        egui::text::LayoutJob::simple_singleline(v.title.clone(), font, Color32::from_gray(220));
-    job.wrap = egui::text::TextWrapping::truncate_at_width((header.width() - 8.0).max(10.0));
-    let galley = ui.fonts_mut(|f| f.layout_job(job));
-    let elided = galley.elided;
-    ui.painter().galley(
-        header.left_top() + Vec2::new(4.0, (header.height() - galley.size().y) * 0.5),
-        galley,
-        Color32::from_gray(220),
-    );
-    if elided {
-        ui.interact(header, ui.scope_id().with(("title", v.key)), Sense::hover())
-            .on_hover_text(&v.title);
-    }
+    let header = title_strip(ui, rect, v.key, &v.title);
     let rect = Rect::from_min_max(Pos2::new(rect.min.x, header.max.y), rect.max);
     let resp = ui.interact(
         rect,
@@ -180,71 +163,10 @@ fn view_ui(
         );
     }
     let painter = ui.painter_at(rect);
-    // Crosshair through the cursor.
     if v.crosshair {
-        let g = v.geom;
-        if g.across < v.cursor.len() && g.down < v.cursor.len() {
-            let ca = v.cursor[g.across];
-            let cd = v.cursor[g.down];
-            let col = if g.across_flip {
-                img.width - 1 - ca.min(img.width - 1)
-            } else {
-                ca
-            };
-            let row = if g.down_flip {
-                img.height - 1 - cd.min(img.height - 1)
-            } else {
-                cd
-            };
-            let x = ir.min.x + (col as f32 + 0.5) / img.width as f32 * ir.width();
-            let y = ir.min.y + (row as f32 + 0.5) / img.height as f32 * ir.height();
-            let stroke = Stroke::new(1.0, CROSSHAIR);
-            painter.line_segment(
-                [Pos2::new(x, rect.top()), Pos2::new(x, rect.bottom())],
-                stroke,
-            );
-            painter.line_segment(
-                [Pos2::new(rect.left(), y), Pos2::new(rect.right(), y)],
-                stroke,
-            );
-        }
+        crosshair(&painter, rect, ir, v.geom, v.cursor, img);
     }
-    // Orientation letters at the edges, and the title.
-    let font = egui::FontId::proportional(15.0);
-    let col = Color32::from_rgb(255, 170, 60);
-    let [l, r, t, b] = &v.geom.letters;
-    let m = 6.0;
-    for (text, pos, align) in [
-        (
-            l,
-            Pos2::new(rect.left() + m, rect.center().y),
-            egui::Align2::LEFT_CENTER,
-        ),
-        (
-            r,
-            Pos2::new(rect.right() - m, rect.center().y),
-            egui::Align2::RIGHT_CENTER,
-        ),
-        (
-            t,
-            Pos2::new(rect.center().x, rect.top() + m),
-            egui::Align2::CENTER_TOP,
-        ),
-        (
-            b,
-            Pos2::new(rect.center().x, rect.bottom() - m),
-            egui::Align2::CENTER_BOTTOM,
-        ),
-    ] {
-        if !text.is_empty() {
-            // A dark outline keeps the letter legible on bright tissue.
-            for d in [(-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0), (1.0, 1.0)] {
-                let o = pos + Vec2::new(d.0, d.1) * 1.5;
-                painter.text(o, align, text, font.clone(), Color32::from_black_alpha(220));
-            }
-            painter.text(pos, align, text, font.clone(), col);
-        }
-    }
+    orientation_letters(&painter, rect, &v.geom.letters);
     out
 }
 
@@ -295,37 +217,114 @@ fn mask_of(state: &State, rt: &Runtime, id: u64) -> Option<Arc<DisplaySlice>> {
     rt.masks.as_ref()?.mask_for(id)
 }
 
+/// The view's title in a strip above the image (one line, cut with "…" where the view is too
+/// narrow, the whole title on hover); returns the strip.
+fn title_strip(ui: &mut egui::Ui, rect: Rect, key: u64, title: &str) -> Rect {
+    // The title sits in a strip above the image, clear of the orientation letters.
+    let header = Rect::from_min_max(rect.min, Pos2::new(rect.max.x, rect.min.y + 18.0));
+    // One line, cut with "…" where the view is too narrow (the whole title on hover).
+    let font = egui::FontId::proportional(13.0);
+    let mut job =
+        egui::text::LayoutJob::simple_singleline(title.to_string(), font, Color32::from_gray(220));
+    job.wrap = egui::text::TextWrapping::truncate_at_width((header.width() - 8.0).max(10.0));
+    let galley = ui.fonts_mut(|f| f.layout_job(job));
+    let elided = galley.elided;
+    ui.painter().galley(
+        header.left_top() + Vec2::new(4.0, (header.height() - galley.size().y) * 0.5),
+        galley,
+        Color32::from_gray(220),
+    );
+    if elided {
+        ui.interact(header, ui.scope_id().with(("title", key)), Sense::hover())
+            .on_hover_text(title);
+    }
+    header
+}
+
+/// The crosshair through the cursor, over the image drawn in `ir`.
+fn crosshair(
+    painter: &egui::Painter,
+    rect: Rect,
+    ir: Rect,
+    g: &ViewGeom,
+    cursor: &[usize],
+    img: &DisplaySlice,
+) {
+    if g.across < cursor.len() && g.down < cursor.len() {
+        let ca = cursor[g.across];
+        let cd = cursor[g.down];
+        let col = if g.across_flip {
+            img.width - 1 - ca.min(img.width - 1)
+        } else {
+            ca
+        };
+        let row = if g.down_flip {
+            img.height - 1 - cd.min(img.height - 1)
+        } else {
+            cd
+        };
+        let x = ir.min.x + (col as f32 + 0.5) / img.width as f32 * ir.width();
+        let y = ir.min.y + (row as f32 + 0.5) / img.height as f32 * ir.height();
+        let stroke = Stroke::new(1.0, CROSSHAIR);
+        painter.line_segment(
+            [Pos2::new(x, rect.top()), Pos2::new(x, rect.bottom())],
+            stroke,
+        );
+        painter.line_segment(
+            [Pos2::new(rect.left(), y), Pos2::new(rect.right(), y)],
+            stroke,
+        );
+    }
+}
+
+/// The orientation letters (left, right, top, bottom) at the edges of `rect`.
+fn orientation_letters(painter: &egui::Painter, rect: Rect, letters: &[String; 4]) {
+    let font = egui::FontId::proportional(15.0);
+    let col = Color32::from_rgb(255, 170, 60);
+    let [l, r, t, b] = letters;
+    let m = 6.0;
+    for (text, pos, align) in [
+        (
+            l,
+            Pos2::new(rect.left() + m, rect.center().y),
+            egui::Align2::LEFT_CENTER,
+        ),
+        (
+            r,
+            Pos2::new(rect.right() - m, rect.center().y),
+            egui::Align2::RIGHT_CENTER,
+        ),
+        (
+            t,
+            Pos2::new(rect.center().x, rect.top() + m),
+            egui::Align2::CENTER_TOP,
+        ),
+        (
+            b,
+            Pos2::new(rect.center().x, rect.bottom() - m),
+            egui::Align2::CENTER_BOTTOM,
+        ),
+    ] {
+        if !text.is_empty() {
+            // A dark outline keeps the letter legible on bright tissue.
+            for d in [(-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0), (1.0, 1.0)] {
+                let o = pos + Vec2::new(d.0, d.1) * 1.5;
+                painter.text(o, align, text, font.clone(), Color32::from_black_alpha(220));
+            }
+            painter.text(pos, align, text, font.clone(), col);
+        }
+    }
+}
+
 /// The central area: a row of planes (augmented), with the original above when side by side.
 pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
     let mut out = vec![];
     egui::CentralPanel::default()
         .frame(egui::Frame::NONE.fill(Color32::from_gray(18)))
         .show(ui, |ui| {
-            if let Some(e) = rt.error.clone() {
-                egui::Frame::NONE
-                    .fill(Color32::from_rgb(90, 20, 20))
-                    .inner_margin(8.0)
-                    .show(ui, |ui| {
-                        ui.horizontal(|ui| {
-                            ui.label(
-                                egui::RichText::new(format!("Error: {e}")).color(Color32::WHITE),
-                            );
-                            if ui.button("Dismiss").clicked() {
-                                rt.error = None;
-                            }
-                        });
-                    });
-            }
+            error_banner(ui, rt);
             let Some(scan) = &rt.scan else {
-                ui.centered_and_justified(|ui| {
-                    if rt.loading.is_some() {
-                        ui.spinner();
-                    } else {
-                        ui.label(
-                            "Open a scan (File menu: Open scan, or drop a file on the window)",
-                        );
-                    }
-                });
+                empty_area(ui, rt.loading.is_some());
                 return;
             };
             let views = scan.views.clone();
@@ -392,20 +391,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     } else {
                         aug.and_then(|s| s.image.get(vi).cloned()).map(|image| {
                             let diff = state.display.difference;
-                            let mut lk = look(state, scan, diff);
-                            let mut what = if diff {
-                                "|augmented − original|".to_string()
-                            } else {
-                                "augmented".to_string()
-                            };
-                            if let (Some((lo, hi)), false) = (own_window, diff) {
-                                lk.level = 0.5 * (lo + hi);
-                                lk.width = (hi - lo).max(1e-6);
-                                what.push_str(" (filter's own window)");
-                            }
-                            if unfiltered {
-                                what.push_str(" · unfiltered until the slider rests");
-                            }
+                            let (what, look) = augmented_look(state, scan, own_window, unfiltered);
                             ViewInput {
                                 key: view_key(1, vi),
                                 title: format!("{} · {what}{pos}", geom.name),
@@ -418,7 +404,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                 },
                                 label: aug.and_then(|s| s.label.get(vi).cloned().flatten()),
                                 mask: masks.get(vi).and_then(|m| m.1.clone()),
-                                look: lk,
+                                look,
                                 cursor: &cursor,
                                 crosshair: state.display.crosshair,
                                 index: vi,
@@ -444,27 +430,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                     generation: rt.generation,
                                     scan,
                                 };
-                                super::overlay::paint(ui, state, &rt.overlay, at);
-                                if state.display.control_grid
-                                    && state.params.preview_as == Model::TorchIo
-                                    && let Some(f) = &rt.full
-                                    && f.model == Model::TorchIo
-                                    && let Some(g) = &f.control_grid
-                                {
-                                    let at = super::overlay::At {
-                                        rect,
-                                        nav,
-                                        view: vi,
-                                        generation: rt.generation,
-                                        scan,
-                                    };
-                                    super::overlay::paint_control_grid(
-                                        ui,
-                                        g,
-                                        &state.params.flip,
-                                        at,
-                                    );
-                                }
+                                paint_overlays(ui, state, &rt.overlay, rt.full.as_ref(), at);
                             }
                         }
                         None => {
@@ -485,17 +451,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                         ),
                         Vec2::new(cell.x - 16.0, slider_h - 6.0),
                     );
-                    let mut i = cursor[axis];
-                    let max = shape[axis].saturating_sub(1);
-                    let mut child = ui.new_child(egui::UiBuilder::new().max_rect(srect));
-                    child.spacing_mut().slider_width = (srect.width() - 90.0).max(40.0);
-                    let r = child
-                        .add(egui::Slider::new(&mut i, 0..=max).text(geom.name.to_lowercase()));
-                    if r.changed() {
-                        let mut c = cursor.clone();
-                        c[axis] = i;
-                        out.push(Command::SetCursor(c));
-                    }
+                    out.extend(slice_slider(ui, srect, geom, axis, &cursor, shape[axis]));
                 }
             }
             ui.allocate_rect(full, Sense::hover());
@@ -503,22 +459,131 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 let geom = views.get(vi)?;
                 // A colour image reads all three channels; a 4D scan the volume shown.
                 let only = (!scan.loaded.image.is_colour()).then_some(scan.frame);
-                let at = |p: &DisplaySlice| value_at(p, row, col, only);
-                let aug = rt.shown.as_ref();
-                Some(super::Hover {
-                    voxel: voxel_of(geom, &cursor, row, col, rt.original.get(vi)?),
-                    original: at(rt.original.get(vi)?),
-                    augmented: aug.and_then(|s| s.image.get(vi)).map(|p| at(p)),
-                    label: rt.original_label.get(vi).cloned().flatten().map(|l| {
-                        let a = aug
-                            .and_then(|s| s.label.get(vi).cloned().flatten())
-                            .map(|p| value_at(&p, row, col, Some(0))[0]);
-                        (value_at(&l, row, col, Some(0))[0], a)
-                    }),
-                })
+                hover_at(rt, geom, &cursor, vi, (row, col), only)
             });
         });
     out
+}
+
+/// The augmented view's caption and look: the difference map or the image, in the filter's own
+/// window when it has one, and whether the filter waits for the slider to rest.
+fn augmented_look(
+    state: &State,
+    scan: &super::Scan,
+    own_window: Option<(f32, f32)>,
+    unfiltered: bool,
+) -> (String, Look) {
+    let diff = state.display.difference;
+    let mut lk = look(state, scan, diff);
+    let mut what = if diff {
+        "|augmented − original|".to_string()
+    } else {
+        "augmented".to_string()
+    };
+    if let (Some((lo, hi)), false) = (own_window, diff) {
+        lk.level = 0.5 * (lo + hi);
+        lk.width = (hi - lo).max(1e-6);
+        what.push_str(" (filter's own window)");
+    }
+    if unfiltered {
+        what.push_str(" · unfiltered until the slider rests");
+    }
+    (what, lk)
+}
+
+/// The overlays of an augmented view: the displacement and Jacobian layers, and TorchIO's
+/// control grid when it is previewed.
+fn paint_overlays(
+    ui: &mut egui::Ui,
+    state: &State,
+    overlay: &super::overlay::OverlayRuntime,
+    full: Option<&super::worker::FullResult>,
+    at: super::overlay::At<'_>,
+) {
+    super::overlay::paint(ui, state, overlay, at);
+    if state.display.control_grid
+        && state.params.preview_as == Model::TorchIo
+        && let Some(f) = full
+        && f.model == Model::TorchIo
+        && let Some(g) = &f.control_grid
+    {
+        super::overlay::paint_control_grid(ui, g, &state.params.flip, at);
+    }
+}
+
+/// The last error, in a red band with a button that dismisses it.
+fn error_banner(ui: &mut egui::Ui, rt: &mut Runtime) {
+    let Some(e) = rt.error.clone() else {
+        return;
+    };
+    egui::Frame::NONE
+        .fill(Color32::from_rgb(90, 20, 20))
+        .inner_margin(8.0)
+        .show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.label(egui::RichText::new(format!("Error: {e}")).color(Color32::WHITE));
+                if ui.button("Dismiss").clicked() {
+                    rt.error = None;
+                }
+            });
+        });
+}
+
+/// The central area before a scan is shown: a spinner while one loads, else how to open one.
+fn empty_area(ui: &mut egui::Ui, loading: bool) {
+    ui.centered_and_justified(|ui| {
+        if loading {
+            ui.spinner();
+        } else {
+            ui.label("Open a scan (File menu: Open scan, or drop a file on the window)");
+        }
+    });
+}
+
+/// The slice slider of a view along `axis` (of length `len`) in `rect`: a new cursor when moved.
+fn slice_slider(
+    ui: &mut egui::Ui,
+    rect: Rect,
+    geom: &ViewGeom,
+    axis: usize,
+    cursor: &[usize],
+    len: usize,
+) -> Option<Command> {
+    let mut i = cursor[axis];
+    let max = len.saturating_sub(1);
+    let mut child = ui.new_child(egui::UiBuilder::new().max_rect(rect));
+    child.spacing_mut().slider_width = (rect.width() - 90.0).max(40.0);
+    let r = child.add(egui::Slider::new(&mut i, 0..=max).text(geom.name.to_lowercase()));
+    r.changed().then(|| {
+        let mut c = cursor.to_vec();
+        c[axis] = i;
+        Command::SetCursor(c)
+    })
+}
+
+/// What the status bar reads under the pointer in view `vi` at `(row, col)`: the voxel, the
+/// original and augmented values (channels `only`, or all) and the labels.
+fn hover_at(
+    rt: &Runtime,
+    geom: &ViewGeom,
+    cursor: &[usize],
+    vi: usize,
+    (row, col): (usize, usize),
+    only: Option<usize>,
+) -> Option<super::Hover> {
+    let at = |p: &DisplaySlice| value_at(p, row, col, only);
+    let aug = rt.shown.as_ref();
+    Some(super::Hover {
+        voxel: voxel_of(geom, cursor, row, col, rt.original.get(vi)?),
+        original: at(rt.original.get(vi)?),
+        augmented: aug.and_then(|s| s.image.get(vi)).map(|p| at(p)),
+        label: rt.original_label.get(vi).cloned().flatten().map(|l| {
+            let a = aug
+                .and_then(|s| s.label.get(vi).cloned().flatten())
+                .map(|p| value_at(&p, row, col, Some(0))[0]);
+            (value_at(&l, row, col, Some(0))[0], a)
+        }),
+    })
 }
 
 /// The values (one per channel) of a display slice at `row`, `col`.

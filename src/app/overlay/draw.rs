@@ -27,6 +27,7 @@ pub fn fraction_text(folded: usize, voxels: usize) -> String {
 
 /// Where [`paint`] draws: the cell of view `view` (title strip included), its zoom and pan, the
 /// current generation and the scan on screen.
+#[derive(Clone, Copy)]
 pub struct At<'a> {
     pub rect: Rect,
     pub nav: Nav,
