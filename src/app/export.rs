@@ -223,6 +223,8 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
 }
 
 /// The export dialog (while `rt.export.open`).
+/// A sentence on its length: egui lays the window out as it runs, so the function is the window
+/// from top to bottom; the parts with logic of their own are functions beside it.
 pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
     let mut out = vec![];
     let mut open = rt.export.open;

@@ -335,6 +335,9 @@ fn section<T>(
     }
 }
 
+/// The editor's fields of `p`, family by family, with the values a draw realised beside them.
+/// A sentence on its length: egui lays the window out as it runs, so the function is the window
+/// from top to bottom; the parts with logic of their own are functions beside it.
 fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &RealisedLines) {
     egui::Grid::new("preset-meta")
         .num_columns(2)

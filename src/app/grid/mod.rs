@@ -474,6 +474,8 @@ fn tile_texture(ui: &egui::Ui, t: &mut Tile, k: usize, (lo, hi): (f32, f32)) {
 }
 
 /// The "What training will see" window (while `rt.grid.open`).
+/// A sentence on its length: egui lays the window out as it runs, so the function is the window
+/// from top to bottom; the parts with logic of their own are functions beside it.
 pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
     let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
     let ctx = ui.ctx().clone();

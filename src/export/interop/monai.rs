@@ -102,6 +102,9 @@ fn lit_ranges(r: &[Range]) -> Arg {
 }
 
 /// The pipeline of `p` for `ndim` spatial axes (one model, two renderings).
+/// A sentence on its length: the preset's transform families map to the library's in the
+/// library's own order, each beside the note that says where the library differs from augscope;
+/// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn pipeline(p: &Preset, ndim: usize) -> Pipeline {
     let mut notes: Vec<String> = voxel_target_note(p, "MONAI").into_iter().collect();
     let mut entries = vec![];

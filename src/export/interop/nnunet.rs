@@ -242,6 +242,10 @@ fn padding_mode(mode: &str) -> Option<&'static str> {
     }
 }
 
+/// The nnU-Net (batchgeneratorsv2) snippet of `p` for `ndim` spatial axes.
+/// A sentence on its length: the preset's transform families map to the library's in the
+/// library's own order, each beside the note that says where the library differs from augscope;
+/// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn nnunet(p: &Preset, ndim: usize) -> String {
     let mut notes: Vec<String> = voxel_target_note(p, "nnU-Net (batchgeneratorsv2)")
         .into_iter()

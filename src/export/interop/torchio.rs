@@ -216,6 +216,10 @@ class RandomAlphaSigmaElastic(tio.RandomElasticDeformation):
         return transform(subject)
 "#;
 
+/// The TorchIO snippet of `p` for `ndim` spatial axes.
+/// A sentence on its length: the preset's transform families map to the library's in the
+/// library's own order, each beside the note that says where the library differs from augscope;
+/// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn torchio(p: &Preset, ndim: usize) -> String {
     let mut notes = vec![];
     let s = &p.sampling;
