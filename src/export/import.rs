@@ -188,163 +188,62 @@ fn from_plan(
     Ok(preset)
 }
 
+/// The batchgenerators and nnU-Net keys the import reads; any other key is named as ignored.
+const KNOWN: &[&str] = &[
+    "do_elastic_deform",
+    "do_elastic",
+    "alpha",
+    "elastic_deform_alpha",
+    "sigma",
+    "elastic_deform_sigma",
+    "p_el_per_sample",
+    "p_eldef",
+    "do_rotation",
+    "angle_x",
+    "angle_y",
+    "angle_z",
+    "rotation_x",
+    "rotation_y",
+    "rotation_z",
+    "p_rot_per_sample",
+    "p_rot",
+    "p_rot_per_axis",
+    "rotation_p_per_axis",
+    "do_scale",
+    "do_scaling",
+    "scale",
+    "scale_range",
+    "independent_scale_for_each_axis",
+    "independent_scale_factor_for_each_axis",
+    "p_scale_per_sample",
+    "p_scale",
+    "p_independent_scale_per_axis",
+    "border_mode_data",
+    "border_cval_data",
+    "order_data",
+    "border_mode_seg",
+    "border_cval_seg",
+    "order_seg",
+    "do_mirror",
+    "mirror_axes",
+    "patch_size",
+    "patch_center_dist_from_border",
+    "random_crop",
+    "data_key",
+    "label_key",
+    "random_crop_dist_to_border",
+    "dummy_2D",
+];
+
 /// Builds a preset from batchgenerators `SpatialTransform` keywords and/or nnU-Net v1
 /// `data_aug_params` keys.
 pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetError> {
-    const KNOWN: &[&str] = &[
-        "do_elastic_deform",
-        "do_elastic",
-        "alpha",
-        "elastic_deform_alpha",
-        "sigma",
-        "elastic_deform_sigma",
-        "p_el_per_sample",
-        "p_eldef",
-        "do_rotation",
-        "angle_x",
-        "angle_y",
-        "angle_z",
-        "rotation_x",
-        "rotation_y",
-        "rotation_z",
-        "p_rot_per_sample",
-        "p_rot",
-        "p_rot_per_axis",
-        "rotation_p_per_axis",
-        "do_scale",
-        "do_scaling",
-        "scale",
-        "scale_range",
-        "independent_scale_for_each_axis",
-        "independent_scale_factor_for_each_axis",
-        "p_scale_per_sample",
-        "p_scale",
-        "p_independent_scale_per_axis",
-        "border_mode_data",
-        "border_cval_data",
-        "order_data",
-        "border_mode_seg",
-        "border_cval_seg",
-        "order_seg",
-        "do_mirror",
-        "mirror_axes",
-        "patch_size",
-        "patch_center_dist_from_border",
-        "random_crop",
-        "data_key",
-        "label_key",
-        "random_crop_dist_to_border",
-        "dummy_2D",
-    ];
-    let mut ignored: Vec<&str> = m
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !KNOWN.contains(k))
-        .collect();
-    ignored.sort_unstable();
-    if ignored.len() == m.len() {
-        return Err(bad(
-            "none of the keys is a batchgenerators or nnU-Net augmentation parameter, and there \
-             is no augscope \"plan\" (expected e.g. do_rotation, angle_x, scale, alpha, \
-             mirror_axes)",
-        ));
-    }
-
-    let elastic = if flag(m, &["do_elastic_deform", "do_elastic"])?.unwrap_or(false) {
-        let alpha = range(m, &["alpha", "elastic_deform_alpha"])?.unwrap_or([0.0, 1000.0]);
-        let sigma = range(m, &["sigma", "elastic_deform_sigma"])?.unwrap_or([10.0, 13.0]);
-        let p = num(m, &["p_el_per_sample", "p_eldef"])?.unwrap_or(1.0);
-        Some(ElasticSpec { p, alpha, sigma })
-    } else {
-        None
-    };
-
-    let rotate = if flag(m, &["do_rotation"])?.unwrap_or(false) {
-        let mut ranges = vec![];
-        for keys in [
-            ["angle_x", "rotation_x"],
-            ["angle_y", "rotation_y"],
-            ["angle_z", "rotation_z"],
-        ] {
-            if let Some(r) = range(m, &keys)? {
-                ranges.push([round_deg(r[0]), round_deg(r[1])]);
-            }
-        }
-        if ranges.is_empty() {
-            ranges.push([0.0, 360.0]);
-        }
-        if ranges.windows(2).all(|w| w[0] == w[1]) {
-            ranges.truncate(1);
-        }
-        let p = num(m, &["p_rot_per_sample", "p_rot"])?.unwrap_or(1.0);
-        let p_axis = num(m, &["p_rot_per_axis", "rotation_p_per_axis"])?.unwrap_or(1.0);
-        Some(RotateSpec {
-            p,
-            p_axis: vec![p_axis],
-            range_deg: ranges,
-            range_deg_2d: None,
-        })
-    } else {
-        None
-    };
-
-    let scale = if flag(m, &["do_scale", "do_scaling"])?.unwrap_or(false) {
-        let r = range(m, &["scale", "scale_range"])?.unwrap_or([0.75, 1.25]);
-        let per_axis = flag(
-            m,
-            &[
-                "independent_scale_for_each_axis",
-                "independent_scale_factor_for_each_axis",
-            ],
-        )?
-        .unwrap_or(false);
-        let p = num(m, &["p_scale_per_sample", "p_scale"])?.unwrap_or(1.0);
-        // batchgenerators' augment_spatial always draws below and above 1 with equal chance.
-        Some(ScaleSpec {
-            p,
-            range: vec![r],
-            per_axis,
-            distribution: ScaleDistribution::Split,
-        })
-    } else {
-        None
-    };
-
-    let mirror = flag(m, &["do_mirror"])?.unwrap_or(true);
-    let flip = match (mirror, get(m, &["mirror_axes"])) {
-        (true, Some((_, Value::Array(axes)))) if !axes.is_empty() => {
-            let mut p = vec![0.0; 3];
-            for a in axes {
-                let Some(i) = a.as_u64().filter(|&i| i < 3) else {
-                    return Err(bad(format!("mirror_axes holds {a}, not an axis 0, 1 or 2")));
-                };
-                p[i as usize] = 0.5;
-            }
-            // Trailing axes that never mirror are dropped so that a 2D dict stays 2D-sized.
-            while p.len() > 1 && p.last() == Some(&0.0) {
-                p.pop();
-            }
-            if p.iter().all(|&q| q == 0.5) {
-                p.truncate(1);
-            }
-            Some(FlipSpec { p })
-        }
-        (_, Some((_, Value::Array(_)))) | (_, None) | (false, _) => None,
-        (_, Some((_, v))) => return Err(bad(format!("mirror_axes = {v} is not a list of axes"))),
-    };
-
-    let mut sampling = SamplingSpec::default();
-    if let Some((_, v)) = get(m, &["border_mode_data"]) {
-        sampling.mode = v
-            .as_str()
-            .ok_or_else(|| bad(format!("border_mode_data = {v} is not a mode name")))?
-            .to_string();
-    }
-    if let Some(v) = num(m, &["border_cval_data"])? {
-        sampling.cval = v;
-    }
-    sampling.order = num(m, &["order_data"])?.map_or(3, |v| v as u32);
-    sampling.label_order = num(m, &["order_seg"])?.map_or(0, |v| v as u32);
+    let ignored = ignored_keys(m)?;
+    let elastic = elastic_params(m)?;
+    let rotate = rotate_params(m)?;
+    let scale = scale_params(m)?;
+    let flip = flip_params(m)?;
+    let sampling = sampling_params(m)?;
 
     let mut description = String::new();
     if !ignored.is_empty() {
@@ -369,4 +268,131 @@ pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetE
     };
     preset.validate()?;
     Ok(preset)
+}
+
+/// The keys of `m` the import does not read, sorted; an error when it reads none of them.
+fn ignored_keys(m: &Map<String, Value>) -> Result<Vec<&str>, PresetError> {
+    let mut ignored: Vec<&str> = m
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KNOWN.contains(k))
+        .collect();
+    ignored.sort_unstable();
+    if ignored.len() == m.len() {
+        return Err(bad(
+            "none of the keys is a batchgenerators or nnU-Net augmentation parameter, and there \
+             is no augscope \"plan\" (expected e.g. do_rotation, angle_x, scale, alpha, \
+             mirror_axes)",
+        ));
+    }
+    Ok(ignored)
+}
+
+/// The elastic deformation of the dict, when it turns one on.
+fn elastic_params(m: &Map<String, Value>) -> Result<Option<ElasticSpec>, PresetError> {
+    if !flag(m, &["do_elastic_deform", "do_elastic"])?.unwrap_or(false) {
+        return Ok(None);
+    }
+    let alpha = range(m, &["alpha", "elastic_deform_alpha"])?.unwrap_or([0.0, 1000.0]);
+    let sigma = range(m, &["sigma", "elastic_deform_sigma"])?.unwrap_or([10.0, 13.0]);
+    let p = num(m, &["p_el_per_sample", "p_eldef"])?.unwrap_or(1.0);
+    Ok(Some(ElasticSpec { p, alpha, sigma }))
+}
+
+/// The rotation of the dict in degrees, when it turns one on.
+fn rotate_params(m: &Map<String, Value>) -> Result<Option<RotateSpec>, PresetError> {
+    if !flag(m, &["do_rotation"])?.unwrap_or(false) {
+        return Ok(None);
+    }
+    let mut ranges = vec![];
+    for keys in [
+        ["angle_x", "rotation_x"],
+        ["angle_y", "rotation_y"],
+        ["angle_z", "rotation_z"],
+    ] {
+        if let Some(r) = range(m, &keys)? {
+            ranges.push([round_deg(r[0]), round_deg(r[1])]);
+        }
+    }
+    if ranges.is_empty() {
+        ranges.push([0.0, 360.0]);
+    }
+    if ranges.windows(2).all(|w| w[0] == w[1]) {
+        ranges.truncate(1);
+    }
+    let p = num(m, &["p_rot_per_sample", "p_rot"])?.unwrap_or(1.0);
+    let p_axis = num(m, &["p_rot_per_axis", "rotation_p_per_axis"])?.unwrap_or(1.0);
+    Ok(Some(RotateSpec {
+        p,
+        p_axis: vec![p_axis],
+        range_deg: ranges,
+        range_deg_2d: None,
+    }))
+}
+
+/// The scaling of the dict, when it turns one on.
+fn scale_params(m: &Map<String, Value>) -> Result<Option<ScaleSpec>, PresetError> {
+    if !flag(m, &["do_scale", "do_scaling"])?.unwrap_or(false) {
+        return Ok(None);
+    }
+    let r = range(m, &["scale", "scale_range"])?.unwrap_or([0.75, 1.25]);
+    let per_axis = flag(
+        m,
+        &[
+            "independent_scale_for_each_axis",
+            "independent_scale_factor_for_each_axis",
+        ],
+    )?
+    .unwrap_or(false);
+    let p = num(m, &["p_scale_per_sample", "p_scale"])?.unwrap_or(1.0);
+    // batchgenerators' augment_spatial always draws below and above 1 with equal chance.
+    Ok(Some(ScaleSpec {
+        p,
+        range: vec![r],
+        per_axis,
+        distribution: ScaleDistribution::Split,
+    }))
+}
+
+/// The mirroring of the dict: p = 0.5 on each axis of `mirror_axes`, unless `do_mirror` is off.
+fn flip_params(m: &Map<String, Value>) -> Result<Option<FlipSpec>, PresetError> {
+    let mirror = flag(m, &["do_mirror"])?.unwrap_or(true);
+    match (mirror, get(m, &["mirror_axes"])) {
+        (true, Some((_, Value::Array(axes)))) if !axes.is_empty() => {
+            let mut p = vec![0.0; 3];
+            for a in axes {
+                let Some(i) = a.as_u64().filter(|&i| i < 3) else {
+                    return Err(bad(format!("mirror_axes holds {a}, not an axis 0, 1 or 2")));
+                };
+                p[i as usize] = 0.5;
+            }
+            // Trailing axes that never mirror are dropped so that a 2D dict stays 2D-sized.
+            while p.len() > 1 && p.last() == Some(&0.0) {
+                p.pop();
+            }
+            if p.iter().all(|&q| q == 0.5) {
+                p.truncate(1);
+            }
+            Ok(Some(FlipSpec { p }))
+        }
+        (_, Some((_, Value::Array(_)))) | (_, None) | (false, _) => Ok(None),
+        (_, Some((_, v))) => Err(bad(format!("mirror_axes = {v} is not a list of axes"))),
+    }
+}
+
+/// The image's border mode, cval and spline order and the labels' order.
+fn sampling_params(m: &Map<String, Value>) -> Result<SamplingSpec, PresetError> {
+    let mut sampling = SamplingSpec::default();
+    if let Some((_, v)) = get(m, &["border_mode_data"]) {
+        sampling.mode = v
+            .as_str()
+            .ok_or_else(|| bad(format!("border_mode_data = {v} is not a mode name")))?
+            .to_string();
+    }
+    if let Some(v) = num(m, &["border_cval_data"])? {
+        sampling.cval = v;
+    }
+    sampling.order = num(m, &["order_data"])?.map_or(3, |v| v as u32);
+    sampling.label_order = num(m, &["order_seg"])?.map_or(0, |v| v as u32);
+    Ok(sampling)
 }

@@ -245,6 +245,44 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
     let root = root
         .as_object()
         .ok_or_else(|| bad("a bundle config is a JSON object"))?;
+    let (transforms, ndim) = read_layout(root)?;
+    let aug = root.get("_augscope_").and_then(Value::as_object);
+    let space: Space = match aug_str(aug, "space") {
+        Some(s) => s.parse().map_err(bad)?,
+        None => Space::Voxel,
+    };
+    let sampling = read_sampling(root, aug)?;
+    let distribution = match aug_str(aug, "scale_distribution") {
+        Some("split") => ScaleDistribution::Split,
+        _ => ScaleDistribution::Uniform,
+    };
+    let mut preset = Preset {
+        version: 1,
+        name: preset_name(name, aug),
+        source: String::new(),
+        description: String::new(),
+        space,
+        flip: None,
+        rotate: None,
+        scale: None,
+        translate: None,
+        elastic: None,
+        sampling,
+    };
+    let rotations = read_transforms(transforms, ndim, distribution, &mut preset)?;
+    preset.rotate = merge_rotations(&rotations, ndim)?;
+    if let (Some(r), Some(g)) = (preset.rotate.as_mut(), range_deg_2d(aug)) {
+        r.range_deg_2d = Some(g);
+    }
+    preset.validate()?;
+    Ok(preset)
+}
+
+/// A rotation entry of the config: its probability and its ranges in radians, x first.
+type RotationEntry = (Num, Vec<Range>);
+
+/// The config's transform list and its number of axes (the length of `spacing_mm`, 2 or 3).
+fn read_layout(root: &Map<String, Value>) -> Result<(&[Value], usize), PresetError> {
     let transforms = root
         .get("train")
         .and_then(|t| t.get("preprocessing"))
@@ -261,12 +299,32 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
             "spacing_mm holds {ndim} values (expected 2 or 3)"
         )));
     }
-    let aug = root.get("_augscope_").and_then(Value::as_object);
-    let aug_str = |k: &str| aug.and_then(|a| a.get(k)).and_then(Value::as_str);
-    let space: Space = match aug_str("space") {
-        Some(s) => s.parse().map_err(bad)?,
-        None => Space::Voxel,
-    };
+    Ok((transforms, ndim))
+}
+
+/// The string stored under `k` in the config's `_augscope_` fields.
+fn aug_str<'a>(aug: Option<&'a Map<String, Value>>, k: &str) -> Option<&'a str> {
+    aug.and_then(|a| a.get(k)).and_then(Value::as_str)
+}
+
+/// The preset's name: `name`, or the one stored in `_augscope_` when `name` is empty.
+fn preset_name(name: &str, aug: Option<&Map<String, Value>>) -> String {
+    if name.is_empty() {
+        let stored = aug_str(aug, "name").unwrap_or_default();
+        stored
+            .strip_prefix(NAME_PREFIX)
+            .unwrap_or(stored)
+            .to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// The sampling of the config: `modes`, `padding` and the cval and label order of `_augscope_`.
+fn read_sampling(
+    root: &Map<String, Value>,
+    aug: Option<&Map<String, Value>>,
+) -> Result<SamplingSpec, PresetError> {
     let mut sampling = SamplingSpec::default();
     match root
         .get("modes")
@@ -308,34 +366,19 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
     {
         sampling.label_order = u32::try_from(l).map_err(|_| bad("label_order too large"))?;
     }
-    let distribution = match aug_str("scale_distribution") {
-        Some("split") => ScaleDistribution::Split,
-        _ => ScaleDistribution::Uniform,
-    };
-    let mut preset = Preset {
-        version: 1,
-        name: if name.is_empty() {
-            let stored = aug_str("name").unwrap_or_default();
-            stored
-                .strip_prefix(NAME_PREFIX)
-                .unwrap_or(stored)
-                .to_string()
-        } else {
-            name.to_string()
-        },
-        source: String::new(),
-        description: String::new(),
-        space,
-        flip: None,
-        rotate: None,
-        scale: None,
-        translate: None,
-        elastic: None,
-        sampling,
-    };
+    Ok(sampling)
+}
+
+/// Reads every transform entry into `preset` (translate, scale, elastic, flip) and returns the
+/// rotation entries, which are merged afterwards.
+fn read_transforms(
+    transforms: &[Value],
+    ndim: usize,
+    distribution: ScaleDistribution,
+    preset: &mut Preset,
+) -> Result<Vec<RotationEntry>, PresetError> {
     let mut flip_p = vec![0.0; ndim];
-    // Rotation entries: (prob, ranges x first).
-    let mut rotations: Vec<(Num, Vec<Range>)> = vec![];
+    let mut rotations: Vec<RotationEntry> = vec![];
     for (i, t) in transforms.iter().enumerate() {
         let m = t
             .as_object()
@@ -358,118 +401,164 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
                 .ok_or_else(|| bad(format!("{what} has no prob")))?,
             &format!("{what} prob"),
         )?;
-        let arg = |k: &str| m.get(k).ok_or_else(|| bad(format!("{what} has no {k}")));
-        let unknown = || {
-            bad(format!(
-                "{what} with {args:?} is not an entry augscope writes (translate, scale, rotate, \
-                 elastic or flip with their own probability)"
-            ))
-        };
         match (target, args.as_slice()) {
             ("RandAffined", ["translate_range"]) => {
-                let r = read_ranges(arg("translate_range")?, &format!("{what} translate_range"))?;
-                let mm = r.iter().any(|g| matches!(g[0], Num::PerMm(..)));
-                let mut vals = vec![];
-                for (j, g) in r.iter().enumerate() {
-                    let v = |n: Num| match (n, mm) {
-                        (Num::Lit(v), false) => Ok(v),
-                        (Num::PerMm(v, a), true) if a == j => Ok(v),
-                        _ => Err(bad(format!(
-                            "{what} translate_range[{j}] mixes voxels and millimetres"
-                        ))),
-                    };
-                    vals.push([v(g[0])?, v(g[1])?]);
-                }
-                preset.translate = Some(TranslateSpec {
-                    p: lit(prob, &what)?,
-                    range: compact(x_first(&vals)),
-                    unit: if mm { Unit::Mm } else { Unit::Voxel },
-                });
+                preset.translate = Some(read_translate(m, &what, prob)?);
             }
             ("RandAffined", ["scale_range"]) | ("@rand_isotropic_scaled", ["scale_range"]) => {
                 let iso = target.starts_with('@');
-                let r = lit_ranges(
-                    &read_ranges(arg("scale_range")?, &format!("{what} scale_range"))?,
-                    &what,
-                )?;
-                let r: Vec<Range> = r
-                    .iter()
-                    .map(|g| [tidy(g[0] + 1.0), tidy(g[1] + 1.0)])
-                    .collect();
-                let r = if iso { r } else { x_first(&r) };
-                if iso && compact(r.clone()).len() != 1 {
-                    return Err(bad(format!("{what}: an isotropic scale takes one range")));
-                }
-                preset.scale = Some(ScaleSpec {
-                    p: lit(prob, &what)?,
-                    range: compact(r),
-                    per_axis: !iso,
-                    distribution,
-                });
+                preset.scale = Some(read_scale(m, &what, prob, iso, distribution)?);
             }
             ("RandAffined", ["rotate_range"]) => {
-                let r = lit_ranges(
-                    &read_ranges(arg("rotate_range")?, &format!("{what} rotate_range"))?,
-                    &what,
-                )?;
-                if r.len() != if ndim == 3 { 3 } else { 1 } {
-                    return Err(bad(format!(
-                        "{what}: rotate_range holds {} ranges",
-                        r.len()
-                    )));
-                }
-                rotations.push((prob, r));
+                rotations.push((prob, read_rotate(m, &what, ndim)?));
             }
             ("Rand3DElasticd", ["magnitude_range", "sigma_range"]) => {
-                let pair = |k: &str| -> Result<Range, PresetError> {
-                    match arg(k)?.as_array().map(|a| a.as_slice()) {
-                        Some([Value::Number(a), Value::Number(b)]) => Ok([
-                            a.as_f64().unwrap_or(f64::NAN),
-                            b.as_f64().unwrap_or(f64::NAN),
-                        ]),
-                        _ => Err(bad(format!("{what} {k} is not [lo, hi]"))),
-                    }
-                };
-                preset.elastic = Some(ElasticSpec {
-                    p: lit(prob, &what)?,
-                    alpha: pair("magnitude_range")?,
-                    sigma: pair("sigma_range")?,
-                });
+                preset.elastic = Some(read_elastic(m, &what, prob)?);
             }
             ("RandFlipd", ["spatial_axis"]) => {
-                let ax = arg("spatial_axis")?
+                let ax = entry_arg(m, &what, "spatial_axis")?
                     .as_u64()
                     .map(|a| a as usize)
                     .filter(|a| *a < ndim)
                     .ok_or_else(|| bad(format!("{what} spatial_axis is not an axis")))?;
                 flip_p[ndim - 1 - ax] = lit(prob, &what)?;
             }
-            _ => return Err(unknown()),
+            _ => {
+                return Err(bad(format!(
+                    "{what} with {args:?} is not an entry augscope writes (translate, scale, \
+                     rotate, elastic or flip with their own probability)"
+                )));
+            }
         }
     }
     if flip_p.iter().any(|&p| p > 0.0) {
         preset.flip = Some(FlipSpec { p: compact(flip_p) });
     }
+    Ok(rotations)
+}
+
+/// The argument `k` of the entry `m` (named `what` in errors).
+fn entry_arg<'a>(m: &'a Map<String, Value>, what: &str, k: &str) -> Result<&'a Value, PresetError> {
+    m.get(k).ok_or_else(|| bad(format!("{what} has no {k}")))
+}
+
+/// A translation entry: `translate_range` in voxels, or in millimetres over `@spacing_mm`.
+fn read_translate(
+    m: &Map<String, Value>,
+    what: &str,
+    prob: Num,
+) -> Result<TranslateSpec, PresetError> {
+    let r = read_ranges(
+        entry_arg(m, what, "translate_range")?,
+        &format!("{what} translate_range"),
+    )?;
+    let mm = r.iter().any(|g| matches!(g[0], Num::PerMm(..)));
+    let mut vals = vec![];
+    for (j, g) in r.iter().enumerate() {
+        let v = |n: Num| match (n, mm) {
+            (Num::Lit(v), false) => Ok(v),
+            (Num::PerMm(v, a), true) if a == j => Ok(v),
+            _ => Err(bad(format!(
+                "{what} translate_range[{j}] mixes voxels and millimetres"
+            ))),
+        };
+        vals.push([v(g[0])?, v(g[1])?]);
+    }
+    Ok(TranslateSpec {
+        p: lit(prob, what)?,
+        range: compact(x_first(&vals)),
+        unit: if mm { Unit::Mm } else { Unit::Voxel },
+    })
+}
+
+/// A scale entry: `scale_range` holds s - 1, per axis, or one range when `iso`.
+fn read_scale(
+    m: &Map<String, Value>,
+    what: &str,
+    prob: Num,
+    iso: bool,
+    distribution: ScaleDistribution,
+) -> Result<ScaleSpec, PresetError> {
+    let r = lit_ranges(
+        &read_ranges(
+            entry_arg(m, what, "scale_range")?,
+            &format!("{what} scale_range"),
+        )?,
+        what,
+    )?;
+    let r: Vec<Range> = r
+        .iter()
+        .map(|g| [tidy(g[0] + 1.0), tidy(g[1] + 1.0)])
+        .collect();
+    let r = if iso { r } else { x_first(&r) };
+    if iso && compact(r.clone()).len() != 1 {
+        return Err(bad(format!("{what}: an isotropic scale takes one range")));
+    }
+    Ok(ScaleSpec {
+        p: lit(prob, what)?,
+        range: compact(r),
+        per_axis: !iso,
+        distribution,
+    })
+}
+
+/// The ranges of a rotation entry in radians, x first: three in 3D, one in 2D.
+fn read_rotate(m: &Map<String, Value>, what: &str, ndim: usize) -> Result<Vec<Range>, PresetError> {
+    let r = lit_ranges(
+        &read_ranges(
+            entry_arg(m, what, "rotate_range")?,
+            &format!("{what} rotate_range"),
+        )?,
+        what,
+    )?;
+    if r.len() != if ndim == 3 { 3 } else { 1 } {
+        return Err(bad(format!(
+            "{what}: rotate_range holds {} ranges",
+            r.len()
+        )));
+    }
+    Ok(r)
+}
+
+/// An elastic entry: `magnitude_range` and `sigma_range`, each `[lo, hi]`.
+fn read_elastic(m: &Map<String, Value>, what: &str, prob: Num) -> Result<ElasticSpec, PresetError> {
+    let pair = |k: &str| -> Result<Range, PresetError> {
+        match entry_arg(m, what, k)?.as_array().map(|a| a.as_slice()) {
+            Some([Value::Number(a), Value::Number(b)]) => Ok([
+                a.as_f64().unwrap_or(f64::NAN),
+                b.as_f64().unwrap_or(f64::NAN),
+            ]),
+            _ => Err(bad(format!("{what} {k} is not [lo, hi]"))),
+        }
+    };
+    Ok(ElasticSpec {
+        p: lit(prob, what)?,
+        alpha: pair("magnitude_range")?,
+        sigma: pair("sigma_range")?,
+    })
+}
+
+/// The rotation of the preset from its entries: one entry for all axes, or one entry per axis
+/// (augscope axis from the one non-zero range, x first) with the probabilities `p * p_axis`.
+fn merge_rotations(
+    rotations: &[RotationEntry],
+    ndim: usize,
+) -> Result<Option<RotateSpec>, PresetError> {
     let deg = |g: Range| [tidy(g[0].to_degrees()), tidy(g[1].to_degrees())];
     let n_rot = if ndim == 3 { 3 } else { 1 };
-    let range_deg_2d = aug
-        .and_then(|a| a.get("range_deg_2d"))
-        .and_then(Value::as_array)
-        .and_then(|a| Some([a.first()?.as_f64()?, a.get(1)?.as_f64()?]));
-    match rotations.as_slice() {
-        [] => {}
+    match rotations {
+        [] => Ok(None),
         [(Num::Lit(p), r)] => {
             let rd: Vec<Range> = r.iter().map(|g| deg(*g)).collect();
             let rd = if ndim == 3 { x_first(&rd) } else { rd };
-            preset.rotate = Some(RotateSpec {
+            Ok(Some(RotateSpec {
                 p: *p,
                 p_axis: vec![1.0],
                 range_deg: compact(rd),
                 range_deg_2d: None,
-            });
+            }))
         }
         many => {
-            // One entry per axis (augscope axis from the one non-zero range, x first).
             let mut p_rot = None;
             let mut p_axis = vec![0.0; n_rot];
             let mut range = vec![[0.0, 0.0]; n_rot];
@@ -493,19 +582,21 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
                 p_axis[axis] = pa;
                 range[axis] = deg(r[*j]);
             }
-            preset.rotate = Some(RotateSpec {
+            Ok(Some(RotateSpec {
                 p: p_rot.unwrap_or(1.0),
                 p_axis: compact(p_axis),
                 range_deg: compact(range),
                 range_deg_2d: None,
-            });
+            }))
         }
     }
-    if let (Some(r), Some(g)) = (preset.rotate.as_mut(), range_deg_2d) {
-        r.range_deg_2d = Some(g);
-    }
-    preset.validate()?;
-    Ok(preset)
+}
+
+/// The 2D rotation range stored in `_augscope_`, when there is one.
+fn range_deg_2d(aug: Option<&Map<String, Value>>) -> Option<Range> {
+    aug.and_then(|a| a.get("range_deg_2d"))
+        .and_then(Value::as_array)
+        .and_then(|a| Some([a.first()?.as_f64()?, a.get(1)?.as_f64()?]))
 }
 
 #[cfg(test)]
