@@ -123,6 +123,38 @@ fn read_slice(path: &Path) -> Result<Slice, SliceError> {
 
 /// The slice of an opened DICOM image.
 fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> {
+    let ts = native_transfer_syntax(&obj, path)?;
+    let format = pixel_format(&obj, path)?;
+    let (values, dtype) = decode_pixels(&obj, &format, ts == EXPLICIT_BE, path)?;
+    let values = rescale(&obj, values);
+    let three = |v: Vec<f64>| -> Option<[f64; 3]> { v.get(..3)?.try_into().ok() };
+    Ok(Slice {
+        path: path.to_path_buf(),
+        series: opt_str(&obj, tags::SERIES_INSTANCE_UID).unwrap_or_default(),
+        rows: format.rows,
+        cols: format.cols,
+        frames: format.frames,
+        position: opt_floats(&obj, tags::IMAGE_POSITION_PATIENT).and_then(three),
+        orientation: opt_floats(&obj, tags::IMAGE_ORIENTATION_PATIENT)
+            .and_then(|v| v.get(..6)?.try_into().ok()),
+        pixel_spacing: opt_floats(&obj, tags::PIXEL_SPACING)
+            .and_then(|v| v.get(..2)?.try_into().ok())
+            .filter(|s: &[f64; 2]| s[0] > 0.0 && s[1] > 0.0),
+        thickness: opt_floats(&obj, tags::SLICE_THICKNESS)
+            .map(|v| v[0])
+            .filter(|t| *t > 0.0),
+        between: opt_floats(&obj, tags::SPACING_BETWEEN_SLICES)
+            .map(|v| v[0])
+            .filter(|t| *t > 0.0),
+        instance: opt_int(&obj, tags::INSTANCE_NUMBER).unwrap_or(0),
+        window: display_window(&obj),
+        dtype,
+        values,
+    })
+}
+
+/// The transfer syntax of an image, or an error where its pixel data is compressed.
+fn native_transfer_syntax(obj: &DefaultDicomObject, path: &Path) -> Result<String, IoError> {
     let ts = obj
         .meta()
         .transfer_syntax()
@@ -137,8 +169,29 @@ fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> 
             path,
         ));
     }
+    Ok(ts)
+}
+
+/// The size and sample layout an image header declares for its pixel data.
+struct PixelFormat {
+    rows: usize,
+    cols: usize,
+    frames: usize,
+    bits: i64,
+    signed: bool,
+}
+
+impl PixelFormat {
+    /// The number of values the header declares: rows x columns x frames.
+    fn len(&self) -> usize {
+        self.rows * self.cols * self.frames
+    }
+}
+
+/// The checked size and sample layout of an image: one sample per pixel, a plausible size.
+fn pixel_format(obj: &DefaultDicomObject, path: &Path) -> Result<PixelFormat, IoError> {
     let need = |tag: Tag, name: &str| {
-        opt_int(&obj, tag).ok_or_else(|| {
+        opt_int(obj, tag).ok_or_else(|| {
             err(
                 format!("the {name} attribute is missing or not a number"),
                 path,
@@ -148,9 +201,9 @@ fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> 
     let rows = need(tags::ROWS, "Rows")?;
     let cols = need(tags::COLUMNS, "Columns")?;
     let bits = need(tags::BITS_ALLOCATED, "BitsAllocated")?;
-    let signed = opt_int(&obj, tags::PIXEL_REPRESENTATION).unwrap_or(0) == 1;
-    let samples = opt_int(&obj, tags::SAMPLES_PER_PIXEL).unwrap_or(1);
-    let frames = opt_int(&obj, tags::NUMBER_OF_FRAMES).unwrap_or(1);
+    let signed = opt_int(obj, tags::PIXEL_REPRESENTATION).unwrap_or(0) == 1;
+    let samples = opt_int(obj, tags::SAMPLES_PER_PIXEL).unwrap_or(1);
+    let frames = opt_int(obj, tags::NUMBER_OF_FRAMES).unwrap_or(1);
     if samples != 1 {
         return Err(err(
             format!("{samples} samples per pixel (colour DICOM) is not supported"),
@@ -166,8 +219,24 @@ fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> 
             path,
         ));
     }
-    let (rows, cols, frames) = (rows as usize, cols as usize, frames as usize);
-    let n = rows * cols * frames;
+    Ok(PixelFormat {
+        rows: rows as usize,
+        cols: cols as usize,
+        frames: frames as usize,
+        bits,
+        signed,
+    })
+}
+
+/// The pixel values of an image as stored (before rescaling), and their stored type.
+fn decode_pixels(
+    obj: &DefaultDicomObject,
+    format: &PixelFormat,
+    big_endian: bool,
+    path: &Path,
+) -> Result<(Vec<f32>, DType), IoError> {
+    let PixelFormat { bits, signed, .. } = *format;
+    let n = format.len();
     let pixel = obj
         .element_opt(tags::PIXEL_DATA)
         .ok()
@@ -179,32 +248,31 @@ fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> 
             path,
         ));
     };
-    let big_endian = ts == EXPLICIT_BE;
     let short = |have: usize| {
         err(
             format!("pixel data holds {have} values, the header declares {n}"),
             path,
         )
     };
-    let (values, dtype): (Vec<f32>, DType) = match (prim, bits) {
+    match (prim, bits) {
         (PrimitiveValue::U16(v), 16) => {
             if v.len() < n {
                 return Err(short(v.len()));
             }
             if signed {
-                (
+                Ok((
                     v[..n].iter().map(|&x| x as i16 as f32).collect(),
                     DType::I16,
-                )
+                ))
             } else {
-                (v[..n].iter().map(|&x| x as f32).collect(), DType::U16)
+                Ok((v[..n].iter().map(|&x| x as f32).collect(), DType::U16))
             }
         }
         (PrimitiveValue::I16(v), 16) => {
             if v.len() < n {
                 return Err(short(v.len()));
             }
-            (v[..n].iter().map(|&x| x as f32).collect(), DType::I16)
+            Ok((v[..n].iter().map(|&x| x as f32).collect(), DType::I16))
         }
         (_, 8 | 16 | 32) => {
             let bytes = pixel
@@ -214,72 +282,59 @@ fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> 
             if bytes.len() < n * width {
                 return Err(short(bytes.len() / width));
             }
-            let word = |c: &[u8]| -> u32 {
-                let mut b = [0u8; 4];
-                b[..width].copy_from_slice(c);
-                if big_endian {
-                    b[..width].reverse();
-                }
-                u32::from_le_bytes(b)
-            };
-            let it = bytes[..n * width].chunks_exact(width).map(word);
-            match (bits, signed) {
-                (8, false) => (it.map(|x| x as f32).collect(), DType::U8),
-                (8, true) => (it.map(|x| x as u8 as i8 as f32).collect(), DType::I8),
-                (16, false) => (it.map(|x| x as f32).collect(), DType::U16),
-                (16, true) => (it.map(|x| x as u16 as i16 as f32).collect(), DType::I16),
-                (_, false) => (it.map(|x| x as f32).collect(), DType::U32),
-                (_, true) => (it.map(|x| x as i32 as f32).collect(), DType::I32),
-            }
+            Ok(decode_words(&bytes[..n * width], width, signed, big_endian))
         }
-        _ => {
-            return Err(err(
-                format!("{bits} bits allocated per pixel is not supported (8, 16 or 32)"),
-                path,
-            ));
+        _ => Err(err(
+            format!("{bits} bits allocated per pixel is not supported (8, 16 or 32)"),
+            path,
+        )),
+    }
+}
+
+/// Raw pixel bytes read as words of `width` bytes (1, 2 or 4), unsigned or two's complement.
+fn decode_words(bytes: &[u8], width: usize, signed: bool, big_endian: bool) -> (Vec<f32>, DType) {
+    let word = |c: &[u8]| -> u32 {
+        let mut b = [0u8; 4];
+        b[..width].copy_from_slice(c);
+        if big_endian {
+            b[..width].reverse();
         }
+        u32::from_le_bytes(b)
     };
-    let slope = opt_floats(&obj, tags::RESCALE_SLOPE).map_or(1.0, |v| v[0]);
-    let intercept = opt_floats(&obj, tags::RESCALE_INTERCEPT).map_or(0.0, |v| v[0]);
-    let values = if slope != 1.0 || intercept != 0.0 {
+    let it = bytes.chunks_exact(width).map(word);
+    match (width, signed) {
+        (1, false) => (it.map(|x| x as f32).collect(), DType::U8),
+        (1, true) => (it.map(|x| x as u8 as i8 as f32).collect(), DType::I8),
+        (2, false) => (it.map(|x| x as f32).collect(), DType::U16),
+        (2, true) => (it.map(|x| x as u16 as i16 as f32).collect(), DType::I16),
+        (_, false) => (it.map(|x| x as f32).collect(), DType::U32),
+        (_, true) => (it.map(|x| x as i32 as f32).collect(), DType::I32),
+    }
+}
+
+/// Stored values with RescaleSlope and RescaleIntercept applied (CT in Hounsfield units).
+fn rescale(obj: &DefaultDicomObject, values: Vec<f32>) -> Vec<f32> {
+    let slope = opt_floats(obj, tags::RESCALE_SLOPE).map_or(1.0, |v| v[0]);
+    let intercept = opt_floats(obj, tags::RESCALE_INTERCEPT).map_or(0.0, |v| v[0]);
+    if slope != 1.0 || intercept != 0.0 {
         values
             .into_iter()
             .map(|v| (v as f64 * slope + intercept) as f32)
             .collect()
     } else {
         values
-    };
-    let three = |v: Vec<f64>| -> Option<[f64; 3]> { v.get(..3)?.try_into().ok() };
-    let window = match (
-        opt_floats(&obj, tags::WINDOW_CENTER),
-        opt_floats(&obj, tags::WINDOW_WIDTH),
+    }
+}
+
+/// The header's display window (centre, width), where both are given and the width is positive.
+fn display_window(obj: &DefaultDicomObject) -> Option<(f64, f64)> {
+    match (
+        opt_floats(obj, tags::WINDOW_CENTER),
+        opt_floats(obj, tags::WINDOW_WIDTH),
     ) {
         (Some(c), Some(w)) if w[0] > 0.0 => Some((c[0], w[0])),
         _ => None,
-    };
-    Ok(Slice {
-        path: path.to_path_buf(),
-        series: opt_str(&obj, tags::SERIES_INSTANCE_UID).unwrap_or_default(),
-        rows,
-        cols,
-        frames,
-        position: opt_floats(&obj, tags::IMAGE_POSITION_PATIENT).and_then(three),
-        orientation: opt_floats(&obj, tags::IMAGE_ORIENTATION_PATIENT)
-            .and_then(|v| v.get(..6)?.try_into().ok()),
-        pixel_spacing: opt_floats(&obj, tags::PIXEL_SPACING)
-            .and_then(|v| v.get(..2)?.try_into().ok())
-            .filter(|s: &[f64; 2]| s[0] > 0.0 && s[1] > 0.0),
-        thickness: opt_floats(&obj, tags::SLICE_THICKNESS)
-            .map(|v| v[0])
-            .filter(|t| *t > 0.0),
-        between: opt_floats(&obj, tags::SPACING_BETWEEN_SLICES)
-            .map(|v| v[0])
-            .filter(|t| *t > 0.0),
-        instance: opt_int(&obj, tags::INSTANCE_NUMBER).unwrap_or(0),
-        window,
-        dtype,
-        values,
-    })
+    }
 }
 
 /// The largest voxel size read as such (1 m); a larger one is a damaged header.
@@ -352,56 +407,75 @@ fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
 /// Reads a DICOM file or a folder holding one series.
 pub fn read(path: &Path) -> Result<Volume, IoError> {
     let mut slices = if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| err(e.to_string(), path))?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.is_file()
-                    && !p
-                        .file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            })
-            .collect();
-        files.sort();
-        let mut slices = vec![];
-        let mut first_err = None;
-        for f in &files {
-            // DICOMDIR, notes and other files without pixel data are skipped; an image that
-            // cannot be read is an error (the series would load a slice short, with its
-            // spacing stretched over the gap).
-            match read_slice(f) {
-                Ok(s) => slices.push(s),
-                Err(SliceError::NotAnImage(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(SliceError::Unreadable(IoError::Read { why, .. })) => {
-                    return Err(err(
-                        format!(
-                            "a slice of the series cannot be read ({why}); remove it or repair \
-                             it, or the volume would load with a slice missing"
-                        ),
-                        f,
-                    ));
-                }
-                Err(SliceError::Unreadable(e)) => return Err(e),
-            }
-        }
-        if slices.is_empty() {
-            return Err(match first_err {
-                Some(IoError::Read { why, .. }) if !files.is_empty() => err(
-                    format!("no readable DICOM image in the folder (first problem: {why})"),
-                    path,
-                ),
-                _ => err("no DICOM files in the folder", path),
-            });
-        }
-        slices
+        read_folder(path)?
     } else {
         vec![read_slice(path).map_err(SliceError::into_inner)?]
     };
+    check_one_series(&slices, path)?;
+    let axes = Axes::of(&slices[0]);
+    order_slices(&mut slices, axes.normal, path)?;
+    let grid = series_grid(&slices, axes.normal, path)?;
+    let affine = world_from_voxel(&axes, &grid, slices[0].position.unwrap_or([0.0; 3]));
+    Ok(build_volume(slices, &axes, &grid, affine))
+}
 
-    let series = &slices[0].series;
+/// The files of a series folder, sorted by name, without hidden files and subfolders.
+fn folder_files(path: &Path) -> Result<Vec<PathBuf>, IoError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| err(e.to_string(), path))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The slices of the images in a folder; files that are no DICOM image are skipped.
+fn read_folder(path: &Path) -> Result<Vec<Slice>, IoError> {
+    let files = folder_files(path)?;
+    let mut slices = vec![];
+    let mut first_err = None;
+    for f in &files {
+        // DICOMDIR, notes and other files without pixel data are skipped; an image that
+        // cannot be read is an error (the series would load a slice short, with its
+        // spacing stretched over the gap).
+        match read_slice(f) {
+            Ok(s) => slices.push(s),
+            Err(SliceError::NotAnImage(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(SliceError::Unreadable(IoError::Read { why, .. })) => {
+                return Err(err(
+                    format!(
+                        "a slice of the series cannot be read ({why}); remove it or repair \
+                         it, or the volume would load with a slice missing"
+                    ),
+                    f,
+                ));
+            }
+            Err(SliceError::Unreadable(e)) => return Err(e),
+        }
+    }
+    if slices.is_empty() {
+        return Err(match first_err {
+            Some(IoError::Read { why, .. }) if !files.is_empty() => err(
+                format!("no readable DICOM image in the folder (first problem: {why})"),
+                path,
+            ),
+            _ => err("no DICOM files in the folder", path),
+        });
+    }
+    Ok(slices)
+}
+
+/// Checks that the slices are one series, of one size, with no multi-frame file among several.
+fn check_one_series(slices: &[Slice], path: &Path) -> Result<(), IoError> {
     let n_series = {
         let mut s: Vec<&str> = slices.iter().map(|s| s.series.as_str()).collect();
         s.sort_unstable();
@@ -416,7 +490,6 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
             path,
         ));
     }
-    let _ = series;
     let (rows, cols) = (slices[0].rows, slices[0].cols);
     if let Some(s) = slices.iter().find(|s| s.rows != rows || s.cols != cols) {
         return Err(err(
@@ -433,15 +506,38 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
             path,
         ));
     }
+    Ok(())
+}
 
-    let oriented = slices[0].orientation.is_some();
-    let orient = slices[0]
-        .orientation
-        .unwrap_or([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
-    let row_dir = [orient[0], orient[1], orient[2]]; // direction of increasing column index
-    let col_dir = [orient[3], orient[4], orient[5]]; // direction of increasing row index
-    let normal = cross(row_dir, col_dir);
-    // Sort by position along the normal; instance number where positions are missing.
+/// The patient-space (LPS) directions of a series' voxel axes.
+struct Axes {
+    /// Whether the header gave an orientation (else the axes are the identity's).
+    oriented: bool,
+    /// The direction of increasing column index.
+    row_dir: [f64; 3],
+    /// The direction of increasing row index.
+    col_dir: [f64; 3],
+    /// The slice normal: `row_dir` x `col_dir`.
+    normal: [f64; 3],
+}
+
+impl Axes {
+    /// The axes of a series from its first slice's ImageOrientationPatient.
+    fn of(first: &Slice) -> Axes {
+        let orient = first.orientation.unwrap_or([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+        let row_dir = [orient[0], orient[1], orient[2]];
+        let col_dir = [orient[3], orient[4], orient[5]];
+        Axes {
+            oriented: first.orientation.is_some(),
+            row_dir,
+            col_dir,
+            normal: cross(row_dir, col_dir),
+        }
+    }
+}
+
+/// Sorts the slices along the normal (distinct, evenly spaced), else by instance number.
+fn order_slices(slices: &mut [Slice], normal: [f64; 3], path: &Path) -> Result<(), IoError> {
     if slices.iter().all(|s| s.position.is_some()) {
         slices.sort_by(|a, b| {
             let pa = a.position.map_or(0.0, |p| dot(p, normal));
@@ -460,11 +556,25 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
                 ));
             }
         }
-        check_even_gaps(&slices, normal, path)?;
+        check_even_gaps(slices, normal, path)?;
     } else {
         slices.sort_by_key(|s| s.instance);
     }
+    Ok(())
+}
 
+/// The voxel grid of a sorted series: pixel spacing, slice step and depth.
+struct Grid {
+    sp_row: f64,
+    sp_col: f64,
+    /// The patient-space (LPS) offset from one slice to the next.
+    step: [f64; 3],
+    sp_slice: f64,
+    depth: usize,
+}
+
+/// The voxel grid of a sorted series, with every spacing checked to be plausible.
+fn series_grid(slices: &[Slice], normal: [f64; 3], path: &Path) -> Result<Grid, IoError> {
     let [sp_row, sp_col] = slices[0].pixel_spacing.unwrap_or([1.0, 1.0]);
     let depth: usize = slices.iter().map(|s| s.frames).sum();
     // The slice step: from the first to the last position, else the header's spacing.
@@ -498,17 +608,32 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
             ));
         }
     }
-    let origin = slices[0].position.unwrap_or([0.0; 3]);
+    Ok(Grid {
+        sp_row,
+        sp_col,
+        step,
+        sp_slice,
+        depth,
+    })
+}
+
+/// The RAS affine from voxel (column, row, slice) to world, given the first slice's LPS position.
+fn world_from_voxel(axes: &Axes, grid: &Grid, origin: [f64; 3]) -> [[f64; 4]; 4] {
     // LPS -> RAS: negate x and y.
     let sign = [-1.0, -1.0, 1.0];
     let mut affine = crate::core::volume::identity4();
     for r in 0..3 {
-        affine[r][0] = sign[r] * row_dir[r] * sp_col;
-        affine[r][1] = sign[r] * col_dir[r] * sp_row;
-        affine[r][2] = sign[r] * step[r];
+        affine[r][0] = sign[r] * axes.row_dir[r] * grid.sp_col;
+        affine[r][1] = sign[r] * axes.col_dir[r] * grid.sp_row;
+        affine[r][2] = sign[r] * grid.step[r];
         affine[r][3] = sign[r] * origin[r];
     }
+    affine
+}
 
+/// The volume of sorted slices: their values stacked, 2-D for a single frame, else 3-D.
+fn build_volume(mut slices: Vec<Slice>, axes: &Axes, grid: &Grid, affine: [[f64; 4]; 4]) -> Volume {
+    let (rows, cols, depth) = (slices[0].rows, slices[0].cols, grid.depth);
     let window = slices[0].window;
     let dtype = slices[0].dtype;
     let mut data = Vec::with_capacity(depth * rows * cols);
@@ -517,16 +642,16 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     }
     let mut vol = if depth == 1 {
         let mut v = Volume::new(data, vec![rows, cols], 1);
-        v.spacing_mm = vec![sp_row, sp_col];
+        v.spacing_mm = vec![grid.sp_row, grid.sp_col];
         v
     } else {
         let mut v = Volume::new(data, vec![depth, rows, cols], 1);
-        v.spacing_mm = vec![sp_slice, sp_row, sp_col];
+        v.spacing_mm = vec![grid.sp_slice, grid.sp_row, grid.sp_col];
         v
     };
     vol.world_from_voxel = affine;
     vol.dtype = dtype;
     vol.default_window = window;
-    vol.oriented = oriented;
-    Ok(vol)
+    vol.oriented = axes.oriented;
+    vol
 }
