@@ -147,16 +147,75 @@ fn shape_text(shape: &[usize]) -> String {
         .join("×")
 }
 
+/// How long the measurement waits for any one answer of the worker.
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A parameter change of one kind: step `i` of the slider drag.
+type Change = fn(&mut Params, usize);
+
+/// The kinds of change measured, in order, each as a slider drag moves it.
+const KINDS: [(&str, Change); 4] = [
+    ("angle", |p, i| p.rotate_deg[0] = 2.0 + 1.5 * i as f64),
+    ("alpha", |p, i| p.alpha = 820.0 + 10.0 * i as f64),
+    ("sigma", |p, i| p.sigma_vox = 12.5 + 0.5 * (i % 16) as f64),
+    ("seed", |p, i| p.seed = 1000 + i as u64),
+];
+
 /// Runs the measurement; `log` receives progress lines.
 pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<LatencyRow>, String> {
-    const TIMEOUT: Duration = Duration::from_secs(600);
     let worker = Worker::spawn(|| {}).map_err(|e| format!("cannot start the worker: {e}"))?;
     let devices = wait_for(&worker, TIMEOUT, |r| match r {
         Reply::Devices(d) => Some(Ok(d)),
         _ => None,
     })?;
-    // The input: a file as the window opens it, or a synthetic volume written where the worker
-    // can load it.
+    let (path, image) = load_input(opts, &worker)?;
+    // The engine as the window picks it (auto: the first CUDA device when there is one).
+    let choice = window_choice(&opts.backend);
+    let mut probe = Probe {
+        worker: &worker,
+        spec: choice.spec(!devices.devices.is_empty()),
+        views: slices::views(&image),
+        cursor: image.shape.iter().map(|n| n / 2).collect(),
+        shape_txt: shape_text(&image.shape),
+        image,
+        generation: 0,
+    };
+    log(&format!(
+        "latency: {} ({}), engine {:?}, {} timed changes per kind after {} warm-up",
+        path.display(),
+        probe.shape_txt,
+        probe.spec,
+        opts.steps,
+        opts.warmup
+    ));
+    let mut params = Params {
+        elastic: true,
+        alpha: 800.0,
+        sigma_vox: 12.0,
+        seed: 42,
+        backend: choice,
+        precision: opts.precision,
+        ..Params::default()
+    };
+    let mut rows = vec![];
+    for (name, change) in KINDS {
+        let row = probe.measure(opts, &mut params, name, change)?;
+        log(&format_row(&row));
+        // Let the whole-volume fill of the last change finish, so the next kind starts at rest
+        // (on the CUDA path the planes came from that volume already).
+        let from_volume = row.path != "cpu slices";
+        rows.push(row);
+        if !from_volume {
+            probe.wait_for_fill()?;
+        }
+    }
+    Ok(rows)
+}
+
+/// Opens the input in `worker` as the window opens it: the file of `opts` (the bundled sample
+/// when none), or a synthetic volume of `opts.shape` written where the worker can load it.
+/// Returns its path and the loaded scan, which must be 3D.
+fn load_input(opts: &LatencyOptions, worker: &Worker) -> Result<(PathBuf, Arc<Volume>), String> {
     let tmp = std::env::temp_dir().join(format!("augscope-latency-{}", std::process::id()));
     let (path, label) = match (&opts.shape, &opts.input) {
         (Some(shape), _) => {
@@ -175,7 +234,7 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
         ),
     };
     worker.load(path.clone(), label);
-    let loaded = wait_for(&worker, TIMEOUT, |r| match r {
+    let loaded = wait_for(worker, TIMEOUT, |r| match r {
         Reply::Loaded(l) => Some(l),
         _ => None,
     });
@@ -190,92 +249,38 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
             path.display()
         ));
     }
-    let views = slices::views(&image);
-    let cursor: Vec<usize> = image.shape.iter().map(|n| n / 2).collect();
-    let shape_txt = shape_text(&image.shape);
-    // The engine as the window picks it (auto: the first CUDA device when there is one).
-    let choice = window_choice(&opts.backend);
-    let spec = choice.spec(!devices.devices.is_empty());
-    log(&format!(
-        "latency: {} ({shape_txt}), engine {spec:?}, {} timed changes per kind after {} warm-up",
-        path.display(),
-        opts.steps,
-        opts.warmup
-    ));
+    Ok((path, image))
+}
 
-    let mut params = Params {
-        elastic: true,
-        alpha: 800.0,
-        sigma_vox: 12.0,
-        seed: 42,
-        backend: choice,
-        precision: opts.precision,
-        ..Params::default()
-    };
-    type Change = fn(&mut Params, usize);
-    let kinds: [(&str, Change); 4] = [
-        ("angle", |p, i| p.rotate_deg[0] = 2.0 + 1.5 * i as f64),
-        ("alpha", |p, i| p.alpha = 820.0 + 10.0 * i as f64),
-        ("sigma", |p, i| p.sigma_vox = 12.5 + 0.5 * (i % 16) as f64),
-        ("seed", |p, i| p.seed = 1000 + i as u64),
-    ];
-    let mut generation = 0u64;
-    let mut rows = vec![];
-    for (name, change) in kinds {
+/// The loaded scan in the worker, the engine and the planes on screen: what every change of the
+/// measurement posts and waits for.
+struct Probe<'a> {
+    worker: &'a Worker,
+    spec: BackendSpec,
+    image: Arc<Volume>,
+    views: Vec<slices::ViewGeom>,
+    cursor: Vec<usize>,
+    shape_txt: String,
+    /// The generation of the last change posted.
+    generation: u64,
+}
+
+impl Probe<'_> {
+    /// The row of one kind of change: `opts.warmup` untimed and `opts.steps` timed changes made
+    /// by `change` to `params`, each posted `opts.gap` after the planes of the last.
+    fn measure(
+        &mut self,
+        opts: &LatencyOptions,
+        params: &mut Params,
+        name: &str,
+        change: Change,
+    ) -> Result<LatencyRow, String> {
         let mut total = vec![];
         let mut compute = vec![];
         let mut path_name = String::new();
         for i in 0..opts.warmup + opts.steps {
-            change(&mut params, i);
-            generation += 1;
-            let plan = params.to_plan(3, &[1.0; 3]);
-            let c = Compute {
-                generation,
-                plan,
-                backend: spec.clone(),
-                precision: params.precision,
-                cursor: cursor.clone(),
-                views: views.clone(),
-                slices_first: true,
-                filter: None,
-                model: Default::default(),
-            };
-            let t = Instant::now();
-            worker.compute(c);
-            let g = generation;
-            let (ms_compute, via) = wait_for(&worker, TIMEOUT, |r| match r {
-                Reply::Slices(s) if s.generation == g => {
-                    Some(Ok((s.elapsed_ms, "slices".to_string())))
-                }
-                Reply::Full(f) if f.generation == g => {
-                    // The window cuts the planes on screen from the whole volume.
-                    let planes: Vec<_> = views
-                        .iter()
-                        .map(|v| {
-                            let idx = v.normal.map_or(0, |a| cursor[a]);
-                            slices::extract(
-                                &f.image.data,
-                                &f.image.shape,
-                                f.image.channels,
-                                &image.spacing_mm,
-                                v,
-                                idx,
-                            )
-                        })
-                        .collect();
-                    drop(planes);
-                    Some(Ok((
-                        f.timings.total_ms,
-                        format!("whole volume on {}", f.backend),
-                    )))
-                }
-                Reply::Failed {
-                    generation,
-                    message,
-                } if generation == g => Some(Err(message)),
-                _ => None,
-            })?;
-            let ms = t.elapsed().as_secs_f64() * 1e3;
+            change(params, i);
+            let (ms, ms_compute, via) = self.post(params)?;
             if i >= opts.warmup {
                 total.push(ms);
                 compute.push(ms_compute);
@@ -285,36 +290,85 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
         }
         total.sort_by(f64::total_cmp);
         compute.sort_by(f64::total_cmp);
-        let row = LatencyRow {
+        Ok(LatencyRow {
             change: name.into(),
-            shape: shape_txt.clone(),
+            shape: self.shape_txt.clone(),
             path: path_name,
             n: total.len(),
             median_ms: quantile(&total, 0.5),
             p95_ms: quantile(&total, 0.95),
             max_ms: total.last().copied().unwrap_or(f64::NAN),
             compute_median_ms: quantile(&compute, 0.5),
+        })
+    }
+
+    /// Posts `params` as the next generation and waits until its three planes are ready: the
+    /// time from posting to planes ready and the worker's compute time (ms), and where the planes
+    /// came from.
+    fn post(&mut self, params: &Params) -> Result<(f64, f64, String), String> {
+        self.generation += 1;
+        let g = self.generation;
+        let c = Compute {
+            generation: g,
+            plan: params.to_plan(3, &[1.0; 3]),
+            backend: self.spec.clone(),
+            precision: params.precision,
+            cursor: self.cursor.clone(),
+            views: self.views.clone(),
+            slices_first: true,
+            filter: None,
+            model: Default::default(),
         };
-        log(&format_row(&row));
-        // Let the whole-volume fill of the last change finish, so the next kind starts at rest
-        // (on the CUDA path the planes came from that volume already).
-        if row.path != "cpu slices" {
-            rows.push(row);
-            continue;
-        }
-        rows.push(row);
-        let g = generation;
-        wait_for(&worker, TIMEOUT, |r| match r {
-            Reply::Full(f) if f.generation == g => Some(Ok(())),
+        let t = Instant::now();
+        self.worker.compute(c);
+        let (ms_compute, via) = wait_for(self.worker, TIMEOUT, |r| match r {
+            Reply::Slices(s) if s.generation == g => Some(Ok((s.elapsed_ms, "slices".to_string()))),
+            Reply::Full(f) if f.generation == g => {
+                // The window cuts the planes on screen from the whole volume.
+                let planes: Vec<_> = self
+                    .views
+                    .iter()
+                    .map(|v| {
+                        let idx = v.normal.map_or(0, |a| self.cursor[a]);
+                        slices::extract(
+                            &f.image.data,
+                            &f.image.shape,
+                            f.image.channels,
+                            &self.image.spacing_mm,
+                            v,
+                            idx,
+                        )
+                    })
+                    .collect();
+                drop(planes);
+                Some(Ok((
+                    f.timings.total_ms,
+                    format!("whole volume on {}", f.backend),
+                )))
+            }
             Reply::Failed {
                 generation,
                 message,
             } if generation == g => Some(Err(message)),
             _ => None,
         })?;
+        Ok((t.elapsed().as_secs_f64() * 1e3, ms_compute, via))
     }
-    Ok(rows)
+
+    /// Waits for the whole-volume fill of the last change posted.
+    fn wait_for_fill(&self) -> Result<(), String> {
+        let g = self.generation;
+        wait_for(self.worker, TIMEOUT, |r| match r {
+            Reply::Full(f) if f.generation == g => Some(Ok(())),
+            Reply::Failed {
+                generation,
+                message,
+            } if generation == g => Some(Err(message)),
+            _ => None,
+        })
+    }
 }
+
 /// The grid of draws ("What training will see", [`super::grid`]) through the window's own grid
 /// thread: for `opts.steps` requests, each with new seeds, the time from the request to the first
 /// and to the last of its `n` tiles (the axial plane at the centre of the scan), on the engine of

@@ -212,22 +212,7 @@ pub fn run(
     opts: &BenchOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<BenchReport, EngineError> {
-    let want_gpu = !matches!(opts.backend, BackendSpec::Cpu);
-    let gpu = if want_gpu {
-        let ids = match &opts.backend {
-            BackendSpec::Cuda(ids) => ids.clone(),
-            _ => vec![],
-        };
-        match CudaBackend::new(&ids, opts.precision) {
-            Ok(g) => Some(g),
-            Err(e) => {
-                progress(&format!("CUDA engine unavailable ({e}); CPU rows only"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let gpu = open_gpu(opts, &mut progress);
     let mut report = BenchReport {
         device: None,
         d2d_bytes_per_s: None,
@@ -235,216 +220,21 @@ pub fn run(
         rows: vec![],
     };
     if let Some(g) = &gpu {
-        let ord = g.ordinals()[0];
-        report.device = crate::gpu::device::discover()
-            .devices
-            .into_iter()
-            .find(|d| d.ordinal == ord)
-            .map(|d| {
-                format!(
-                    "cuda:{} {} sm_{}{}",
-                    d.ordinal, d.name, d.compute_capability.0, d.compute_capability.1
-                )
-            });
-        let bw = cuda::d2d_bandwidth(ord, 1 << 31, 20)?;
-        progress(&format!(
-            "device-to-device copy: {:.2} TB/s (read + write, 2 GiB buffer)",
-            bw / 1e12
-        ));
-        report.d2d_bytes_per_s = Some(bw);
+        report.device = device_name(g);
+        report.d2d_bytes_per_s = Some(copy_bandwidth(g, &mut progress)?);
     }
     let reps = opts.reps.max(10);
     let shapes: &[Vec<usize>] = if opts.spatial { &opts.shapes } else { &[] };
     for shape in shapes {
-        let img = test_volume(shape);
-        let n: usize = shape.iter().product();
-        let vol_bytes = (n * 4) as f64;
-        let mut out = vec![0f32; n];
-        let shape_s = shape
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join("x");
-        for (variant, plan) in plans(opts.order) {
-            let elastic = plan.elastic.is_some();
-            if let Some(g) = &gpu {
-                g.clear_cache();
-                g.reset_peak();
-                let mut seed = 1000u64;
-                for _ in 0..opts.warmup.max(1) {
-                    seed += 1;
-                    run_once(g, &with_seed(&plan, seed), &img, &mut out)?;
-                }
-                let (mut dev, mut rs, mut fld, mut host) = (vec![], vec![], vec![], vec![]);
-                for _ in 0..reps {
-                    seed += 1;
-                    let (t, wall) = run_once(g, &with_seed(&plan, seed), &img, &mut out)?;
-                    dev.push(t.field_ms + t.prefilter_ms + t.resample_ms);
-                    rs.push(t.resample_ms);
-                    fld.push(t.field_ms);
-                    host.push(wall);
-                }
-                let (mut dc, mut hc) = (vec![], vec![]);
-                if elastic {
-                    // Same seed again: the field stays on the device; only alpha changes.
-                    for i in 0..reps {
-                        let mut p = with_seed(&plan, seed);
-                        if let Some(e) = &mut p.elastic {
-                            e.alpha = 800.0 + i as f64;
-                        }
-                        let (t, wall) = run_once(g, &p, &img, &mut out)?;
-                        dc.push(t.field_ms + t.prefilter_ms + t.resample_ms);
-                        hc.push(wall);
-                    }
-                }
-                let bw = report.d2d_bytes_per_s.unwrap_or(f64::NAN);
-                // Bytes that must move: the resample reads the image (and the field when
-                // elastic) and writes the output; a new field writes the noise pass and reads +
-                // writes each later pass, for each of the 3 components.
-                let resample_bytes = vol_bytes * if elastic { 5.0 } else { 2.0 };
-                let field_bytes = if elastic { vol_bytes * 3.0 * 5.0 } else { 0.0 };
-                let peak = g
-                    .mem_stats()
-                    .first()
-                    .map(|m| m.peak_bytes as f64 / vol_bytes);
-                let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
-                let row = BenchRow {
-                    shape: shape_s.clone(),
-                    variant: variant_name(variant, opts.order),
-                    engine: g.name(),
-                    device_ms: Some(median(&mut dev)),
-                    resample_ms: Some(median(&mut rs)),
-                    field_ms: Some(median(&mut fld)),
-                    host_ms: median(&mut host),
-                    host_min_ms: host_min,
-                    host_cached_ms: elastic.then(|| median(&mut hc)),
-                    device_cached_ms: elastic.then(|| median(&mut dc)),
-                    floor_ms: Some((resample_bytes + field_bytes) / bw * 1e3),
-                    floor_cached_ms: Some(resample_bytes / bw * 1e3),
-                    peak_device_volumes: peak,
-                    reps,
-                };
-                progress(&format_row(&row));
-                report.rows.push(row);
-            }
-            if opts.cpu_reps > 0 {
-                let cpu = CpuBackend::new();
-                let mut host = vec![];
-                for i in 0..opts.cpu_reps {
-                    let (_, wall) =
-                        run_once(&cpu, &with_seed(&plan, 5000 + i as u64), &img, &mut out)?;
-                    host.push(wall);
-                }
-                let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
-                let row = BenchRow {
-                    shape: shape_s.clone(),
-                    variant: variant_name(variant, opts.order),
-                    engine: format!("cpu ({} threads)", rayon::current_num_threads()),
-                    device_ms: None,
-                    resample_ms: None,
-                    field_ms: None,
-                    host_ms: median(&mut host),
-                    host_min_ms: host_min,
-                    host_cached_ms: None,
-                    device_cached_ms: None,
-                    floor_ms: None,
-                    floor_cached_ms: None,
-                    peak_device_volumes: None,
-                    reps: opts.cpu_reps,
-                };
-                progress(&format_row(&row));
-                report.rows.push(row);
-            }
-        }
-        // Many small volumes at once: `BATCH` samples of the full pipeline (new seeds, one
-        // image) through `apply_batch`, i.e. batched launches; per-sample times.
-        if let Some(g) = &gpu
-            && n <= BATCH_MAX_VOXELS
-        {
-            g.clear_cache();
-            let plan = plans(opts.order)
-                .into_iter()
-                .find(|(v, _)| *v == "full")
-                .map(|(_, p)| p)
-                .ok_or_else(|| EngineError::Cuda("no full pipeline".into()))?;
-            let mut outs: Vec<Vec<f32>> = (0..BATCH).map(|_| vec![0f32; n]).collect();
-            let (mut dev, mut rs, mut fld, mut host) = (vec![], vec![], vec![], vec![]);
-            let mut launches = 0;
-            for rep in 0..reps + opts.warmup.max(1) {
-                let batch_plans: Vec<Plan> = (0..BATCH)
-                    .map(|k| with_seed(&plan, 20_000 + (rep * BATCH + k) as u64))
-                    .collect();
-                let jobs: Vec<(Job<'_>, Outputs<'_>)> = batch_plans
-                    .iter()
-                    .zip(outs.iter_mut())
-                    .map(|(p, o)| {
-                        (
-                            Job {
-                                plan: p,
-                                image: &img,
-                                label: None,
-                            },
-                            Outputs {
-                                image: o,
-                                label: None,
-                            },
-                        )
-                    })
-                    .collect();
-                let t = Instant::now();
-                let results = g.apply_batch(jobs);
-                let wall = t.elapsed().as_secs_f64() * 1e3;
-                // Each batched launch reports the timings of its samples together: sum the
-                // distinct launches (consecutive runs of equal `batched` timings).
-                let mut sum = Timings::default();
-                let mut k = 0;
-                launches = 0;
-                let results: Vec<Timings> = results.into_iter().collect::<Result<_, _>>()?;
-                while k < results.len() {
-                    let t = &results[k];
-                    sum.field_ms += t.field_ms;
-                    sum.resample_ms += t.resample_ms;
-                    launches += 1;
-                    k += t.batched.unwrap_or(1);
-                }
-                if rep >= opts.warmup.max(1) {
-                    let b = BATCH as f64;
-                    dev.push((sum.field_ms + sum.resample_ms) / b);
-                    rs.push(sum.resample_ms / b);
-                    fld.push(sum.field_ms / b);
-                    host.push(wall / b);
-                }
-            }
-            let bw = report.d2d_bytes_per_s.unwrap_or(f64::NAN);
-            let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
-            let row = BenchRow {
-                shape: shape_s.clone(),
-                variant: format!(
-                    "{}, {BATCH} samples in {launches} batch(es), per sample",
-                    variant_name("full", opts.order)
-                ),
-                engine: g.name(),
-                device_ms: Some(median(&mut dev)),
-                resample_ms: Some(median(&mut rs)),
-                field_ms: Some(median(&mut fld)),
-                host_ms: median(&mut host),
-                host_min_ms: host_min,
-                host_cached_ms: None,
-                device_cached_ms: None,
-                floor_ms: Some(vol_bytes * 20.0 / bw * 1e3),
-                floor_cached_ms: None,
-                peak_device_volumes: g
-                    .mem_stats()
-                    .first()
-                    .map(|m| m.peak_bytes as f64 / vol_bytes),
-                reps,
-            };
-            progress(&format_row(&row));
-            report.rows.push(row);
-        }
-        if let Some(g) = &gpu {
-            g.clear_cache();
-        }
+        let rows = spatial_rows(
+            opts,
+            gpu.as_ref(),
+            shape,
+            reps,
+            report.d2d_bytes_per_s,
+            &mut progress,
+        )?;
+        report.rows.extend(rows);
     }
     if opts.filters {
         let ord = gpu.as_ref().map(|g| g.ordinals()[0]);
@@ -459,6 +249,323 @@ pub fn run(
         report.rows.extend(rows);
     }
     Ok(report)
+}
+
+/// The CUDA engine when `opts.backend` asks for one and it starts; `None` (and a progress line
+/// when it fails) otherwise.
+fn open_gpu(opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Option<CudaBackend> {
+    if matches!(opts.backend, BackendSpec::Cpu) {
+        return None;
+    }
+    let ids = match &opts.backend {
+        BackendSpec::Cuda(ids) => ids.clone(),
+        _ => vec![],
+    };
+    match CudaBackend::new(&ids, opts.precision) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            progress(&format!("CUDA engine unavailable ({e}); CPU rows only"));
+            None
+        }
+    }
+}
+
+/// The report's name of the engine's first device: `cuda:N name sm_XY`.
+fn device_name(g: &CudaBackend) -> Option<String> {
+    let ord = g.ordinals()[0];
+    crate::gpu::device::discover()
+        .devices
+        .into_iter()
+        .find(|d| d.ordinal == ord)
+        .map(|d| {
+            format!(
+                "cuda:{} {} sm_{}{}",
+                d.ordinal, d.name, d.compute_capability.0, d.compute_capability.1
+            )
+        })
+}
+
+/// Measures the device-to-device copy bandwidth of the engine's first device (bytes read +
+/// written per second) and reports it on `progress`.
+fn copy_bandwidth(g: &CudaBackend, progress: &mut dyn FnMut(&str)) -> Result<f64, EngineError> {
+    let bw = cuda::d2d_bandwidth(g.ordinals()[0], 1 << 31, 20)?;
+    progress(&format!(
+        "device-to-device copy: {:.2} TB/s (read + write, 2 GiB buffer)",
+        bw / 1e12
+    ));
+    Ok(bw)
+}
+
+/// One shape of the spatial rows: its test volume, an output buffer and its name in the table.
+struct SpatialShape {
+    img: Volume,
+    out: Vec<f32>,
+    voxels: usize,
+    /// Bytes of one f32 volume of this shape.
+    vol_bytes: f64,
+    name: String,
+}
+
+impl SpatialShape {
+    /// The test volume of `shape` and a zeroed output of the same size.
+    fn new(shape: &[usize]) -> Self {
+        let voxels: usize = shape.iter().product();
+        SpatialShape {
+            img: test_volume(shape),
+            out: vec![0f32; voxels],
+            voxels,
+            vol_bytes: (voxels * 4) as f64,
+            name: shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("x"),
+        }
+    }
+}
+
+/// The spatial rows of one shape, each reported on `progress` as it finishes: every pipeline on
+/// the GPU and then the CPU, and the batched GPU row for small shapes.
+fn spatial_rows(
+    opts: &BenchOptions,
+    gpu: Option<&CudaBackend>,
+    shape: &[usize],
+    reps: usize,
+    d2d_bytes_per_s: Option<f64>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<BenchRow>, EngineError> {
+    let mut s = SpatialShape::new(shape);
+    let bw = d2d_bytes_per_s.unwrap_or(f64::NAN);
+    let mut rows = vec![];
+    let mut push = |row: BenchRow| {
+        progress(&format_row(&row));
+        rows.push(row);
+    };
+    for (variant, plan) in plans(opts.order) {
+        if let Some(g) = gpu {
+            push(gpu_row(g, opts, reps, bw, variant, &plan, &mut s)?);
+        }
+        if opts.cpu_reps > 0 {
+            push(cpu_row(opts, variant, &plan, &mut s)?);
+        }
+    }
+    if let Some(g) = gpu
+        && s.voxels <= BATCH_MAX_VOXELS
+    {
+        push(batch_row(g, opts, reps, bw, &s)?);
+    }
+    if let Some(g) = gpu {
+        g.clear_cache();
+    }
+    Ok(rows)
+}
+
+/// The GPU row of one pipeline: `reps` new samples (a new seed each) after the warm-up, then,
+/// when elastic, `reps` runs with the field cached on the device (only alpha moves).
+fn gpu_row(
+    g: &CudaBackend,
+    opts: &BenchOptions,
+    reps: usize,
+    bw: f64,
+    variant: &str,
+    plan: &Plan,
+    s: &mut SpatialShape,
+) -> Result<BenchRow, EngineError> {
+    let elastic = plan.elastic.is_some();
+    g.clear_cache();
+    g.reset_peak();
+    let mut seed = 1000u64;
+    for _ in 0..opts.warmup.max(1) {
+        seed += 1;
+        run_once(g, &with_seed(plan, seed), &s.img, &mut s.out)?;
+    }
+    let (mut dev, mut rs, mut fld, mut host) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..reps {
+        seed += 1;
+        let (t, wall) = run_once(g, &with_seed(plan, seed), &s.img, &mut s.out)?;
+        dev.push(t.field_ms + t.prefilter_ms + t.resample_ms);
+        rs.push(t.resample_ms);
+        fld.push(t.field_ms);
+        host.push(wall);
+    }
+    let (mut dc, mut hc) = (vec![], vec![]);
+    if elastic {
+        // Same seed again: the field stays on the device; only alpha changes.
+        for i in 0..reps {
+            let mut p = with_seed(plan, seed);
+            if let Some(e) = &mut p.elastic {
+                e.alpha = 800.0 + i as f64;
+            }
+            let (t, wall) = run_once(g, &p, &s.img, &mut s.out)?;
+            dc.push(t.field_ms + t.prefilter_ms + t.resample_ms);
+            hc.push(wall);
+        }
+    }
+    // Bytes that must move: the resample reads the image (and the field when
+    // elastic) and writes the output; a new field writes the noise pass and reads +
+    // writes each later pass, for each of the 3 components.
+    let resample_bytes = s.vol_bytes * if elastic { 5.0 } else { 2.0 };
+    let field_bytes = if elastic {
+        s.vol_bytes * 3.0 * 5.0
+    } else {
+        0.0
+    };
+    let peak = g
+        .mem_stats()
+        .first()
+        .map(|m| m.peak_bytes as f64 / s.vol_bytes);
+    let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
+    Ok(BenchRow {
+        shape: s.name.clone(),
+        variant: variant_name(variant, opts.order),
+        engine: g.name(),
+        device_ms: Some(median(&mut dev)),
+        resample_ms: Some(median(&mut rs)),
+        field_ms: Some(median(&mut fld)),
+        host_ms: median(&mut host),
+        host_min_ms: host_min,
+        host_cached_ms: elastic.then(|| median(&mut hc)),
+        device_cached_ms: elastic.then(|| median(&mut dc)),
+        floor_ms: Some((resample_bytes + field_bytes) / bw * 1e3),
+        floor_cached_ms: Some(resample_bytes / bw * 1e3),
+        peak_device_volumes: peak,
+        reps,
+    })
+}
+
+/// The CPU row of one pipeline: `opts.cpu_reps` runs, a new seed each, no warm-up.
+fn cpu_row(
+    opts: &BenchOptions,
+    variant: &str,
+    plan: &Plan,
+    s: &mut SpatialShape,
+) -> Result<BenchRow, EngineError> {
+    let cpu = CpuBackend::new();
+    let mut host = vec![];
+    for i in 0..opts.cpu_reps {
+        let (_, wall) = run_once(&cpu, &with_seed(plan, 5000 + i as u64), &s.img, &mut s.out)?;
+        host.push(wall);
+    }
+    let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
+    Ok(BenchRow {
+        shape: s.name.clone(),
+        variant: variant_name(variant, opts.order),
+        engine: format!("cpu ({} threads)", rayon::current_num_threads()),
+        device_ms: None,
+        resample_ms: None,
+        field_ms: None,
+        host_ms: median(&mut host),
+        host_min_ms: host_min,
+        host_cached_ms: None,
+        device_cached_ms: None,
+        floor_ms: None,
+        floor_cached_ms: None,
+        peak_device_volumes: None,
+        reps: opts.cpu_reps,
+    })
+}
+
+/// The batched GPU row: many small volumes at once, `BATCH` samples of the full pipeline (new
+/// seeds, one image) through `apply_batch`, i.e. batched launches; per-sample times.
+fn batch_row(
+    g: &CudaBackend,
+    opts: &BenchOptions,
+    reps: usize,
+    bw: f64,
+    s: &SpatialShape,
+) -> Result<BenchRow, EngineError> {
+    g.clear_cache();
+    let plan = plans(opts.order)
+        .into_iter()
+        .find(|(v, _)| *v == "full")
+        .map(|(_, p)| p)
+        .ok_or_else(|| EngineError::Cuda("no full pipeline".into()))?;
+    let mut outs: Vec<Vec<f32>> = (0..BATCH).map(|_| vec![0f32; s.voxels]).collect();
+    let (mut dev, mut rs, mut fld, mut host) = (vec![], vec![], vec![], vec![]);
+    let mut launches = 0;
+    for rep in 0..reps + opts.warmup.max(1) {
+        let (sum, n_launches, wall) = run_batch(g, &plan, rep, &s.img, &mut outs)?;
+        launches = n_launches;
+        if rep >= opts.warmup.max(1) {
+            let b = BATCH as f64;
+            dev.push((sum.field_ms + sum.resample_ms) / b);
+            rs.push(sum.resample_ms / b);
+            fld.push(sum.field_ms / b);
+            host.push(wall / b);
+        }
+    }
+    let host_min = host.iter().cloned().fold(f64::INFINITY, f64::min);
+    Ok(BenchRow {
+        shape: s.name.clone(),
+        variant: format!(
+            "{}, {BATCH} samples in {launches} batch(es), per sample",
+            variant_name("full", opts.order)
+        ),
+        engine: g.name(),
+        device_ms: Some(median(&mut dev)),
+        resample_ms: Some(median(&mut rs)),
+        field_ms: Some(median(&mut fld)),
+        host_ms: median(&mut host),
+        host_min_ms: host_min,
+        host_cached_ms: None,
+        device_cached_ms: None,
+        floor_ms: Some(s.vol_bytes * 20.0 / bw * 1e3),
+        floor_cached_ms: None,
+        peak_device_volumes: g
+            .mem_stats()
+            .first()
+            .map(|m| m.peak_bytes as f64 / s.vol_bytes),
+        reps,
+    })
+}
+
+/// One `apply_batch` of `BATCH` samples of `plan` (repetition `rep` picks their seeds) into
+/// `outs`: the timings summed over its distinct launches, the number of launches, and the wall
+/// time in ms.
+fn run_batch(
+    g: &CudaBackend,
+    plan: &Plan,
+    rep: usize,
+    img: &Volume,
+    outs: &mut [Vec<f32>],
+) -> Result<(Timings, usize, f64), EngineError> {
+    let batch_plans: Vec<Plan> = (0..BATCH)
+        .map(|k| with_seed(plan, 20_000 + (rep * BATCH + k) as u64))
+        .collect();
+    let jobs: Vec<(Job<'_>, Outputs<'_>)> = batch_plans
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(p, o)| {
+            (
+                Job {
+                    plan: p,
+                    image: img,
+                    label: None,
+                },
+                Outputs {
+                    image: o,
+                    label: None,
+                },
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    let results = g.apply_batch(jobs);
+    let wall = t.elapsed().as_secs_f64() * 1e3;
+    // Each batched launch reports the timings of its samples together: sum the
+    // distinct launches (consecutive runs of equal `batched` timings).
+    let mut sum = Timings::default();
+    let mut k = 0;
+    let mut launches = 0;
+    let results: Vec<Timings> = results.into_iter().collect::<Result<_, _>>()?;
+    while k < results.len() {
+        let t = &results[k];
+        sum.field_ms += t.field_ms;
+        sum.resample_ms += t.resample_ms;
+        launches += 1;
+        k += t.batched.unwrap_or(1);
+    }
+    Ok((sum, launches, wall))
 }
 
 fn opt(v: Option<f64>) -> String {
