@@ -60,7 +60,7 @@ impl Default for LatencyOptions {
 pub struct LatencyRow {
     pub change: String,
     pub shape: String,
-    /// Where the planes came from: `cpu slices` or the engine of the whole volume.
+    /// Where the planes came from: `slices` (the plane path) or the engine of the whole volume.
     pub path: String,
     pub n: usize,
     /// Parameter posted → three planes ready, median, 95th percentile and max.
@@ -203,7 +203,7 @@ pub fn run(opts: &LatencyOptions, mut log: impl FnMut(&str)) -> Result<Vec<Laten
         log(&format_row(&row));
         // Let the whole-volume fill of the last change finish, so the next kind starts at rest
         // (on the CUDA path the planes came from that volume already).
-        let from_volume = row.path != "cpu slices";
+        let from_volume = row.path != "slices";
         rows.push(row);
         if !from_volume {
             probe.wait_for_fill()?;
