@@ -964,3 +964,68 @@ fn gpu_batched_launch_equals_single_launches_bit_for_bit() {
         }
     }
 }
+
+/// `cuda:0,0`: a batch split between two device workers (here both on device 0, the split a
+/// machine with one GPU can run) gives the same outputs bit for bit as one worker, for batches
+/// with labels and elastic fields of several seeds and sigmas, in both workers' shares.
+#[test]
+fn gpu_batch_split_between_two_workers_equals_one_bit_for_bit() {
+    let Some(one) = gpu(Precision::F32) else {
+        return;
+    };
+    let two = CudaBackend::new(&[0, 0], Precision::F32).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(two.name(), "cuda:0,0");
+    let shape = [18usize, 26, 30];
+    let images: Vec<Volume> = (0..7).map(|i| random_volume(&shape, 1, 90 + i)).collect();
+    let labels: Vec<Volume> = (0..7).map(|i| random_labels(&shape, 190 + i)).collect();
+    let plans: Vec<Plan> = (0..7u64)
+        .map(|k| {
+            let mut p = random_plan(3, k, Order::Linear, Mode::Reflect);
+            p.elastic = Some(Elastic {
+                alpha: 40.0 + 10.0 * k as f64,
+                sigma: if k % 2 == 0 { 3.0 } else { 4.5 },
+                seed: 1000 + k,
+            });
+            p
+        })
+        .collect();
+    let run = |b: &CudaBackend| -> Vec<(Vec<f32>, Vec<f32>)> {
+        let n = images[0].data.len();
+        let mut outs: Vec<(Vec<f32>, Vec<f32>)> =
+            (0..7).map(|_| (vec![0f32; n], vec![0f32; n])).collect();
+        let jobs = outs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (o, l))| {
+                (
+                    augscope::engine::Job {
+                        plan: &plans[i],
+                        image: &images[i],
+                        label: Some(&labels[i]),
+                    },
+                    Outputs {
+                        image: o.as_mut_slice(),
+                        label: Some(l.as_mut_slice()),
+                    },
+                )
+            })
+            .collect();
+        for r in b.apply_batch(jobs) {
+            r.unwrap_or_else(|e| panic!("{e}"));
+        }
+        outs
+    };
+    let a = run(&one);
+    let b = run(&two);
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            x.0.iter()
+                .zip(&y.0)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "sample {i}: image differs between cuda:0 and cuda:0,0"
+        );
+        assert_eq!(x.1, y.1, "sample {i}: label map differs");
+    }
+    // The batch moved something: not every output is its input.
+    assert!(a.iter().zip(&images).any(|(o, im)| o.0 != im.data));
+}
