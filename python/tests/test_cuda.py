@@ -241,3 +241,40 @@ def test_spawned_workers_run_on_cuda_with_the_same_draws():
     dl = DataLoader(data, batch_size=None, num_workers=2, multiprocessing_context="spawn")
     got = list(dl)
     assert all(np.array_equal(a, b.numpy()) for a, b in zip(main, got))
+
+
+def _one_rank(rank, world, n, q):
+    """One data-parallel process: binds the GPU of its rank and transforms its shard."""
+    import torch
+    dev = f"cuda:{rank % torch.cuda.device_count()}"
+    torch.cuda.set_device(dev)
+    aug = augscope.Augment(PRESET, seed=123, device=dev)
+    out = {}
+    for j in range(rank, n, world):
+        x = torch.from_numpy(volume((16, 18, 17), j)).to(dev)
+        out[j] = aug(x, index=j).image.cpu().numpy()
+    q.put(out)
+
+
+def test_one_process_per_gpu_gives_the_draws_of_one_process():
+    """Data-parallel training: one process per GPU (two; on a machine with one GPU both bind it),
+    each on its own device with its shard of the indices, gives the samples one process gives."""
+    import multiprocessing as mp
+    n, world = 8, 2
+    aug = augscope.Augment(PRESET, seed=123, device=DEV)
+    want = {j: aug(on_gpu(volume((16, 18, 17), j)), index=j).image.cpu().numpy()
+            for j in range(n)}
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_one_rank, args=(r, world, n, q)) for r in range(world)]
+    for p in ps:
+        p.start()
+    got = {}
+    for _ in ps:
+        got.update(q.get(timeout=180))
+    for p in ps:
+        p.join(60)
+    assert sorted(got) == list(range(n))
+    assert all(np.array_equal(want[j], got[j]) for j in range(n))
+    # The samples differ from each other: the shards did not all get one draw.
+    assert not np.array_equal(got[0], got[1])
