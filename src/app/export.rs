@@ -14,36 +14,12 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::Instant;
 
 use eframe::egui;
-use serde::{Deserialize, Serialize};
 
 use crate::augment::preset::Preset;
 use crate::export::batch::{self, BatchFilter, BatchOptions, BatchProgress, BatchSummary};
 
-use super::state::{FilterStage, Params, State};
+use super::state::{ExportSettings, FilterStage, Params, State};
 use super::{Command, Runtime};
-
-/// The dialog's settings, kept across restarts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ExportSettings {
-    /// Samples to write.
-    pub count: usize,
-    /// Seed of the first sample; sample j uses seed + j.
-    pub seed: u64,
-    pub out_dir: String,
-    /// Draw from the preset of the controls (with its probabilities) instead of the current
-    /// parameters.
-    pub from_preset: bool,
-    /// Write the transformed label map beside each image.
-    pub include_label: bool,
-    /// Continue a batch in a folder that already holds its manifest.
-    pub resume: bool,
-    /// Output format: `""` for the scan's own kind, else `nii.gz`, `nii`, `npy` or `png`
-    /// (`augscope batch --ext`).
-    pub ext: String,
-    /// Write in the scan's own type instead of float32 (`--dtype keep`).
-    pub keep_dtype: bool,
-}
 
 /// The export formats offered: (value of `ext`, shown as).
 pub const FORMATS: [(&str, &str); 5] = [
@@ -53,21 +29,6 @@ pub const FORMATS: [(&str, &str); 5] = [
     ("npy", "NumPy .npy"),
     ("png", "PNG (2D)"),
 ];
-
-impl Default for ExportSettings {
-    fn default() -> Self {
-        ExportSettings {
-            count: 10,
-            seed: 42,
-            out_dir: String::new(),
-            from_preset: false,
-            include_label: true,
-            resume: false,
-            ext: String::new(),
-            keep_dtype: false,
-        }
-    }
-}
 
 /// A batch running on its thread.
 pub struct ExportJob {

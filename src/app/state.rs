@@ -496,7 +496,7 @@ pub struct State {
     pub preset: String,
     pub preset_seed: u64,
     /// The batch export dialog's settings.
-    pub export: super::export::ExportSettings,
+    pub export: ExportSettings,
     /// Preset files saved or loaded, most recent first.
     pub recent_presets: Vec<String>,
     /// The preset being edited in the preset editor; while it is there it is the preset in use
@@ -768,5 +768,43 @@ mod tests {
         assert_eq!(h.redo(&a), Some(Snapshot::of(&b)));
         assert_eq!(h.redo(&b), Some(Snapshot::of(&c)));
         assert!(!h.can_redo());
+    }
+}
+
+/// The export dialog's settings, kept across restarts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExportSettings {
+    /// Samples to write.
+    pub count: usize,
+    /// Seed of the first sample; sample j uses seed + j.
+    pub seed: u64,
+    pub out_dir: String,
+    /// Draw from the preset of the controls (with its probabilities) instead of the current
+    /// parameters.
+    pub from_preset: bool,
+    /// Write the transformed label map beside each image.
+    pub include_label: bool,
+    /// Continue a batch in a folder that already holds its manifest.
+    pub resume: bool,
+    /// Output format: `""` for the scan's own kind, else `nii.gz`, `nii`, `npy` or `png`
+    /// (`augscope batch --ext`).
+    pub ext: String,
+    /// Write in the scan's own type instead of float32 (`--dtype keep`).
+    pub keep_dtype: bool,
+}
+
+impl Default for ExportSettings {
+    fn default() -> Self {
+        ExportSettings {
+            count: 10,
+            seed: 42,
+            out_dir: String::new(),
+            from_preset: false,
+            include_label: true,
+            resume: false,
+            ext: String::new(),
+            keep_dtype: false,
+        }
     }
 }

@@ -9,7 +9,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cudarc::driver::{CudaContext, CudaStream, DriverError, sys::CUresult};
+use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::nvrtc::Ptx;
 use serde::Serialize;
 
 use std::collections::HashMap;
@@ -17,7 +18,10 @@ use std::sync::Mutex;
 
 use cudarc::driver::CudaFunction;
 
-use super::nvrtc::{self, Family, load_module, module_key, modules, shared_module};
+use super::kernel_cache;
+use super::nvrtc::{
+    self, Family, module_key, modules, nvrtc_compile, nvrtc_options, shared_module,
+};
 use super::{GpuError, lock};
 
 /// Environment variable that caps augscope's own device memory (bytes, or with a K/M/G suffix),
@@ -207,24 +211,7 @@ fn device_info(ordinal: usize) -> Result<DeviceInfo, String> {
     })
 }
 
-/// The driver's name and description of an error.
-pub fn driver_message(e: &DriverError) -> String {
-    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
-    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
-    match (name, text) {
-        (Ok(n), Ok(t)) => format!("{n}: {t}"),
-        _ => format!("{:?}", e.0),
-    }
-}
-
-/// A driver error in augscope's words; out-of-memory becomes [`GpuError::OutOfMemory`].
-pub fn driver_error(what: &str, e: DriverError) -> GpuError {
-    if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        GpuError::OutOfMemory(format!("{what}: {}", driver_message(&e)))
-    } else {
-        GpuError::Cuda(format!("{what}: {}", driver_message(&e)))
-    }
-}
+pub use super::{driver_error, driver_message};
 
 /// Parses a byte count: `123`, `64K`, `512M`, `2G` (powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<usize, String> {
@@ -524,6 +511,34 @@ pub fn arch_for(cc: (i32, i32)) -> Option<&'static str> {
         (12, 0) => "sm_120",
         _ => return None,
     })
+}
+
+/// Loads `family` with `defines` on `dev`: the module and its entry names. A CUBIN the driver
+/// refuses is dropped from the cache and the module compiled again, then loaded as PTX.
+pub fn load_module(
+    dev: &DeviceContext,
+    family: Family,
+    defines: &[String],
+) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), GpuError> {
+    let m = shared_module(family, defines, dev.arch)?;
+    // Loaded modules are kept by the engine: the image need not stay in host memory.
+    lock(modules()).remove(&module_key(family, defines, dev.arch));
+    match dev.ctx.load_module(m.image) {
+        Ok(module) => Ok((module, m.entries)),
+        Err(first) => {
+            if let Some((dir, key)) = &m.cached {
+                kernel_cache::forget(dir, key);
+            }
+            let ptx = match m.ptx {
+                Some(p) => p,
+                None => nvrtc_compile(family, &nvrtc_options(family, defines, dev.arch))?.ptx,
+            };
+            dev.ctx
+                .load_module(Ptx::from_src(ptx))
+                .map(|module| (module, m.entries))
+                .map_err(|_| driver_error("cannot load a compiled kernel", first))
+        }
+    }
 }
 
 #[cfg(test)]

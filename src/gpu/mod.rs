@@ -17,6 +17,9 @@ pub mod nvrtc;
 
 use std::sync::{Mutex, MutexGuard};
 
+use cudarc::driver::DriverError;
+use cudarc::driver::sys::CUresult;
+
 /// What the CUDA runtime could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -37,4 +40,23 @@ pub enum GpuError {
 /// Locks `m`, taking the data of a poisoned lock as it is (every holder leaves it consistent).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The driver's name and description of an error.
+pub fn driver_message(e: &DriverError) -> String {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+    match (name, text) {
+        (Ok(n), Ok(t)) => format!("{n}: {t}"),
+        _ => format!("{:?}", e.0),
+    }
+}
+
+/// A driver error in augscope's words; out-of-memory becomes [`GpuError::OutOfMemory`].
+pub fn driver_error(what: &str, e: DriverError) -> GpuError {
+    if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        GpuError::OutOfMemory(format!("{what}: {}", driver_message(&e)))
+    } else {
+        GpuError::Cuda(format!("{what}: {}", driver_message(&e)))
+    }
 }

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use cudarc::nvrtc::Ptx;
 
-use super::device::{self, DeviceContext, driver_error};
 use super::{GpuError, kernel_cache, lock};
 use crate::core::{Mode, Precision};
 
@@ -81,7 +80,7 @@ pub fn driver_version() -> Result<i32, String> {
     r.result().map_err(|e| {
         format!(
             "the NVIDIA driver does not answer: {}",
-            device::driver_message(&e)
+            super::driver_message(&e)
         )
     })?;
     Ok(v)
@@ -355,34 +354,6 @@ pub(crate) fn shared_module(
     cell.get_or_init(|| compile_module(family, defines, arch).map_err(|e| e.to_string()))
         .clone()
         .map_err(GpuError::Cuda)
-}
-
-/// Loads `family` with `defines` on `dev`: the module and its entry names. A CUBIN the driver
-/// refuses is dropped from the cache and the module compiled again, then loaded as PTX.
-pub fn load_module(
-    dev: &DeviceContext,
-    family: Family,
-    defines: &[String],
-) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), GpuError> {
-    let m = shared_module(family, defines, dev.arch)?;
-    // Loaded modules are kept by the engine: the image need not stay in host memory.
-    lock(modules()).remove(&module_key(family, defines, dev.arch));
-    match dev.ctx.load_module(m.image) {
-        Ok(module) => Ok((module, m.entries)),
-        Err(first) => {
-            if let Some((dir, key)) = &m.cached {
-                kernel_cache::forget(dir, key);
-            }
-            let ptx = match m.ptx {
-                Some(p) => p,
-                None => nvrtc_compile(family, &nvrtc_options(family, defines, dev.arch))?.ptx,
-            };
-            dev.ctx
-                .load_module(Ptx::from_src(ptx))
-                .map(|module| (module, m.entries))
-                .map_err(|_| driver_error("cannot load a compiled kernel", first))
-        }
-    }
 }
 
 /// Every name of `want` is an entry of the compiled module `ptx` (of `file`).

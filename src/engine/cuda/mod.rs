@@ -19,9 +19,10 @@ mod kernels;
 mod many;
 mod transform;
 
+pub use crate::gpu::device::load_module;
 pub use crate::gpu::nvrtc::{
     BOUNDARY_CUH, Family, ModuleImage, compile, compile_module, compile_module_in, driver_version,
-    load_module, mode_defines, nvrtc_version,
+    mode_defines, nvrtc_version,
 };
 pub use device::{
     DeviceArrays, DeviceEngine, d2d_bandwidth, device_engine, free_caches, mem_stats, release_all,
