@@ -1,6 +1,7 @@
 //! The layering rule of docs/ARCHITECTURE.md, checked on the source: a folder of `src/` imports
 //! only the folders of the layers below it (core; io, augment, gpu; engine; filter; export; app;
-//! bench; cli), only `app` names egui, and `unsafe` appears only where a module allows it.
+//! bench; cli), no two files import each other round a cycle, only `app` names egui, and `unsafe`
+//! appears only where a module allows it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -196,4 +197,116 @@ fn the_scanner_sees_grouped_and_plain_imports() {
         vec!["core".to_string(), "engine".into(), "io".into()]
     );
     assert_eq!(code("a // crate::app\nb"), "a \nb");
+}
+
+/// The module path of a file below `src/` (`engine/cuda/mod.rs` → `engine/cuda`).
+fn module_of(rel: &str) -> String {
+    let m = rel.trim_end_matches(".rs");
+    m.strip_suffix("/mod").unwrap_or(m).to_string()
+}
+
+/// The modules a file's code names: `crate::a::b…` paths and `super::x` siblings, each resolved to
+/// the longest module path that exists.
+fn module_refs(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let ident_path = |s: &str| -> Vec<String> {
+        s.split("::")
+            .map(|p| {
+                p.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .take_while(|p| !p.is_empty())
+            .collect()
+    };
+    let longest = |parts: Vec<String>| -> Option<String> {
+        (1..=parts.len())
+            .rev()
+            .map(|n| parts[..n].join("/"))
+            .find(|k| modules.contains(k))
+    };
+    let mut refs = BTreeSet::new();
+    for (i, _) in text.match_indices("crate::") {
+        if let Some(m) = longest(ident_path(&text[i + "crate::".len()..])) {
+            refs.insert(m);
+        }
+    }
+    let parent = module.rsplit_once('/').map_or("", |p| p.0);
+    for (i, _) in text.match_indices("super::") {
+        let name = ident_path(&text[i + "super::".len()..]);
+        if let Some(first) = name.first() {
+            let k = if parent.is_empty() {
+                first.clone()
+            } else {
+                format!("{parent}/{first}")
+            };
+            if modules.contains(&k) {
+                refs.insert(k);
+            }
+        }
+    }
+    refs.remove(module);
+    refs
+}
+
+#[test]
+fn no_two_files_import_each_other_round_a_cycle() {
+    // A module and its own parent or children are one unit (a folder's `mod.rs` declares the
+    // files below it, and they use its items); every other import must form no cycle.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files: Vec<(String, String)> = src_files()
+        .into_iter()
+        .map(|(_, p, text)| {
+            let rel = p.strip_prefix(&root).expect("below src");
+            (
+                module_of(&rel.to_string_lossy().replace('\\', "/")),
+                code(&text),
+            )
+        })
+        .collect();
+    let modules: BTreeSet<String> = files.iter().map(|f| f.0.clone()).collect();
+    let related =
+        |a: &str, b: &str| a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"));
+    let edges: Vec<(String, BTreeSet<String>)> = files
+        .iter()
+        .map(|(m, text)| {
+            let refs = module_refs(m, text, &modules)
+                .into_iter()
+                .filter(|r| !related(m, r))
+                .collect();
+            (m.clone(), refs)
+        })
+        .collect();
+    let next = |m: &str| -> BTreeSet<String> {
+        edges
+            .iter()
+            .find(|e| e.0 == m)
+            .map(|e| e.1.clone())
+            .unwrap_or_default()
+    };
+    // A depth-first walk from every module; reaching a module on the current path is a cycle.
+    fn walk(
+        m: &str,
+        next: &dyn Fn(&str) -> BTreeSet<String>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            panic!("import cycle: {} → {m}", path[i..].join(" → "));
+        }
+        if done.contains(m) {
+            return;
+        }
+        path.push(m.to_string());
+        for n in next(m) {
+            walk(&n, next, path, done);
+        }
+        path.pop();
+        done.insert(m.to_string());
+    }
+    let mut done = BTreeSet::new();
+    for (m, _) in &edges {
+        walk(m, &next, &mut vec![], &mut done);
+    }
+    // The scanner sees the imports it must: the engine's CUDA host path names the GPU runtime.
+    assert!(next("engine/cuda").contains("gpu/buffer"));
 }
