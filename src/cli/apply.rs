@@ -37,41 +37,30 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
 
     let t2 = Instant::now();
-    let save = SaveOptions {
-        keep_dtype: a.dtype == "keep",
-    };
     let mut staged = Staged::default();
-    staged.write(&a.output, |t| io::save(t, &out, &save))?;
-    if let (Some(p), Some(l)) = (&a.label_out, &out_label) {
-        staged.write(p, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
-    }
+    stage_outputs(&a, &mut staged, &out, out_label.as_ref())?;
     // The engine that ran the transform (the CPU after a retry) gives the readouts.
     let ran = (!oom_retried).then(|| selected.backend.as_ref());
     let (disp, jacobian) = readouts(&a, ran, &plan, &image, &mut staged)?;
     let t_write = t2.elapsed().as_secs_f64() * 1e3;
 
     if let Some(p) = &a.report {
-        let report = serde_json::json!({
-            "input": a.input, "output": a.output,
-            "label": a.label, "label_output": a.label_out,
-            "shape": image.shape, "channels": image.channels,
-            "space": plan.space, "spacing_mm": image.spacing_mm,
-            "plan": plan, "done": plan.done_list(),
-            "backend": backend_name, "backend_note": selected.note,
-            "precision": a.precision,
-            "timings_ms": { "engine": timings, "read": t_read, "compute": t_compute, "write": t_write,
-                             "total": t0.elapsed().as_secs_f64() * 1e3 },
-            "displacement": disp,
-            "jacobian": jacobian,
-            "model": a.model.id(),
-            "model_steps": preview::own_step(a.model).into_iter().collect::<Vec<_>>(),
-        });
-        let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-        staged.write(p, |t| {
-            io::atomic_write(t, "JSON report", |w| {
-                std::io::Write::write_all(w, text.as_bytes())
-            })
-        })?;
+        let report = report_of(
+            &a,
+            &image,
+            &plan,
+            serde_json::json!({
+                "backend": backend_name, "backend_note": selected.note,
+                "precision": a.precision,
+                "timings_ms": { "engine": timings, "read": t_read, "compute": t_compute, "write": t_write,
+                                 "total": t0.elapsed().as_secs_f64() * 1e3 },
+                "displacement": disp,
+                "jacobian": jacobian,
+                "model": a.model.id(),
+                "model_steps": preview::own_step(a.model).into_iter().collect::<Vec<_>>(),
+            }),
+        );
+        stage_report(&mut staged, p, &report)?;
     }
     staged.commit()
 }
@@ -328,43 +317,84 @@ pub(super) fn apply_as(
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
     let t2 = Instant::now();
     let mut staged = Staged::default();
-    let save = SaveOptions {
-        keep_dtype: a.dtype == "keep",
-    };
-    staged.write(&a.output, |t| io::save(t, &p.image, &save))?;
-    if let (Some(path), Some(l)) = (&a.label_out, &p.label) {
-        staged.write(path, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
-    }
+    stage_outputs(a, &mut staged, &p.image, p.label.as_ref())?;
     let t_write = t2.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &a.report {
-        let report = serde_json::json!({
-            "input": a.input, "output": a.output,
-            "label": a.label, "label_output": a.label_out,
-            "shape": image.shape, "channels": image.channels,
-            "space": plan.space, "spacing_mm": image.spacing_mm,
-            "plan": plan, "done": plan.done_list(),
-            "backend": "cpu",
-            "timings_ms": { "read": t_read, "compute": t_compute, "write": t_write,
-                             "total": t0.elapsed().as_secs_f64() * 1e3 },
-            "displacement": p.displacement.map(|(max_v, rms_v)| serde_json::json!({
-                "max_vox": max_v, "rms_vox": rms_v,
-            })),
-            "model": p.model.id(),
-            "model_steps": p.steps,
-            "control_grid": p.control_grid.as_ref().map(|g| serde_json::json!({
-                "shape": g.shape, "origin_vox": g.origin, "spacing_vox": g.spacing,
-            })),
-        });
-        let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;
-        staged.write(path, |t| {
-            io::atomic_write(t, "JSON report", |w| {
-                std::io::Write::write_all(w, text.as_bytes())
-            })
-        })?;
+        let report = report_of(
+            a,
+            image,
+            plan,
+            serde_json::json!({
+                "backend": "cpu",
+                "timings_ms": { "read": t_read, "compute": t_compute, "write": t_write,
+                                 "total": t0.elapsed().as_secs_f64() * 1e3 },
+                "displacement": p.displacement.map(|(max_v, rms_v)| serde_json::json!({
+                    "max_vox": max_v, "rms_vox": rms_v,
+                })),
+                "model": p.model.id(),
+                "model_steps": p.steps,
+                "control_grid": p.control_grid.as_ref().map(|g| serde_json::json!({
+                    "shape": g.shape, "origin_vox": g.origin, "spacing_vox": g.spacing,
+                })),
+            }),
+        );
+        stage_report(&mut staged, path, &report)?;
     }
     staged.commit()?;
     for s in &p.steps {
         eprintln!("augscope: as {}: {s}", p.model.label());
     }
+    Ok(())
+}
+
+/// Stages the transformed image (float32, or the scan's type with `--dtype keep`) and label map.
+fn stage_outputs(
+    a: &ApplyArgs,
+    staged: &mut Staged,
+    image: &Volume,
+    label: Option<&Volume>,
+) -> anyhow::Result<()> {
+    let save = SaveOptions {
+        keep_dtype: a.dtype == "keep",
+    };
+    staged.write(&a.output, |t| io::save(t, image, &save))?;
+    if let (Some(p), Some(l)) = (&a.label_out, label) {
+        staged.write(p, |t| io::save(t, l, &SaveOptions { keep_dtype: true }))?;
+    }
+    Ok(())
+}
+
+/// The report's fields every `apply` writes (paths, grid, plan, done list), with `extra`'s.
+fn report_of(
+    a: &ApplyArgs,
+    image: &Volume,
+    plan: &Plan,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut report = serde_json::json!({
+        "input": a.input, "output": a.output,
+        "label": a.label, "label_output": a.label_out,
+        "shape": image.shape, "channels": image.channels,
+        "space": plan.space, "spacing_mm": image.spacing_mm,
+        "plan": plan, "done": plan.done_list(),
+    });
+    if let (Some(r), serde_json::Value::Object(x)) = (report.as_object_mut(), extra) {
+        r.extend(x);
+    }
+    report
+}
+
+/// Stages the JSON report at `path`.
+fn stage_report(
+    staged: &mut Staged,
+    path: &Path,
+    report: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report).context("cannot encode the report")?;
+    staged.write(path, |t| {
+        io::atomic_write(t, "JSON report", |w| {
+            std::io::Write::write_all(w, text.as_bytes())
+        })
+    })?;
     Ok(())
 }
