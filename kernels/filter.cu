@@ -455,3 +455,235 @@ extern "C" __global__ void __launch_bounds__(256) butterworth_mul_f32(float2* __
     X[k].x *= hk;
     X[k].y *= hk;
 }
+
+// ---------------------------------------------------------------------------------------------
+// FEBDS steps 4-5 on the GPU, as src/filter/febds.rs::segment: the threshold (Otsu's histogram
+// or the local-variance test), the 7x7 closing with zero padding, and the hole filling. Masks are
+// bytes (0/1). The host reads back only the minimum and maximum, the histogram (<= 4096 counts),
+// two f64 sums and one flag per round of the hole filling.
+// ---------------------------------------------------------------------------------------------
+
+// f32 -> u32 keys in the order of the values (-0 below +0), for atomicMin / atomicMax.
+__device__ __forceinline__ unsigned int f32_key(float v) {
+    const unsigned int b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// mm[0] = min key, mm[1] = max key over the non-NaN values of x (the host sets them to
+// 0xffffffff and 0 first). Grid-stride, any 1D grid of 256-thread blocks.
+extern "C" __global__ void __launch_bounds__(256) minmax_f32(const float* __restrict__ x, long long n,
+                                                             unsigned int* __restrict__ mm) {
+    unsigned int lo = 0xffffffffu, hi = 0u;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        if (v == v) {
+            const unsigned int k = f32_key(v);
+            lo = min(lo, k);
+            hi = max(hi, k);
+        }
+    }
+    for (int s = 16; s > 0; s >>= 1) {
+        lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, s));
+        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, s));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicMin(&mm[0], lo);
+        atomicMax(&mm[1], hi);
+    }
+}
+
+// torch.histc's bins (febds.rs Histc::bin, f32 arithmetic, fmad off): pos = (v - left) * bins /
+// (right - left), truncated (NaN -> 0, saturating), clamped to bins - 1, for left <= v <= right.
+// hist holds bins (<= 4096) zeroed counts. Grid-stride, 256-thread blocks.
+#define HIST_MAX 4096
+extern "C" __global__ void __launch_bounds__(256) histc_f32(const float* __restrict__ x, long long n,
+                                                            float left, float right, int bins,
+                                                            unsigned int* __restrict__ hist) {
+    __shared__ unsigned int h[HIST_MAX];
+    for (int i = threadIdx.x; i < bins; i += blockDim.x) h[i] = 0;
+    __syncthreads();
+    const float span = right - left, fb = (float)bins;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        if (v >= left && v <= right) {
+            unsigned int pos = __float2uint_rz((v - left) * fb / span);
+            if (pos >= (unsigned int)bins) pos = bins - 1;
+            atomicAdd(&h[pos], 1u);
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < bins; i += blockDim.x)
+        if (h[i]) atomicAdd(&hist[i], h[i]);
+}
+
+// acc[0] += sum of x (squares == 0) or of (x - mean)^2 (squares == 1), in f64. Grid-stride,
+// 256-thread blocks; the order of the sum is not the CPU's (f64 rounding only).
+extern "C" __global__ void __launch_bounds__(256) sum_f64(const float* __restrict__ x, long long n,
+                                                          double mean, int squares,
+                                                          double* __restrict__ acc) {
+    double s = 0.0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const double v = (double)x[i];
+        if (squares) {
+            const double d = v - mean;
+            s += d * d;
+        } else {
+            s += v;
+        }
+    }
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+    if ((threadIdx.x & 31) == 0) atomicAdd(acc, s);
+}
+
+// m = x > t (Otsu's mask). Grid: 1D over n.
+extern "C" __global__ void __launch_bounds__(256) above_u8(const float* __restrict__ x,
+                                                           unsigned char* __restrict__ m, float t,
+                                                           long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) m[i] = x[i] > t ? 1 : 0;
+}
+
+// The binarize mask of an h x w image: the unbiased variance of the 5x5 window (mirror boundary,
+// f64 sums in the CPU's order, fmad off), rounded to f32 and squared, >= g2. Grid: 1D over h * w.
+extern "C" __global__ void __launch_bounds__(256) local_var_u8(const float* __restrict__ x,
+                                                               unsigned char* __restrict__ m,
+                                                               long long h, long long w, float g2) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * w) return;
+    const long long px = k % w, py = k / w;
+    auto mir = [](long long i, long long n) {
+        if (i >= 0 && i < n) return i;
+        if (n <= 1) return 0LL;
+        const long long p = 2 * n - 2;
+        long long j = i % p;
+        if (j < 0) j += p;
+        return j < n ? j : p - j;
+    };
+    long long ys[5], xs[5];
+    for (int d = 0; d < 5; ++d) {
+        ys[d] = mir(py + d - 2, h) * w;
+        xs[d] = mir(px + d - 2, w);
+    }
+    double s = 0.0;
+    for (int a = 0; a < 5; ++a)
+        for (int b = 0; b < 5; ++b) s += (double)x[ys[a] + xs[b]];
+    const double mu = s / 25.0;
+    double q = 0.0;
+    for (int a = 0; a < 5; ++a)
+        for (int b = 0; b < 5; ++b) {
+            const double d = (double)x[ys[a] + xs[b]] - mu;
+            q += d * d;
+        }
+    const float lv = (float)(q / 24.0);
+    m[k] = lv * lv >= g2 ? 1 : 0;
+}
+
+// One pass of a (2r + 1)-box max (mx = 1) or min (mx = 0) along x (axis 1) or y (axis 0) of an
+// h x w mask, 0 outside the image (torch max_pool2d on a zero-padded mask). Grid: 1D over h * w.
+extern "C" __global__ void __launch_bounds__(256) box_u8(const unsigned char* __restrict__ src,
+                                                         unsigned char* __restrict__ dst, long long h,
+                                                         long long w, int axis, int r, int mx) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * w) return;
+    const long long px = k % w, py = k / w;
+    const long long n = axis ? w : h, at = axis ? px : py, step = axis ? 1 : w;
+    unsigned char acc = mx ? 0 : 1;
+    for (int d = -r; d <= r; ++d) {
+        const long long j = at + d;
+        const unsigned char v = (j >= 0 && j < n) ? src[k + d * step] : 0;
+        acc = mx ? max(acc, v) : min(acc, v);
+    }
+    dst[k] = acc;
+}
+
+// Hole filling (scipy binary_fill_holes, 4-connected background) by propagation from the border.
+// State bytes: 0 foreground, 1 background not yet reached, 2 background reached from the border.
+// holes_init_u8: the state of an h x w mask, its border background reached. Grid: 1D over h * w.
+extern "C" __global__ void __launch_bounds__(256) holes_init_u8(const unsigned char* __restrict__ mask,
+                                                                unsigned char* __restrict__ st,
+                                                                long long h, long long w) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * w) return;
+    const long long px = k % w, py = k / w;
+    const bool edge = px == 0 || py == 0 || px == w - 1 || py == h - 1;
+    st[k] = mask[k] ? 0 : (edge ? 2 : 1);
+}
+
+// Spreads "reached" along every row of an h x w state, left to right then right to left, through
+// runs of background. One warp per row, 32 pixels per step: with B the background bits and S the
+// reached bits of a step (S within B, the carry from the previous step at bit 0), the reached bits
+// after the step are S plus the bits of B from each bit of S to the end of its run:
+// ((B + S) ^ B) & B | S (the addition carries through each run above its lowest seed). The right
+// to left sweep is the same on bit-reversed words. *changed = 1 where a pixel was reached.
+// Block (32, 8): eight rows per block; grid ceil(h / 8).
+__device__ __forceinline__ unsigned int spread_up(unsigned int b, unsigned int s) {
+    const unsigned long long t = (unsigned long long)b + s;
+    return ((unsigned int)t ^ b) & b | s;
+}
+
+extern "C" __global__ void __launch_bounds__(256) holes_rows_u8(unsigned char* __restrict__ st,
+                                                                long long h, long long w,
+                                                                unsigned int* __restrict__ changed) {
+    const long long y = (long long)blockIdx.x * 8 + threadIdx.y;
+    if (y >= h) return;
+    const unsigned int lane = threadIdx.x;
+    unsigned char* row = st + y * w;
+    bool any = false;
+    unsigned int carry = 0;
+    for (long long x0 = 0; x0 < w; x0 += 32) {
+        const long long x = x0 + lane;
+        const unsigned char v = x < w ? row[x] : 0;
+        const unsigned int b = __ballot_sync(0xffffffffu, v != 0);
+        const unsigned int s = (__ballot_sync(0xffffffffu, v == 2) | (carry & b & 1u)) & b;
+        const unsigned int r = spread_up(b, s);
+        if (v == 1 && ((r >> lane) & 1u)) {
+            row[x] = 2;
+            any = true;
+        }
+        carry = r >> 31;
+    }
+    carry = 0;
+    const long long last = ((w - 1) / 32) * 32;
+    for (long long x0 = last; x0 >= 0; x0 -= 32) {
+        const long long x = x0 + lane;
+        const unsigned char v = x < w ? row[x] : 0;
+        // Bit 31 - lane holds pixel x0 + lane: the sweep runs up the reversed word.
+        const unsigned int b = __brev(__ballot_sync(0xffffffffu, v != 0));
+        const unsigned int s = (__brev(__ballot_sync(0xffffffffu, v == 2)) | (carry & b & 1u)) & b;
+        const unsigned int r = spread_up(b, s);
+        if (v == 1 && ((r >> (31 - lane)) & 1u)) {
+            row[x] = 2;
+            any = true;
+        }
+        carry = r >> 31;
+    }
+    if (__any_sync(0xffffffffu, any) && lane == 0) *changed = 1;
+}
+
+// dst (w x h) = the transpose of src (h x w), bytes. Block (32, 8), grid (ceil(w / 32),
+// ceil(h / 32)).
+extern "C" __global__ void __launch_bounds__(256) transpose_u8(const unsigned char* __restrict__ src,
+                                                               unsigned char* __restrict__ dst,
+                                                               long long h, long long w) {
+    __shared__ unsigned char tile[32][33];
+    const long long bx = (long long)blockIdx.x * 32, by = (long long)blockIdx.y * 32;
+    for (int j = threadIdx.y; j < 32; j += 8) {
+        const long long y = by + j, x = bx + threadIdx.x;
+        if (y < h && x < w) tile[j][threadIdx.x] = src[y * w + x];
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < 32; j += 8) {
+        const long long x = bx + j, y = by + threadIdx.x;
+        if (x < w && y < h) dst[x * h + y] = tile[threadIdx.x][j];
+    }
+}
+
+// The FEBDS mask: 0 where the state is background reached from the border, else 1. Grid: 1D.
+extern "C" __global__ void __launch_bounds__(256) holes_out_f32(const unsigned char* __restrict__ st,
+                                                                float* __restrict__ out, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = st[i] == 2 ? 0.0f : 1.0f;
+}

@@ -368,3 +368,92 @@ fn gpu_out_of_memory_retries_on_the_cpu() {
         apply_cpu(&f, Boundary::default(), &data, &shape).expect("cpu")
     );
 }
+
+/// Images for FEBDS's segmentation: the fixture's denoised image, the synthetic mammogram, 8-bit
+/// and constant images, and odd shapes down to one row and one column.
+fn segmentation_inputs() -> Vec<(String, Vec<f32>, [usize; 2])> {
+    use augscope::filter::febds;
+    let (a, s) = common::fixtures::npy_in("fixtures/febds", "input.npy");
+    let shape = [s[0], s[1]];
+    let mut v = vec![];
+    for m in [FebdsMethod::Dog, FebdsMethod::Log, FebdsMethod::Fft] {
+        let den = febds::denoise(febds::enhance(&a, shape, m), shape);
+        v.push((format!("fixture denoised by {m:?}"), den, shape));
+    }
+    let mammo = augscope::bench::filters::synthetic_mammogram([256, 208]);
+    v.push(("mammogram".into(), mammo, [256, 208]));
+    for (i, sh) in [[37usize, 53], [1, 64], [64, 1], [3, 3], [300, 257]]
+        .into_iter()
+        .enumerate()
+    {
+        let r = random(sh[0] * sh[1], 40 + i as u64);
+        let twelve: Vec<f32> = r.iter().map(|x| (x * 4095.0).round()).collect();
+        let eight: Vec<f32> = r.iter().map(|x| (x * 200.0).round()).collect();
+        v.push((format!("12-bit {sh:?}"), twelve, sh));
+        v.push((format!("8-bit {sh:?}"), eight, sh));
+    }
+    v.push(("constant".into(), vec![7.0; 40 * 30], [40, 30]));
+    v
+}
+
+#[test]
+fn gpu_febds_segmentation_equals_the_cpu_bit_for_bit() {
+    need_gpu!();
+    use augscope::filter::febds;
+    for (name, img, shape) in segmentation_inputs() {
+        for m in [FebdsMethod::Dog, FebdsMethod::Fft] {
+            let cpu = febds::segment(&img, shape, m);
+            let gpu = cuda::febds_segment(&img, shape, m, 0).unwrap_or_else(|e| panic!("{e}"));
+            let differ = cpu.iter().zip(&gpu).filter(|(x, y)| x != y).count();
+            assert_eq!(differ, 0, "{name}, {m:?}: {differ} pixels differ");
+        }
+    }
+}
+
+/// A square spiral of foreground walls one pixel wide with a gap at the outside: the background
+/// corridor inside is one long path, reached from the border only around every turn.
+fn spiral(n: usize) -> Vec<f32> {
+    let mut m = vec![0f32; n * n];
+    let (mut lo, mut hi) = (1usize, n - 2);
+    while lo + 2 <= hi {
+        for i in lo..=hi {
+            m[lo * n + i] = 1.0;
+            m[hi * n + i] = 1.0;
+            m[i * n + lo] = 1.0;
+            m[i * n + hi] = 1.0;
+        }
+        // The ring's gap, on alternating sides, and the next ring two pixels in.
+        let gap = if (lo / 2) % 2 == 0 { lo * n + lo + 1 } else { hi * n + hi - 1 };
+        m[gap] = 0.0;
+        lo += 2;
+        hi -= 2;
+    }
+    m
+}
+
+#[test]
+fn gpu_hole_filling_equals_the_cpu_on_random_masks_and_mazes() {
+    need_gpu!();
+    use augscope::filter::febds;
+    let mut cases: Vec<(String, Vec<f32>, [usize; 2])> = vec![];
+    for (i, sh) in [[97usize, 131], [1, 50], [50, 1], [2, 2], [300, 257], [64, 33]]
+        .into_iter()
+        .enumerate()
+    {
+        for density in [0.3f32, 0.45, 0.6] {
+            let r = random(sh[0] * sh[1], 70 + i as u64);
+            let m = r.iter().map(|&x| f32::from(x < density)).collect();
+            cases.push((format!("random {sh:?} at {density}"), m, sh));
+        }
+    }
+    cases.push(("spiral 101".into(), spiral(101), [101, 101]));
+    cases.push(("spiral 64".into(), spiral(64), [64, 64]));
+    cases.push(("all background".into(), vec![0.0; 20 * 20], [20, 20]));
+    cases.push(("all foreground".into(), vec![1.0; 20 * 20], [20, 20]));
+    for (name, mask, shape) in cases {
+        let cpu = febds::fill_holes(&mask, shape);
+        let gpu = cuda::fill_holes(&mask, shape, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let differ = cpu.iter().zip(&gpu).filter(|(x, y)| x != y).count();
+        assert_eq!(differ, 0, "{name}: {differ} pixels differ");
+    }
+}

@@ -616,9 +616,8 @@ filters = _Filters()
 def febds(image, method="dog", *, device=None, precision=None, backend=None):
     """The FEBDS micro-calcification mask (0/1, float32) of 2D images `[..., y, x]` with 12-bit
     intensities; method "dog", "log" or "fft". Equal to `augscope filter --febds` bit for bit.
-    `device`: as for the filters (a GPU tensor is segmented where it lives: the enhancement,
-    median and gamma on the GPU, the threshold, closing and hole filling on the CPU, then the
-    mask back on the device). FEBDS computes in f32 whatever the precision."""
+    `device`: as for the filters (a GPU tensor is segmented where it lives, every step on the
+    GPU). FEBDS computes in f32 whatever the precision."""
     dev = _device(device if device is not None else backend, image)
     gpu = _on_gpu(image)
     if gpu is not None and _cuda_index(dev) == gpu:

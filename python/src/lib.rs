@@ -634,8 +634,8 @@ fn apply_cuda(
 }
 
 /// An intensity filter (as `filter`) over arrays on a CUDA device, given as DLPack capsules of
-/// equal shape; returns the info JSON. FEBDS (`spec` "febds:dog|log|fft", 2D images) brings its
-/// denoised image to the host for the threshold, closing and hole filling, and its mask back.
+/// equal shape; returns the info JSON. FEBDS (`spec` "febds:dog|log|fft", 2D images) runs every
+/// step on the device.
 #[pyfunction]
 #[pyo3(signature = (image, out, spec, ndim, mode="reflect", cval=0.0, device=0, precision="f32"))]
 #[allow(clippy::too_many_arguments)]

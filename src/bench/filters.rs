@@ -5,7 +5,7 @@
 //!
 //! GPU: `device_ms` is the filter's kernels alone (CUDA events, the data already on the device, as
 //! cupyx is timed), `host_ms` the wall time from the host array to the host result (upload,
-//! kernels, download, and FEBDS's CPU steps). Medians over `reps` runs after one warm-up.
+//! kernels, download). Medians over `reps` runs after one warm-up.
 
 use std::time::Instant;
 

@@ -129,7 +129,7 @@ pub fn butterworth_bandpass(img: &[f32], shape: [usize; 2]) -> Vec<f32> {
 /// Otsu's threshold as medical-image-std computes it with `torch.histc` (f32 arithmetic);
 /// returns the mask `x > t`.
 pub fn otsu_mask(x: &[f32]) -> Vec<f32> {
-    let (mut lo, mut hi) = x
+    let (min_val, max_val) = x
         .par_iter()
         .fold(
             || (f32::INFINITY, f32::NEG_INFINITY),
@@ -139,62 +139,103 @@ pub fn otsu_mask(x: &[f32]) -> Vec<f32> {
             || (f32::INFINITY, f32::NEG_INFINITY),
             |(a, b), (c, d)| (a.min(c), b.max(d)),
         );
-    let (min_val, max_val) = (lo, hi);
-    let bins: usize = if max_val <= 255.0 { 256 } else { 4096 };
-    if lo == hi {
-        lo -= 1.0;
-        hi += 1.0;
-    }
-    // histc: bin edges linspace(lo, hi, bins + 1); pos = (x − lo) · bins / (hi − lo).
-    let edges = linspace(lo, hi, bins + 1);
-    let (left, right) = (edges[0], edges[bins]);
+    let h = Histc::new(min_val, max_val);
     let hist = x
         .par_iter()
         .fold(
-            || vec![0f64; bins],
+            || vec![0f64; h.bins],
             |mut hist, &v| {
-                if v >= left && v <= right {
-                    let mut pos = ((v - left) * bins as f32 / (right - left)) as usize;
-                    if pos >= bins {
-                        pos = bins - 1;
-                    }
+                if let Some(pos) = h.bin(v) {
                     hist[pos] += 1.0;
                 }
                 hist
             },
         )
         .reduce(
-            || vec![0f64; bins],
+            || vec![0f64; h.bins],
             |mut a, b| {
                 a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
                 a
             },
         );
-    let centers = linspace(min_val, max_val, bins);
-    let hc: Vec<f32> = hist
-        .iter()
-        .zip(&centers)
-        .map(|(&c, &b)| c as f32 * b)
-        .collect();
-    let total = hist.iter().sum::<f64>() as f32;
-    let total_hc = hc.iter().map(|&v| v as f64).sum::<f64>() as f32;
-    let (mut c1, mut c2) = (0f64, 0f64);
-    let mut best = (f32::NEG_INFINITY, 0usize);
-    for i in 0..bins {
-        c1 += hist[i];
-        c2 += hc[i] as f64;
-        let (w1, cs) = (c1 as f32, c2 as f32);
-        let w2 = total - w1;
-        let m1 = cs / w1.max(1e-6);
-        let m2 = (total_hc - cs) / w2.max(1e-6);
-        let d = m1 - m2;
-        let var = w1 * w2 * (d * d);
-        if var > best.0 {
-            best = (var, i);
+    let t = h.otsu_threshold(&hist);
+    x.par_iter().map(|&v| f32::from(v > t)).collect()
+}
+
+/// The histogram of Otsu's threshold: `torch.histc` over `[min, max]` of the image (widened by
+/// one on each side when they are equal), 256 bins when the maximum is ≤ 255, else 4096. The GPU
+/// counts the bins with [`Histc::bin`]'s arithmetic and takes its threshold from
+/// [`Histc::otsu_threshold`], so both engines draw the same line.
+#[derive(Clone, Copy, Debug)]
+pub struct Histc {
+    /// The image's minimum and maximum (the bin centres span them).
+    pub min_val: f32,
+    pub max_val: f32,
+    /// The number of bins.
+    pub bins: usize,
+    /// The first and the last bin edge.
+    pub left: f32,
+    pub right: f32,
+}
+
+impl Histc {
+    pub fn new(min_val: f32, max_val: f32) -> Self {
+        let bins: usize = if max_val <= 255.0 { 256 } else { 4096 };
+        let (mut lo, mut hi) = (min_val, max_val);
+        if lo == hi {
+            lo -= 1.0;
+            hi += 1.0;
+        }
+        // histc: bin edges linspace(lo, hi, bins + 1); pos = (x − lo) · bins / (hi − lo).
+        let edges = linspace(lo, hi, bins + 1);
+        Histc {
+            min_val,
+            max_val,
+            bins,
+            left: edges[0],
+            right: edges[bins],
         }
     }
-    let t = centers[best.1];
-    x.par_iter().map(|&v| f32::from(v > t)).collect()
+
+    /// The bin of `v` (f32 arithmetic, as `torch.histc`), or `None` outside the edges.
+    pub fn bin(&self, v: f32) -> Option<usize> {
+        if v >= self.left && v <= self.right {
+            let pos = ((v - self.left) * self.bins as f32 / (self.right - self.left)) as usize;
+            Some(pos.min(self.bins - 1))
+        } else {
+            None
+        }
+    }
+
+    /// Otsu's threshold from the bin counts: the centre `linspace(min, max, bins)[i]` of the bin
+    /// that maximises the between-class variance (f32, as the package computes it).
+    pub fn otsu_threshold(&self, hist: &[f64]) -> f32 {
+        let bins = self.bins;
+        let centers = linspace(self.min_val, self.max_val, bins);
+        let hc: Vec<f32> = hist
+            .iter()
+            .zip(&centers)
+            .map(|(&c, &b)| c as f32 * b)
+            .collect();
+        let total = hist.iter().sum::<f64>() as f32;
+        let total_hc = hc.iter().map(|&v| v as f64).sum::<f64>() as f32;
+        let (mut c1, mut c2) = (0f64, 0f64);
+        let mut best = (f32::NEG_INFINITY, 0usize);
+        for i in 0..bins {
+            c1 += hist[i];
+            c2 += hc[i] as f64;
+            let (w1, cs) = (c1 as f32, c2 as f32);
+            let w2 = total - w1;
+            let m1 = cs / w1.max(1e-6);
+            let m2 = (total_hc - cs) / w2.max(1e-6);
+            let d = m1 - m2;
+            let var = w1 * w2 * (d * d);
+            if var > best.0 {
+                best = (var, i);
+            }
+        }
+        centers[best.1]
+    }
 }
 
 /// `torch.linspace(start, end, steps)` in f32: `start + step·i` for the first half,
@@ -216,14 +257,11 @@ fn linspace(start: f32, end: f32, steps: usize) -> Vec<f32> {
 /// medical-image-std's `Threshold.binarize(alpha=1)`: 5×5 local variance (unbiased, torch
 /// `reflect` padding), squared, `>=` the squared global variance (unbiased).
 pub fn binarize_mask(x: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
-    let n = x.len() as f64;
-    let mean = x.par_iter().map(|&v| v as f64).sum::<f64>() / n;
-    let gvar = (x
-        .par_iter()
-        .map(|&v| (v as f64 - mean).powi(2))
-        .sum::<f64>()
-        / (n - 1.0)) as f32;
-    let g2 = gvar * gvar;
+    let mean = x.par_iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64;
+    let g2 = squared_variance(
+        x.par_iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>(),
+        x.len(),
+    );
     let m = |i: i64, n: usize| super::separable::filter_tap(i, n, Mode::Mirror).unwrap_or(0);
     let mut out = vec![0f32; x.len()];
     out.par_chunks_mut(w).enumerate().for_each(|(y, row)| {
@@ -248,6 +286,13 @@ pub fn binarize_mask(x: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
         }
     });
     out
+}
+
+/// The square of the unbiased global variance from the sum of squared deviations `ss` of `n`
+/// values (f64 sums, the variance rounded to f32 before it is squared, as the package does).
+pub fn squared_variance(ss: f64, n: usize) -> f32 {
+    let gvar = (ss / (n as f64 - 1.0)) as f32;
+    gvar * gvar
 }
 
 /// Binary closing with a `k × k` square and zero padding in both steps (torch `max_pool2d` on a

@@ -1,6 +1,6 @@
 //! FEBDS on the GPU: the enhancement (`dog`, `log`, or `fft` through cuFFT, with the plans cached
-//! per device and shape), `|·|`, the 5×5 median and the gamma; the threshold, the closing and the
-//! hole filling run on the CPU after one download (`super::super::febds::segment`).
+//! per device and shape), `|·|`, the 5×5 median and the gamma, then the threshold, the closing and
+//! the hole filling (`super::febds_segment`); only the mask comes back.
 
 use super::*;
 
@@ -95,7 +95,7 @@ fn bandpass_cufft(
     Ok(out)
 }
 
-/// FEBDS with steps 1–3 on the GPU (the `fft` enhancement on the CPU) and steps 4–5 on the CPU.
+/// FEBDS on the GPU, the `fft` enhancement on the host where cuFFT is missing.
 pub(super) fn febds_gpu(
     g: &mut Gpu,
     io: Arrays<'_>,
@@ -154,8 +154,9 @@ pub(super) fn febds_gpu(
         "gamma_f32",
         Some((febds::GAMMA, febds::SCALE_12BIT)),
     )?;
+    let mask = g.febds_segment(&md, shape, m)?;
     let e1 = event(g.stream())?;
-    let den = g.download(&md, n, Mode::Mirror)?;
+    let out = g.download_to(&mask, n, Mode::Reflect, io)?;
     let e2 = event(g.stream())?;
     e2.synchronize().map_err(|e| driver_error("filter", e))?;
     // The upload is inside the first phase here (the fft method computes on the host first).
@@ -164,18 +165,5 @@ pub(super) fn febds_gpu(
         compute_ms: between(&e0, &e1)?,
         download_ms: between(&e1, &e2)?,
     };
-    let mask = febds::segment(&den, shape, m);
-    if let Arrays::Device { out, len, .. } = io {
-        let stream = g.stream().clone();
-        // SAFETY: apply_device's contract (see download_to).
-        let mut o = unsafe { Borrowed::<f32>::new(&stream, out, len) };
-        stream
-            .memcpy_htod(&mask, &mut *o)
-            .map_err(|e| driver_error("the FEBDS mask", e))?;
-        stream
-            .synchronize()
-            .map_err(|e| driver_error("the FEBDS mask", e))?;
-        return Ok((Vec::new(), t));
-    }
-    Ok((mask, t))
+    Ok((out, t))
 }

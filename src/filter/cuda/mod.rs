@@ -9,16 +9,18 @@
 //! `AUGSCOPE_GPU_MEM_LIMIT` and a real out-of-memory both surface as
 //! [`EngineError::OutOfMemory`], which [`super::run`] retries on the CPU.
 //!
-//! FEBDS: the enhancement (`dog`, `log`), `|·|`, the 5×5 median and the gamma run on the GPU; the
-//! threshold (a 4096-bin histogram), the closing and the hole filling on the CPU after one
-//! download. The `fft` method's FFT runs on the GPU through cuFFT (cudarc, f32 R2C/C2R, plans
-//! cached per shape); where libcufft cannot be loaded, on the CPU (augscope's own
-//! radix-2/Bluestein in `super::fft`, f64).
+//! FEBDS runs whole on the GPU: the enhancement (`dog`, `log`), `|·|`, the 5×5 median, the gamma,
+//! the threshold (Otsu's 4096-bin histogram or the local variance test), the 7×7 closing and the
+//! hole filling; only the mask comes back. The `fft` method's FFT runs on the GPU through cuFFT
+//! (cudarc, f32 R2C/C2R, plans cached per shape); where libcufft cannot be loaded, on the CPU
+//! (augscope's own radix-2/Bluestein in `super::fft`, f64).
 #![allow(unsafe_code)] // Kernel launches are FFI (cudarc's `launch` is unsafe); each block says what it checked. The runtime under them is `crate::gpu`.
 
 mod febds_gpu;
+mod febds_segment;
 
 pub use febds_gpu::cufft_available;
+pub use febds_segment::{febds_segment, fill_holes};
 use febds_gpu::febds_gpu;
 
 use std::collections::HashMap;
@@ -26,7 +28,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cufft::CudaFft;
 use cudarc::cufft::sys::{cufftType, float2};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
 
 use super::febds::{self, Method};
 use super::separable::TRUNCATE;
@@ -135,13 +139,26 @@ impl Gpu {
         Ok(self.eng.dev.function(Family::Filter, defines, name)?)
     }
 
+    /// A zeroed buffer of `n` values of `T`, counted by the device's tracker.
+    fn alloc_zeroed<T: DeviceRepr + ValidAsZeroBits>(
+        &mut self,
+        n: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>, EngineError> {
+        self.held.push(
+            self.eng
+                .dev
+                .tracker
+                .reserve(n.max(1) * std::mem::size_of::<T>(), what)?,
+        );
+        self.stream()
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(|e| driver_error(what, e))
+    }
+
     /// A zeroed f32 buffer of `n` values, counted by the device's tracker.
     fn alloc(&mut self, n: usize, what: &str) -> Result<CudaSlice<f32>, EngineError> {
-        self.held
-            .push(self.eng.dev.tracker.reserve(n.max(1) * 4, what)?);
-        self.stream()
-            .alloc_zeros::<f32>(n.max(1))
-            .map_err(|e| driver_error(what, e))
+        self.alloc_zeroed(n, what)
     }
 
     /// Uploads `data` in the storage precision and widens it to f32 on the device.
@@ -201,11 +218,7 @@ impl Gpu {
 
     /// A u16 buffer of `n` values (storage-type bits), counted by the device's tracker.
     fn alloc_u16(&mut self, n: usize, what: &str) -> Result<CudaSlice<u16>, EngineError> {
-        self.held
-            .push(self.eng.dev.tracker.reserve(n.max(1) * 2, what)?);
-        self.stream()
-            .alloc_zeros::<u16>(n.max(1))
-            .map_err(|e| driver_error(what, e))
+        self.alloc_zeroed(n, what)
     }
 
     /// `to_store_f32` (f32 → storage bits) or `from_store_f32` (bits → f32) over `n` values.
@@ -273,11 +286,7 @@ impl Gpu {
             self.eng.download_f32(x, &mut out)?;
             out
         } else {
-            self.held.push(self.eng.dev.tracker.reserve(n * 2, what)?);
-            let mut stored = self
-                .stream()
-                .alloc_zeros::<u16>(n.max(1))
-                .map_err(|e| driver_error(what, e))?;
+            let mut stored = self.alloc_u16(n, what)?;
             let f = self.function(&filter_defines(mode, self.precision, None), "to_store_f32")?;
             let nn = n as i64;
             let mut b = self.stream().launch_builder(&f);
@@ -590,10 +599,9 @@ impl Arrays<'_> {
 
 /// [`apply_timed`] over arrays in the memory of device `ordinal` (DLPack tensors of torch or
 /// CuPy), given as [`Arrays::Device`]: `len / prod(shape)` arrays of `shape` read at `image` and
-/// written at `out`, no copy through the host except FEBDS's CPU stages (its denoised image down,
-/// the mask up) and the `fft` method's input. Work runs on the device engine's stream and is done
-/// when this returns. The same values as [`apply`] bit for bit. (Host arrays work too; the
-/// output then comes back as the vector.)
+/// written at `out`, no copy through the host except the FEBDS `fft` method's input. Work runs on
+/// the device engine's stream and is done when this returns. The same values as [`apply`] bit for
+/// bit. (Host arrays work too; the output then comes back as the vector.)
 ///
 /// # Safety
 /// For [`Arrays::Device`]: `image` and `out` are live allocations on device `ordinal` of `len`
