@@ -6,8 +6,10 @@ use super::*;
 
 /// Whether FEBDS `fft` runs its FFT on the GPU (libcufft loadable) rather than on the host.
 pub fn cufft_available() -> bool {
+    // Probed once: each probe tries every candidate name of the library.
+    static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: a probe of the dynamic library only.
-    unsafe { cudarc::cufft::sys::is_culib_present() }
+    *PRESENT.get_or_init(|| unsafe { cudarc::cufft::sys::is_culib_present() })
 }
 
 /// cuFFT plans (forward R2C, inverse C2R) per (device, h, w), made once.
@@ -31,7 +33,7 @@ fn cufft_error(what: &str, e: cudarc::cufft::result::CufftError) -> EngineError 
 /// part of `ifft2(fft2(x) · H)` because H is even (see `butterworth_mul_f32`).
 fn bandpass_cufft(
     g: &mut Gpu,
-    img: &[f32],
+    x: &CudaSlice<f32>,
     [h, w]: [usize; 2],
 ) -> Result<CudaSlice<f32>, EngineError> {
     // cudarc panics on first use of a missing library: probe it first.
@@ -60,7 +62,6 @@ fn bandpass_cufft(
             }
         }
     };
-    let x = g.upload(img, Mode::Mirror)?;
     let wc = w / 2 + 1;
     g.held.push(
         g.eng
@@ -74,7 +75,7 @@ fn bandpass_cufft(
         .map_err(|e| driver_error("the FEBDS spectrum", e))?;
     plans
         .0
-        .exec_r2c(&x, &mut spec)
+        .exec_r2c(x, &mut spec)
         .map_err(|e| cufft_error("cuFFT R2C", e))?;
     let f = g.function(
         &filter_defines(Mode::Mirror, Precision::F32, None),
@@ -134,14 +135,24 @@ pub(super) fn febds_gpu(
             g.laplace3x3(&s, shape)?
         }
         Method::Fft => {
-            let img = host_img(g)?;
-            match bandpass_cufft(g, &img, shape) {
-                Ok(e) => e,
+            let on_device = if cufft_available() {
+                let x = g.upload_from(io, near.mode)?;
+                match bandpass_cufft(g, &x, shape) {
+                    Ok(e) => Some(e),
+                    Err(EngineError::OutOfMemory(why)) => {
+                        return Err(EngineError::OutOfMemory(why));
+                    }
+                    Err(_) => None,
+                }
+            } else {
+                None
+            };
+            match on_device {
+                Some(e) => e,
                 // No libcufft (or a cuFFT failure other than memory): the same band-pass on the
                 // host.
-                Err(EngineError::OutOfMemory(why)) => return Err(EngineError::OutOfMemory(why)),
-                Err(_) => {
-                    let e = febds::butterworth_bandpass(&img, shape);
+                None => {
+                    let e = febds::butterworth_bandpass(&host_img(g)?, shape);
                     g.upload(&e, near.mode)?
                 }
             }

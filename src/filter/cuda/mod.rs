@@ -599,9 +599,10 @@ impl Arrays<'_> {
 
 /// [`apply_timed`] over arrays in the memory of device `ordinal` (DLPack tensors of torch or
 /// CuPy), given as [`Arrays::Device`]: `len / prod(shape)` arrays of `shape` read at `image` and
-/// written at `out`, no copy through the host except the FEBDS `fft` method's input. Work runs on
-/// the device engine's stream and is done when this returns. The same values as [`apply`] bit for
-/// bit. (Host arrays work too; the output then comes back as the vector.)
+/// written at `out`, no copy through the host except the FEBDS `fft` method's input where cuFFT
+/// is missing. Work runs on the device engine's stream and is done when this returns. The same
+/// values as [`apply`] bit for bit. (Host arrays work too; the output then comes back as the
+/// vector.)
 ///
 /// # Safety
 /// For [`Arrays::Device`]: `image` and `out` are live allocations on device `ordinal` of `len`
