@@ -19,6 +19,14 @@
 #ifndef FIELD_R
 #error "FIELD_R must be defined"
 #endif
+// FD_ONLY keeps one entry of this file (1 gauss_mid, 2 gauss_last, 3 gauss_col_noise,
+// 4 gauss_direct, 5 field_stats), so that a field's passes compile as modules of their own, in
+// parallel; undefined, every entry.
+#ifdef FD_ONLY
+#define FD_KEEP(k) (FD_ONLY == (k))
+#else
+#define FD_KEEP(k) 1
+#endif
 
 // Must match `FieldWeights` in src/engine/cuda.rs.
 #define FIELD_WMAX 128
@@ -63,6 +71,9 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
 // Up to this radius a thread keeps its whole window in registers (fully unrolled); above it, it
 // reads the window from shared memory.
 #define WINDOW_MAX_R 56
+// The window of SMOOTH_K: registers (`win`) or the shared tile of gauss_mid_f32 (`tile`).
+#define WIN_REG(t) win[t]
+#define WIN_SMEM(t) tile[(ty * FIELD_K + (t)) * TX + tx]
 // The largest radius the shared tiles hold (48 KiB of static shared memory).
 #define TILED_MAX_R 120
 
@@ -96,6 +107,7 @@ __device__ __forceinline__ SlabNoise slab_noise(const unsigned int* __restrict__
 // index within its component.
 // `o0`: the first outer index of this launch (the grid's z extent is at most 65535, so the host
 // launches longer runs in parts).
+#if FD_KEEP(1)
 extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     const float* __restrict__ src, float* __restrict__ dst, int outer, int n, long long inner,
     int gen_noise, const unsigned int* __restrict__ keys, int slab0, int comp_outer, int ndim,
@@ -144,10 +156,8 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     float win[FIELD_K + 2 * FIELD_R];
 #pragma unroll
     for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(ty * FIELD_K + t) * TX + tx];
-#define WIN_REG(t) win[t]
     SMOOTH_K(WIN_REG, acc)
 #else
-#define WIN_SMEM(t) tile[(ty * FIELD_K + (t)) * TX + tx]
     SMOOTH_K(WIN_SMEM, acc)
 #endif
 #pragma unroll
@@ -156,11 +166,13 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
         if (i < n) dst[slab + (long long)i * inner + col] = acc[k];
     }
 }
+#endif
 
 // A pass along the last (contiguous) axis: `lines` lines of length n (of every slab of the
 // launch).
 // Grid (ceil(lines/32), ceil(n/TL)), block (32, 8): 32 lines per block, loaded and stored
 // coalesced through a shared tile (odd row stride: no bank conflicts).
+#if FD_KEEP(2)
 extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
     const float* __restrict__ src, float* __restrict__ dst, long long lines, int n, FieldWeights wts) {
     __shared__ float tile[TX * (TROWS + 1)];
@@ -198,6 +210,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
         if (i < n && line < lines) d[line * n + i] = tile[l * (TROWS + 1) + pos];
     }
 }
+#endif
 
 // The first pass (axis 0, the noise) when a block can hold whole columns: all n rows of 32
 // columns plus R zero rows above and below, so every noise value is made exactly once (the
@@ -206,6 +219,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
 // slab0 + blockIdx.y, see slab_noise) of n * inner voxels. The host uses it when
 // n + 2R <= COL_ROWS.
 #define COL_ROWS 352
+#if FD_KEEP(3)
 extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
     float* __restrict__ dst, int n, long long inner, const unsigned int* __restrict__ keys, int slab0,
     int ndim, FieldWeights wts) {
@@ -243,6 +257,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
         }
     }
 }
+#endif
 
 #else  // FIELD_R > TILED_MAX_R
 
@@ -254,6 +269,7 @@ __constant__ float c_w[FIELD_R + 1] = {FIELD_W};
 // Any radius, one output per thread straight from global memory (slow; for sigma > 29.9), on one
 // component of n_comp voxels, [outer][n][inner]; grid-stride. ncomp must be 1 (one component per
 // launch, like the tiled kernels); noise_k is the noise component.
+#if FD_KEEP(4)
 extern "C" __global__ void __launch_bounds__(256) gauss_direct_f32(
     const float* __restrict__ src, float* __restrict__ dst, long long n_comp, int ncomp, int n,
     long long inner, int gen_noise, unsigned int key0, unsigned int key1, unsigned int noise_k) {
@@ -271,12 +287,14 @@ extern "C" __global__ void __launch_bounds__(256) gauss_direct_f32(
 #undef AT
     }
 }
+#endif
 
 #endif  // FIELD_R <= TILED_MAX_R
 
 // Largest and summed squared displacement length of the unit field (ncomp components of n):
 // max_bits receives the bits of the largest |f|^2 as a double (non-negative doubles order like
 // their bits), sum the sum of |f|^2, both in f64 like ElasticField::displacement_stats.
+#if FD_KEEP(5)
 extern "C" __global__ void __launch_bounds__(256) field_stats_f32(
     const float* __restrict__ field, long long n, int ncomp, unsigned long long* max_bits, double* sum) {
     double mx = 0.0, sm = 0.0;
@@ -299,3 +317,4 @@ extern "C" __global__ void __launch_bounds__(256) field_stats_f32(
         atomicAdd(sum, sm);
     }
 }
+#endif

@@ -211,9 +211,7 @@ pub(super) fn philox_keys(seeds: &[u64]) -> Vec<(u32, u32)> {
 
 impl DeviceEngine {
     /// The kernels of the field passes of `sigma_vox` on `shape`, one per axis, each built with
-    /// that axis's weights (one build when every axis has the same sigma). The noise pass (axis
-    /// 0) holds whole columns when they fit the shared tile (COL_ROWS in kernels/field.cu);
-    /// AUGSCOPE_FIELD_COL=0 turns that off, for measurements.
+    /// that axis's weights (one build per entry and radius; see [`field_pass_entry`]).
     pub(super) fn field_kernels(
         &self,
         sigma_vox: &[f64],
@@ -222,18 +220,7 @@ impl DeviceEngine {
         let ndim = shape.len();
         let mut kernels = Vec::with_capacity(ndim);
         for (axis, &sigma) in sigma_vox.iter().enumerate() {
-            let radius = field_build_radius(sigma);
-            let tiled = radius <= FIELD_TILED_MAX_R;
-            let col = axis == 0
-                && tiled
-                && shape[0] + 2 * radius <= FIELD_COL_ROWS
-                && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
-            let name = match (tiled, col, axis == ndim - 1) {
-                (false, _, _) => "gauss_direct_f32",
-                (true, true, _) => "gauss_col_noise_f32",
-                (true, false, false) => "gauss_mid_f32",
-                (true, false, true) => "gauss_last_f32",
-            };
+            let (tiled, col, name) = field_pass_entry(sigma, axis, shape);
             kernels.push((
                 tiled,
                 col,

@@ -61,14 +61,46 @@ pub fn field_weights(sigma: f64) -> FieldWeights {
     out
 }
 
-/// The options a module of `family` is built with for entry `name`: a resample module holds that
-/// entry alone (RS_ONLY in kernels/resample.cu), so NVRTC and ptxas build only what is launched,
-/// a third of the whole file's compile time or less.
+/// The options a module of `family` is built with for entry `name`: a resample or field module
+/// holds that entry alone (RS_ONLY in kernels/resample.cu, FD_ONLY in kernels/field.cu), so NVRTC
+/// and ptxas build only what is launched, and a field's passes compile in parallel.
 pub(super) fn build_defines(family: Family, defines: &[String], name: &str) -> Vec<String> {
-    match (family, resample_only(name)) {
-        (Family::Resample, Some(k)) => [defines, &[format!("-DRS_ONLY={k}")]].concat(),
+    match (family, resample_only(name), field_only(name)) {
+        (Family::Resample, Some(k), _) => [defines, &[format!("-DRS_ONLY={k}")]].concat(),
+        (Family::Field, _, Some(k)) => [defines, &[format!("-DFD_ONLY={k}")]].concat(),
         _ => defines.to_vec(),
     }
+}
+
+/// FD_ONLY of a field entry (kernels/field.cu).
+fn field_only(name: &str) -> Option<u32> {
+    Some(match name {
+        "gauss_mid_f32" => 1,
+        "gauss_last_f32" => 2,
+        "gauss_col_noise_f32" => 3,
+        "gauss_direct_f32" => 4,
+        "field_stats_f32" => 5,
+        _ => return None,
+    })
+}
+
+/// The entry of the field pass along `axis` of `shape` with `sigma` (voxels): (tiled, whole-column
+/// noise pass, name). The noise pass (axis 0) holds whole columns when they fit the shared tile
+/// (COL_ROWS in kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns that off, for measurements.
+pub(super) fn field_pass_entry(sigma: f64, axis: usize, shape: &[usize]) -> (bool, bool, &'static str) {
+    let radius = field_build_radius(sigma);
+    let tiled = radius <= FIELD_TILED_MAX_R;
+    let col = axis == 0
+        && tiled
+        && shape[0] + 2 * radius <= FIELD_COL_ROWS
+        && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
+    let name = match (tiled, col, axis == shape.len() - 1) {
+        (false, _, _) => "gauss_direct_f32",
+        (true, true, _) => "gauss_col_noise_f32",
+        (true, false, false) => "gauss_mid_f32",
+        (true, false, true) => "gauss_last_f32",
+    };
+    (tiled, col, name)
 }
 
 /// Every resample entry the host may launch for `precision` is in the compiled module.
@@ -138,6 +170,22 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
     for sigma in [0.1, 2.0, 12.0, 20.0, 45.0] {
         compile(Family::Field, &field_defines(sigma), arch)?;
         n += 1;
+    }
+    // The entries as the engine builds them, one module each.
+    for (sigma, entries) in [
+        (
+            12.0,
+            &["gauss_mid_f32", "gauss_last_f32", "gauss_col_noise_f32"][..],
+        ),
+        (45.0, &["gauss_direct_f32"][..]),
+        (0.0, &["field_stats_f32"][..]),
+    ] {
+        for &e in entries {
+            let defines = build_defines(Family::Field, &field_defines(sigma), e);
+            let image = compile(Family::Field, &defines, arch)?;
+            check_entries(&image.to_src(), "kernels/field.cu", &[e])?;
+            n += 1;
+        }
     }
     Ok(n)
 }
@@ -281,18 +329,21 @@ pub(super) fn resample_block() -> (u32, u32, u32) {
     })
 }
 
-/// Builds the tiled field kernels of every radius (16 NVRTC builds, run in parallel) on device
-/// `ordinal`, so that moving sigma later never waits for a compile (about a second per new
-/// radius bucket otherwise). Blocking: for benchmarks and long-lived callers that can afford it.
+/// Builds the tiled field kernels of every radius (three entries each, NVRTC builds run in
+/// parallel) on device `ordinal`, so that moving sigma later never waits for a compile (about a
+/// second per new radius bucket otherwise). Blocking: for benchmarks and long-lived callers that
+/// can afford it.
 pub fn warm_field_kernels(ordinal: usize) -> Result<(), EngineError> {
     use rayon::prelude::*;
     let eng = device_engine(ordinal)?;
+    let entries = ["gauss_mid_f32", "gauss_last_f32", "gauss_col_noise_f32"];
     (0..=FIELD_TILED_MAX_R / 8)
+        .flat_map(|b| entries.map(|e| (b, e)))
+        .collect::<Vec<_>>()
         .into_par_iter()
-        .try_for_each(|b| {
+        .try_for_each(|(b, entry)| {
             let defines = vec![format!("-DFIELD_R={}", b * 8)];
-            eng.function(Family::Field, &defines, "gauss_mid_f32")
-                .map(|_| ())
+            eng.function(Family::Field, &defines, entry).map(|_| ())
         })
 }
 

@@ -317,8 +317,9 @@ impl DeviceEngine {
             self.prefetch(Family::Prefilter, &pdefs, "pad_f32");
         }
         for spec in work.fields.iter().flatten() {
-            for &s in &spec.sigma_vox {
-                self.prefetch(Family::Field, &field_defines(s), "gauss_mid_f32");
+            for (axis, &s) in spec.sigma_vox.iter().enumerate() {
+                let (_, _, entry) = field_pass_entry(s, axis, &spec.shape);
+                self.prefetch(Family::Field, &field_defines(s), entry);
             }
         }
     }
