@@ -93,6 +93,8 @@ pub struct BenchReport {
     pub device: Option<String>,
     /// Device-to-device copy bandwidth, bytes read + written per second.
     pub d2d_bytes_per_s: Option<f64>,
+    /// Pinned host↔device copy rates: the floor of the host→host figures.
+    pub pcie: Option<cuda::PcieRates>,
     pub note: Option<String>,
     pub rows: Vec<BenchRow>,
 }
@@ -216,12 +218,14 @@ pub fn run(
     let mut report = BenchReport {
         device: None,
         d2d_bytes_per_s: None,
+        pcie: None,
         note: None,
         rows: vec![],
     };
     if let Some(g) = &gpu {
         report.device = device_name(g);
         report.d2d_bytes_per_s = Some(copy_bandwidth(g, &mut progress)?);
+        report.pcie = Some(host_bandwidth(g, &mut progress)?);
     }
     let reps = opts.reps.max(10);
     let shapes: &[Vec<usize>] = if opts.spatial { &opts.shapes } else { &[] };
@@ -294,6 +298,27 @@ fn copy_bandwidth(g: &CudaBackend, progress: &mut dyn FnMut(&str)) -> Result<f64
         bw / 1e12
     ));
     Ok(bw)
+}
+
+/// Measures the pinned host↔device copy rates of the engine's first device (256 MiB transfers)
+/// and reports them on `progress`.
+fn host_bandwidth(
+    g: &CudaBackend,
+    progress: &mut dyn FnMut(&str),
+) -> Result<cuda::PcieRates, EngineError> {
+    let r = cuda::pcie_bandwidth(g.ordinals()[0], 1 << 28, 10)?;
+    progress(&pcie_line(&r));
+    Ok(r)
+}
+
+fn pcie_line(r: &cuda::PcieRates) -> String {
+    format!(
+        "pinned host copies: to the device {:.1} GB/s, to the host {:.1} GB/s; both at once {:.1} / {:.1} GB/s (256 MiB transfers)",
+        r.h2d / 1e9,
+        r.d2h / 1e9,
+        r.duplex_h2d / 1e9,
+        r.duplex_d2h / 1e9
+    )
 }
 
 /// One shape of the spatial rows: its test volume, an output buffer and its name in the table.
@@ -604,6 +629,10 @@ pub fn table(rep: &BenchReport) -> String {
             "device-to-device copy: {:.2} TB/s (bytes read + written)\n",
             bw / 1e12
         );
+    }
+    if let Some(r) = &rep.pcie {
+        s += &pcie_line(r);
+        s += "\n";
     }
     s += "\n| shape | variant | engine | device ms (new sample) | resample ms | field ms | device ms (field cached) | floor ms new / cached | host→host ms | host→host cached ms | peak device vols |\n";
     s += "|---|---|---|---|---|---|---|---|---|---|---|\n";

@@ -563,6 +563,71 @@ pub fn d2d_bandwidth(ordinal: usize, bytes: usize, reps: usize) -> Result<f64, E
     Ok(2.0 * (n * 4) as f64 / (ms * 1e-3))
 }
 
+/// Pinned host-to-device and device-to-host copy rates of one device, bytes per second.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PcieRates {
+    /// Host to device, alone.
+    pub h2d: f64,
+    /// Device to host, alone.
+    pub d2h: f64,
+    /// Each direction while the other runs (the two copy engines at once).
+    pub duplex_h2d: f64,
+    pub duplex_d2h: f64,
+}
+
+/// The pinned copy rates of device `ordinal` from CUDA events around `reps` copies of `bytes`
+/// bytes each way: alone, and both directions at once (on the copy stream and the compute
+/// stream). The floor of every host→host figure: one volume's upload and download cannot overlap
+/// (its output needs all of its input), so its floor is the sum of the two alone.
+pub fn pcie_bandwidth(ordinal: usize, bytes: usize, reps: usize) -> Result<PcieRates, EngineError> {
+    let eng = device_engine(ordinal)?;
+    let n = (bytes / 4).max(1);
+    let reps = reps.max(1);
+    let err = |e| driver_error("bandwidth probe", e);
+    // SAFETY: page-locked host memory of n f32 each; `up` is written before any copy reads it,
+    // `down` is only written by the copies.
+    let mut up = unsafe { eng.dev.ctx.alloc_pinned_with_flags::<f32>(n, 0) }.map_err(err)?;
+    let mut down = unsafe { eng.dev.ctx.alloc_pinned_with_flags::<f32>(n, 0) }.map_err(err)?;
+    up.as_mut_slice().map_err(err)?.fill(1.0);
+    let mut a = DevBuf::<f32>::new(&eng.dev, n, "the bandwidth probe")?;
+    let b = DevBuf::<f32>::new(&eng.dev, n, "the bandwidth probe")?;
+    let (cs, ks) = (&eng.dev.copy_stream, &eng.dev.stream);
+    // Warm both directions once.
+    cs.memcpy_htod(&up, &mut a.s).map_err(err)?;
+    ks.memcpy_dtoh(&b.s, &mut down).map_err(err)?;
+    cs.synchronize().map_err(err)?;
+    ks.synchronize().map_err(err)?;
+    let rate = |e0: &cudarc::driver::CudaEvent, e1: &cudarc::driver::CudaEvent| {
+        e1.synchronize().map_err(err)?;
+        let ms = e0.elapsed_ms(e1).map_err(|e| driver_error("timing", e))? as f64;
+        Ok::<f64, EngineError>((n * 4 * reps) as f64 / (ms * 1e-3))
+    };
+    let e0 = eng.event(cs)?;
+    for _ in 0..reps {
+        cs.memcpy_htod(&up, &mut a.s).map_err(err)?;
+    }
+    let h2d = rate(&e0, &eng.event(cs)?)?;
+    let e0 = eng.event(ks)?;
+    for _ in 0..reps {
+        ks.memcpy_dtoh(&b.s, &mut down).map_err(err)?;
+    }
+    let d2h = rate(&e0, &eng.event(ks)?)?;
+    // Both at once: the copy stream starts when the compute stream does.
+    let e0 = eng.event(ks)?;
+    cs.wait(&e0).map_err(err)?;
+    for _ in 0..reps {
+        cs.memcpy_htod(&up, &mut a.s).map_err(err)?;
+        ks.memcpy_dtoh(&b.s, &mut down).map_err(err)?;
+    }
+    let (eu, ed) = (eng.event(cs)?, eng.event(ks)?);
+    Ok(PcieRates {
+        h2d,
+        d2h,
+        duplex_h2d: rate(&e0, &eu)?,
+        duplex_d2h: rate(&e0, &ed)?,
+    })
+}
+
 /// Frees every cache and context augscope holds on the GPUs (the end of the RAII scope).
 pub fn release_all() {
     let engines: Vec<Arc<DeviceEngine>> = lock(registry()).drain().map(|(_, e)| e).collect();

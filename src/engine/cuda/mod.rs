@@ -25,7 +25,8 @@ pub use crate::gpu::nvrtc::{
     mode_defines, nvrtc_version,
 };
 pub use device::{
-    DeviceArrays, DeviceEngine, d2d_bandwidth, device_engine, free_caches, mem_stats, release_all,
+    DeviceArrays, DeviceEngine, PcieRates, d2d_bandwidth, device_engine, free_caches, mem_stats,
+    pcie_bandwidth, release_all,
 };
 pub use kernels::{
     FieldWeights, PadParams, ResampleParams, compile_all, field_build_radius, field_defines,
