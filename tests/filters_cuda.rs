@@ -423,7 +423,11 @@ fn spiral(n: usize) -> Vec<f32> {
             m[i * n + hi] = 1.0;
         }
         // The ring's gap, on alternating sides, and the next ring two pixels in.
-        let gap = if (lo / 2) % 2 == 0 { lo * n + lo + 1 } else { hi * n + hi - 1 };
+        let gap = if (lo / 2) % 2 == 0 {
+            lo * n + lo + 1
+        } else {
+            hi * n + hi - 1
+        };
         m[gap] = 0.0;
         lo += 2;
         hi -= 2;
@@ -436,9 +440,16 @@ fn gpu_hole_filling_equals_the_cpu_on_random_masks_and_mazes() {
     need_gpu!();
     use augscope::filter::febds;
     let mut cases: Vec<(String, Vec<f32>, [usize; 2])> = vec![];
-    for (i, sh) in [[97usize, 131], [1, 50], [50, 1], [2, 2], [300, 257], [64, 33]]
-        .into_iter()
-        .enumerate()
+    for (i, sh) in [
+        [97usize, 131],
+        [1, 50],
+        [50, 1],
+        [2, 2],
+        [300, 257],
+        [64, 33],
+    ]
+    .into_iter()
+    .enumerate()
     {
         for density in [0.3f32, 0.45, 0.6] {
             let r = random(sh[0] * sh[1], 70 + i as u64);

@@ -259,7 +259,9 @@ fn linspace(start: f32, end: f32, steps: usize) -> Vec<f32> {
 pub fn binarize_mask(x: &[f32], [h, w]: [usize; 2]) -> Vec<f32> {
     let mean = x.par_iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64;
     let g2 = squared_variance(
-        x.par_iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>(),
+        x.par_iter()
+            .map(|&v| (v as f64 - mean).powi(2))
+            .sum::<f64>(),
         x.len(),
     );
     let m = |i: i64, n: usize| super::separable::filter_tap(i, n, Mode::Mirror).unwrap_or(0);

@@ -87,7 +87,11 @@ fn field_only(name: &str) -> Option<u32> {
 /// The entry of the field pass along `axis` of `shape` with `sigma` (voxels): (tiled, whole-column
 /// noise pass, name). The noise pass (axis 0) holds whole columns when they fit the shared tile
 /// (COL_ROWS in kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns that off, for measurements.
-pub(super) fn field_pass_entry(sigma: f64, axis: usize, shape: &[usize]) -> (bool, bool, &'static str) {
+pub(super) fn field_pass_entry(
+    sigma: f64,
+    axis: usize,
+    shape: &[usize],
+) -> (bool, bool, &'static str) {
     let radius = field_build_radius(sigma);
     let tiled = radius <= FIELD_TILED_MAX_R;
     let col = axis == 0

@@ -28,10 +28,7 @@ fn key_value(k: u32) -> f32 {
 impl Gpu {
     /// A kernel of the FEBDS section (the build every filter call has).
     fn febds_fn(&self, name: &str) -> Result<CudaFunction, EngineError> {
-        self.function(
-            &filter_defines(Mode::Reflect, Precision::F32, None),
-            name,
-        )
+        self.function(&filter_defines(Mode::Reflect, Precision::F32, None), name)
     }
 
     /// Reads a small device buffer back (the stream's work before it included).
@@ -237,8 +234,7 @@ impl Gpu {
                 lb.arg(&st).arg(&mut out).arg(&nl);
                 // SAFETY: holes_out_f32(const unsigned char* st, float* out, long long n): st
                 // holds n bytes, out n floats; i >= n returns.
-                unsafe { lb.launch(grid_1d(n)?) }
-                    .map_err(|e| driver_error("holes_out_f32", e))?;
+                unsafe { lb.launch(grid_1d(n)?) }.map_err(|e| driver_error("holes_out_f32", e))?;
                 return Ok(out);
             }
         }
@@ -319,7 +315,11 @@ pub fn febds_segment(
 
 /// [`febds::fill_holes`] of the `h × w` 0/1 mask `mask` (0 background, 1 foreground) on device
 /// `ordinal`.
-pub fn fill_holes(mask: &[f32], shape: [usize; 2], ordinal: usize) -> Result<Vec<f32>, EngineError> {
+pub fn fill_holes(
+    mask: &[f32],
+    shape: [usize; 2],
+    ordinal: usize,
+) -> Result<Vec<f32>, EngineError> {
     check_image(mask.len(), shape)?;
     let n = mask.len();
     let mut g = gpu(ordinal)?;

@@ -20,8 +20,8 @@ mod febds_gpu;
 mod febds_segment;
 
 pub use febds_gpu::cufft_available;
-pub use febds_segment::{febds_segment, fill_holes};
 use febds_gpu::febds_gpu;
+pub use febds_segment::{febds_segment, fill_holes};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
