@@ -38,25 +38,57 @@ pub fn prefilter_cubic(
     mode: Mode,
     cval: f32,
 ) -> (Vec<f32>, Vec<usize>) {
-    let (mut data, pshape) = if mode.needs_prepad() {
-        pad(src, shape, SPLINE_PREPAD, mode, cval)
+    let pshape = coefficient_shape(shape, mode);
+    let mut data = if mode.needs_prepad() {
+        let mut d = vec![0f32; pshape.iter().product()];
+        prepad(src, shape, mode, cval, &mut d);
+        d
     } else {
-        (src.to_vec(), shape.to_vec())
+        src.to_vec()
     };
-    let kind = init_kind(mode);
-    for axis in 0..pshape.len() {
-        filter_axis(&mut data, &pshape, axis, kind);
-    }
+    prefilter_cubic_in_place(&mut data, &pshape, mode);
     (data, pshape)
 }
 
-/// Pads by `p` on every side: edge values (`nearest`) or `cval` (`grid-constant`), as `np.pad`.
-fn pad(src: &[f32], shape: &[usize], p: usize, mode: Mode, cval: f32) -> (Vec<f32>, Vec<usize>) {
+/// The shape of the cubic coefficients of an image of `shape` under `mode`: padded by
+/// [`SPLINE_PREPAD`] on every side for `nearest` and `grid-constant`, the image's own otherwise.
+pub fn coefficient_shape(shape: &[usize], mode: Mode) -> Vec<usize> {
+    let p = if mode.needs_prepad() {
+        SPLINE_PREPAD
+    } else {
+        0
+    };
+    shape.iter().map(|&n| n + 2 * p).collect()
+}
+
+/// scipy's padding before the prefilter, for a mode that [needs it](Mode::needs_prepad): `src`
+/// (shape `shape`) padded by [`SPLINE_PREPAD`] on every side into `dst`, which holds the product
+/// of [`coefficient_shape`] values (every one is written).
+pub fn prepad(src: &[f32], shape: &[usize], mode: Mode, cval: f32, dst: &mut [f32]) {
+    assert_eq!(
+        dst.len(),
+        coefficient_shape(shape, mode).iter().product::<usize>()
+    );
+    pad_into(src, shape, SPLINE_PREPAD, mode, cval, dst);
+}
+
+/// The cubic prefilter where the values lie: `data` holds an image of `pshape` (the padded shape,
+/// see [`prepad`], for a mode that needs it) and becomes its coefficients, the same values as
+/// [`prefilter_cubic`] gives, with no buffer of their size beside.
+pub fn prefilter_cubic_in_place(data: &mut [f32], pshape: &[usize], mode: Mode) {
+    assert_eq!(data.len(), pshape.iter().product::<usize>());
+    let kind = init_kind(mode);
+    for axis in 0..pshape.len() {
+        filter_axis(data, pshape, axis, kind);
+    }
+}
+
+/// Pads by `p` on every side into `out` (the padded shape's size): edge values (`nearest`) or
+/// `cval` (`grid-constant`), as `np.pad`. Every value of `out` is written.
+fn pad_into(src: &[f32], shape: &[usize], p: usize, mode: Mode, cval: f32, out: &mut [f32]) {
     let pshape: Vec<usize> = shape.iter().map(|&n| n + 2 * p).collect();
-    let total: usize = pshape.iter().product();
     let d = shape.len();
     let row = pshape[d - 1];
-    let mut out = vec![0f32; total];
     out.par_chunks_mut(row).enumerate().for_each(|(ri, orow)| {
         // Multi-index of this padded row (all axes but the last).
         let mut rem = ri;
@@ -101,7 +133,6 @@ fn pad(src: &[f32], shape: &[usize], p: usize, mode: Mode, cval: f32) -> (Vec<f3
             };
         }
     });
-    (out, pshape)
 }
 
 const TILE: usize = 64;

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::boundary::{Mode, SPLINE_PREPAD, fold_tap, map_coordinate};
 use super::field::ElasticField;
-use super::spline::{prefilter_cubic, spline_weights};
+use super::spline::{coefficient_shape, prefilter_cubic_in_place, prepad, spline_weights};
 use super::{
     Backend, EngineError, Job, Outputs, Plane, Prepare, Timings, check_job, check_job_region,
 };

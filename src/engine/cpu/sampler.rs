@@ -103,14 +103,21 @@ impl<'a> Coefficients<'a> {
                 pad: 0.0,
             };
         }
-        let n: usize = shape.iter().product();
-        let mut all = Vec::new();
-        let mut pshape = shape.to_vec();
+        let all = if plan.mode.needs_prepad() {
+            padded(data, shape, channels, plan)
+        } else {
+            data.to_vec()
+        };
+        Self::cubic(all, shape, channels, plan)
+    }
+
+    /// Filters `all` (`channels` images of the coefficient shape, padded when the mode needs
+    /// it) in place, one channel after another.
+    fn cubic(mut all: Vec<f32>, shape: &[usize], channels: usize, plan: &Plan) -> Self {
+        let pshape = coefficient_shape(shape, plan.mode);
+        let pn: usize = pshape.iter().product();
         for c in 0..channels {
-            let (coef, ps) =
-                prefilter_cubic(&data[c * n..(c + 1) * n], shape, plan.mode, plan.cval);
-            all.extend_from_slice(&coef);
-            pshape = ps;
+            prefilter_cubic_in_place(&mut all[c * pn..(c + 1) * pn], &pshape, plan.mode);
         }
         let pad = if plan.mode.needs_prepad() {
             SPLINE_PREPAD as f64
@@ -140,6 +147,19 @@ impl<'a> Coefficients<'a> {
             pad: self.pad,
         }
     }
+}
+
+/// Every channel of `data` padded for the prefilter into its place in one buffer (a mode that
+/// [needs it](Mode::needs_prepad)).
+fn padded(data: &[f32], shape: &[usize], channels: usize, plan: &Plan) -> Vec<f32> {
+    let n: usize = shape.iter().product();
+    let pn: usize = coefficient_shape(shape, plan.mode).iter().product();
+    let mut all = vec![0f32; channels * pn];
+    for c in 0..channels {
+        let dst = &mut all[c * pn..(c + 1) * pn];
+        prepad(&data[c * n..(c + 1) * n], shape, plan.mode, plan.cval, dst);
+    }
+    all
 }
 
 /// Samples a (prefiltered) multi-channel array at continuous coordinates, as
