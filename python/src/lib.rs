@@ -94,6 +94,16 @@ fn precision(p: &str) -> PyResult<Precision> {
     p.parse().map_err(PyValueError::new_err)
 }
 
+/// The values of a float32 array in C order: the array's own memory when it is contiguous (read
+/// in place, with the GIL released, while the array stays borrowed read-only for the call, as
+/// numpy's own loops read arrays), else a copy.
+fn host_values<'a>(a: &'a PyReadonlyArrayDyn<'_, f32>) -> std::borrow::Cow<'a, [f32]> {
+    match a.as_slice() {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => std::borrow::Cow::Owned(a.as_array().iter().copied().collect()),
+    }
+}
+
 /// A volume from a C-order float32 array: `channels` first axis is channels.
 fn volume(
     a: &PyReadonlyArrayDyn<'_, f32>,
@@ -309,10 +319,7 @@ fn filter<'py>(
         )));
     }
     let shape = full[full.len() - ndim..].to_vec();
-    let data: Vec<f32> = match image.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => image.as_array().iter().copied().collect(),
-    };
+    let data = host_values(&image);
     let count = data.len() / shape.iter().product::<usize>().max(1);
     let f = f
         .resolved(ndim, count)
@@ -347,10 +354,7 @@ fn febds<'py>(
         return Err(PyValueError::new_err("FEBDS takes 2D images [..., y, x]"));
     }
     let shape = full[full.len() - 2..].to_vec();
-    let data: Vec<f32> = match image.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => image.as_array().iter().copied().collect(),
-    };
+    let data = host_values(&image);
     let spec = backend_spec(backend)?;
     let prec = self::precision(precision)?;
     let pool = pool()?;
