@@ -20,13 +20,17 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         eprintln!("augscope: {note}");
     }
     let t1 = Instant::now();
-    let (out, out_label, timings, oom) = engine::select::apply_new_with_fallback(
+    // The engine takes the image: it may free the voxels once read (DESIGN §6's memory budget);
+    // the header stays for the readouts and the report.
+    let header = image.clone_meta();
+    let (out, out_label, timings, oom) = engine::select::apply_owned_with_fallback(
         selected.backend.as_ref(),
         &plan,
-        &image,
+        image,
         label.as_ref(),
     )
     .context("the transform failed")?;
+    let image = header;
     let mut backend_name = selected.backend.name();
     let oom_retried = oom.is_some();
     if let Some(note) = oom {
@@ -35,6 +39,10 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         selected.note = Some(note);
     }
     let t_compute = t1.elapsed().as_secs_f64() * 1e3;
+    if a.save_coords.is_none() && a.report.is_none() {
+        // No readout reads the engine's field again: free it before the outputs are written.
+        selected.backend.clear_cache();
+    }
 
     let t2 = Instant::now();
     let mut staged = Staged::default();

@@ -81,6 +81,16 @@ pub struct Job<'a> {
     pub label: Option<&'a Volume>,
 }
 
+/// The outputs of a plan applied into fresh volumes: the image, the label map and the timings.
+pub type NewVolumes = (Volume, Option<Volume>, Timings);
+
+/// A [`Backend::apply_owned`] that did not run: why, and the image handed back untouched.
+#[derive(Debug)]
+pub struct NotApplied {
+    pub error: EngineError,
+    pub image: Box<Volume>,
+}
+
 /// Caller-owned output buffers: `channels * prod(out_shape)` values each.
 pub struct Outputs<'a> {
     pub image: &'a mut [f32],
@@ -121,6 +131,21 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
     /// Applies `job.plan` to `job.image` (and label) into `out`.
     fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError>;
+
+    /// [`apply_new`] for a caller that hands `image` over and needs it no more: the engine may
+    /// reuse or free its voxels once it has read them and allocates the outputs when it needs
+    /// them (the CPU engine computes order-3 coefficients in the voxels' own buffer, or frees
+    /// them once padded, before the field is made and the outputs are allocated). When the
+    /// work is not done the image comes back untouched with the error, so that another engine
+    /// can run it. By default [`apply_new`], the image dropped after it.
+    fn apply_owned(
+        &self,
+        plan: &Plan,
+        image: Volume,
+        label: Option<&Volume>,
+    ) -> Result<NewVolumes, NotApplied> {
+        apply_then_drop(self, plan, image, label)
+    }
 
     /// Applies many jobs, one result per job in order. The CUDA engine runs jobs of one shape
     /// together, in batched launches; the default runs them one after another.
@@ -211,12 +236,7 @@ pub fn check_job_region(
         )));
     }
     if let Some(label) = job.label {
-        if label.shape != img.shape {
-            return Err(EngineError::Shape(format!(
-                "label map shape {:?} differs from the image shape {:?}",
-                label.shape, img.shape
-            )));
-        }
+        check_label_grid(job)?;
         match &out.label {
             Some(l) if l.len() == label.channels * n_out => {}
             _ => {
@@ -227,6 +247,29 @@ pub fn check_job_region(
         }
     }
     Ok(out_shape)
+}
+
+/// [`check_job`] before any output buffer exists: the plan against the image and the label
+/// map's grid. Returns the output grid's shape.
+pub fn check_grids(job: &Job<'_>) -> Result<Vec<usize>, EngineError> {
+    job.plan.validate(job.image.ndim())?;
+    check_label_grid(job)?;
+    Ok(job
+        .plan
+        .out_shape
+        .clone()
+        .unwrap_or_else(|| job.image.shape.clone()))
+}
+
+/// The label map, when there is one, lies on the image's grid.
+fn check_label_grid(job: &Job<'_>) -> Result<(), EngineError> {
+    match job.label {
+        Some(label) if label.shape != job.image.shape => Err(EngineError::Shape(format!(
+            "label map shape {:?} differs from the image shape {:?}",
+            label.shape, job.image.shape
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// An output volume of `shape` holding `data`, with `src`'s metadata (spacing, affine, dtype).
@@ -243,14 +286,8 @@ pub fn apply_new(
     plan: &Plan,
     image: &Volume,
     label: Option<&Volume>,
-) -> Result<(Volume, Option<Volume>, Timings), EngineError> {
-    let out_shape = plan
-        .out_shape
-        .clone()
-        .unwrap_or_else(|| image.shape.clone());
-    let n_out: usize = out_shape.iter().product();
-    let mut img_out = vec![0f32; image.channels * n_out];
-    let mut lab_out = label.map(|l| vec![0f32; l.channels * n_out]);
+) -> Result<NewVolumes, EngineError> {
+    let (out_shape, mut img_out, mut lab_out) = new_outputs(plan, image, label);
     let t = backend.apply(
         Job { plan, image, label },
         Outputs {
@@ -258,13 +295,67 @@ pub fn apply_new(
             label: lab_out.as_deref_mut(),
         },
     )?;
-    let mk = |src: &Volume, data: Vec<f32>| output_volume(src, &out_shape, data);
-    let img = mk(image, img_out);
+    Ok(new_volumes(image, label, &out_shape, img_out, lab_out, t))
+}
+
+/// [`Backend::apply_owned`] as [`apply_new`] on the image, which is then dropped (or handed back
+/// with the error).
+pub(crate) fn apply_then_drop<B: Backend + ?Sized>(
+    backend: &B,
+    plan: &Plan,
+    image: Volume,
+    label: Option<&Volume>,
+) -> Result<NewVolumes, NotApplied> {
+    let (out_shape, mut img_out, mut lab_out) = new_outputs(plan, &image, label);
+    let job = Job {
+        plan,
+        image: &image,
+        label,
+    };
+    let out = Outputs {
+        image: &mut img_out,
+        label: lab_out.as_deref_mut(),
+    };
+    match backend.apply(job, out) {
+        Ok(t) => Ok(new_volumes(&image, label, &out_shape, img_out, lab_out, t)),
+        Err(error) => Err(NotApplied {
+            error,
+            image: Box::new(image),
+        }),
+    }
+}
+
+/// The output grid of a plan on `image` and zeroed output buffers for the image and label.
+pub(crate) fn new_outputs(
+    plan: &Plan,
+    image: &Volume,
+    label: Option<&Volume>,
+) -> (Vec<usize>, Vec<f32>, Option<Vec<f32>>) {
+    let out_shape = plan
+        .out_shape
+        .clone()
+        .unwrap_or_else(|| image.shape.clone());
+    let n_out: usize = out_shape.iter().product();
+    let img_out = vec![0f32; image.channels * n_out];
+    let lab_out = label.map(|l| vec![0f32; l.channels * n_out]);
+    (out_shape, img_out, lab_out)
+}
+
+/// The filled output buffers as volumes with the headers of `image` and `label`.
+pub(crate) fn new_volumes(
+    image: &Volume,
+    label: Option<&Volume>,
+    out_shape: &[usize],
+    img_out: Vec<f32>,
+    lab_out: Option<Vec<f32>>,
+    t: Timings,
+) -> NewVolumes {
+    let img = output_volume(image, out_shape, img_out);
     let lab = match (label, lab_out) {
-        (Some(l), Some(d)) => Some(mk(l, d)),
+        (Some(l), Some(d)) => Some(output_volume(l, out_shape, d)),
         _ => None,
     };
-    Ok((img, lab, t))
+    (img, lab, t)
 }
 
 /// The engine chosen for a request, and why, when it is not the one asked for.

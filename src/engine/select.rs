@@ -3,7 +3,9 @@
 //! Python package.
 
 use super::cuda::CudaBackend;
-use super::{Backend, BackendSpec, EngineError, Job, Outputs, Precision, Selected, Timings};
+use super::{
+    Backend, BackendSpec, EngineError, Job, NotApplied, Outputs, Precision, Selected, Timings,
+};
 use crate::core::Plan;
 use std::sync::Arc;
 
@@ -79,6 +81,31 @@ pub fn apply_new_with_fallback(
         Err(EngineError::OutOfMemory(why)) => retry_on_cpu(backend, &oom(&why), plan, image, label),
         Err(EngineError::GpuLimit(why)) => retry_on_cpu(backend, &limit(&why), plan, image, label),
         Err(e) => Err(e),
+    }
+}
+
+/// [`apply_new_with_fallback`] for a caller that hands the image over and needs it no more
+/// ([`Backend::apply_owned`]: the engine may free the voxels once read, which lowers the peak
+/// of host memory); the image comes back from a GPU that ran out of memory for the CPU retry.
+pub fn apply_owned_with_fallback(
+    backend: &dyn Backend,
+    plan: &Plan,
+    image: crate::core::volume::Volume,
+    label: Option<&crate::core::volume::Volume>,
+) -> Result<NewResult, EngineError> {
+    let retry = |why: &str, image: crate::core::volume::Volume| {
+        let cpu = super::cpu::CpuBackend::new();
+        let (a, b, t) = cpu.apply_owned(plan, image, label).map_err(|n| n.error)?;
+        let note = format!("{} {why}; retried on the CPU engine", backend.name());
+        Ok((a, b, t, Some(note)))
+    };
+    match backend.apply_owned(plan, image, label) {
+        Ok((a, b, t)) => Ok((a, b, t, None)),
+        Err(NotApplied { error, image }) => match error {
+            EngineError::OutOfMemory(why) => retry(&oom(&why), *image),
+            EngineError::GpuLimit(why) => retry(&limit(&why), *image),
+            e => Err(e),
+        },
     }
 }
 

@@ -12,10 +12,12 @@ use super::boundary::{Mode, SPLINE_PREPAD, fold_tap, map_coordinate};
 use super::field::ElasticField;
 use super::spline::{coefficient_shape, prefilter_cubic_in_place, prepad, spline_weights};
 use super::{
-    Backend, EngineError, Job, Outputs, Plane, Prepare, Timings, check_job, check_job_region,
+    Backend, EngineError, Job, NewVolumes, NotApplied, Outputs, Plane, Prepare, Timings,
+    apply_then_drop, check_grids, check_job, check_job_region, new_outputs, new_volumes,
 };
 use crate::augment::{CoordMap, Order, Plan};
 use crate::core::FieldSpec;
+use crate::core::volume::Volume;
 
 mod sampler;
 
@@ -76,6 +78,46 @@ impl CpuBackend {
 }
 
 impl CpuBackend {
+    /// The checks of a whole-grid job, its coordinate map and output grid; `None` when nothing
+    /// moves and the input, the exact answer for every order and mode, is copied to `out`.
+    fn begin(
+        &self,
+        job: &Job<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<Option<(CoordMap, Vec<usize>)>, EngineError> {
+        let out_shape = check_job(job, out)?;
+        let img = job.image;
+        let map = job.plan.compose(&img.shape)?;
+        if job.plan.is_identity() && out_shape == img.shape {
+            out.image.copy_from_slice(&img.data);
+            if let (Some(l), Some(o)) = (job.label, out.label.as_deref_mut()) {
+                o.copy_from_slice(&l.data);
+            }
+            return Ok(None);
+        }
+        Ok(Some((map, out_shape)))
+    }
+
+    /// The resampling of a whole-grid job of `plan` through `map` and `field`, whose image is
+    /// read through `coef` and whose label map is `label`; returns its milliseconds.
+    fn sample(
+        &self,
+        (plan, label): (&Plan, Option<&Volume>),
+        map: &CoordMap,
+        field: Option<&ElasticField>,
+        coef: &Coefficients<'_>,
+        out: Outputs<'_>,
+    ) -> f64 {
+        let t = Instant::now();
+        let image = coef.sampler(plan.order, plan.mode, plan.cval);
+        let label = label.map(|l| Sampler::label(l, plan.mode));
+        match map.ndim {
+            2 => resample::<2>(map, field, &image, out.image, label.as_ref().zip(out.label)),
+            _ => resample::<3>(map, field, &image, out.image, label.as_ref().zip(out.label)),
+        }
+        t.elapsed().as_secs_f64() * 1e3
+    }
+
     /// The unit field on the output plane `index` normal to `axis` (the flipped index: field
     /// values live at `q`), from the volume cache, the plane cache, or computed on its own.
     fn field_plane(
@@ -250,50 +292,84 @@ impl Backend for CpuBackend {
         "cpu".into()
     }
 
-    fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
+    fn apply(&self, job: Job<'_>, mut out: Outputs<'_>) -> Result<Timings, EngineError> {
         let t0 = Instant::now();
-        let out_shape = check_job(&job, &out)?;
-        let img = job.image;
-        let map = job.plan.compose(&img.shape)?;
         let mut timings = Timings::default();
-        if job.plan.is_identity() && out_shape == img.shape {
-            // Nothing moves: the input is the exact answer for every order and mode.
-            out.image.copy_from_slice(&img.data);
-            if let (Some(l), Some(o)) = (job.label, out.label) {
-                o.copy_from_slice(&l.data);
-            }
+        let Some((map, out_shape)) = self.begin(&job, &mut out)? else {
             timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
             return Ok(timings);
-        }
+        };
         let field = self.field(job.plan, &out_shape).map(|(f, ms)| {
             timings.field_ms = ms;
             f
         });
+        let img = job.image;
         let t1 = Instant::now();
         let coef = self.coefficients(&img.data, &img.shape, img.channels, job.plan);
         timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
-        let t2 = Instant::now();
-        let image = coef.sampler(job.plan.order, job.plan.mode, job.plan.cval);
-        let label = job.label.map(|l| Sampler::label(l, job.plan.mode));
-        match map.ndim {
-            2 => resample::<2>(
-                &map,
-                field.as_deref(),
-                &image,
-                out.image,
-                label.as_ref().zip(out.label),
-            ),
-            _ => resample::<3>(
-                &map,
-                field.as_deref(),
-                &image,
-                out.image,
-                label.as_ref().zip(out.label),
-            ),
-        }
-        timings.resample_ms = t2.elapsed().as_secs_f64() * 1e3;
+        let sampled = self.sample((job.plan, job.label), &map, field.as_deref(), &coef, out);
+        timings.resample_ms = sampled;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
+    }
+
+    /// Order 3: the coefficients are computed in the image's own buffer (or the image is freed
+    /// once padded) before the field is made, and the outputs are allocated after it, so that
+    /// the voxels and the field's scratch are gone when the sampler runs: the coefficients, the
+    /// field and the outputs are all that is alive then. The coefficients are not kept for a
+    /// later call (their image is gone). Orders 0 and 1, which read the voxels themselves, and a
+    /// plan where nothing moves run as [`Backend::apply`].
+    fn apply_owned(
+        &self,
+        plan: &Plan,
+        image: Volume,
+        label: Option<&Volume>,
+    ) -> Result<NewVolumes, NotApplied> {
+        let t0 = Instant::now();
+        let job = Job {
+            plan,
+            image: &image,
+            label,
+        };
+        let checked = check_grids(&job).and_then(|out_shape| {
+            let map = plan.compose(&image.shape)?;
+            Ok((map, out_shape))
+        });
+        // Where apply reads the voxels themselves (orders 0 and 1, or nothing moves).
+        let reads_voxels = |out_shape: &[usize]| {
+            plan.order != Order::Cubic || (plan.is_identity() && out_shape == image.shape)
+        };
+        let (map, out_shape) = match checked {
+            Ok((_, out_shape)) if reads_voxels(&out_shape) => {
+                return apply_then_drop(self, plan, image, label);
+            }
+            Ok(m) => m,
+            Err(error) => {
+                return Err(NotApplied {
+                    error,
+                    image: Box::new(image),
+                });
+            }
+        };
+        let mut timings = Timings::default();
+        let header = image.clone_meta();
+        let t1 = Instant::now();
+        let coef = Coefficients::cubic_owned(image.data, &header.shape, header.channels, plan);
+        timings.prefilter_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let field = self.field(plan, &out_shape).map(|(f, ms)| {
+            timings.field_ms = ms;
+            f
+        });
+        let (_, mut img_out, mut lab_out) = new_outputs(plan, &header, label);
+        let out = Outputs {
+            image: &mut img_out,
+            label: lab_out.as_deref_mut(),
+        };
+        timings.resample_ms = self.sample((plan, label), &map, field.as_deref(), &coef, out);
+        timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(new_volumes(
+            &header, label, &out_shape, img_out, lab_out, timings,
+        ))
     }
 
     fn apply_plane(
@@ -537,4 +613,97 @@ fn resample<const D: usize>(
                 }
             },
         );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::plan::Elastic;
+    use crate::engine::apply_new;
+
+    fn volume(shape: &[usize], channels: usize, seed: u32) -> Volume {
+        let n: usize = channels * shape.iter().product::<usize>();
+        let data = (0..n as u32)
+            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 7.0)
+            .collect();
+        Volume::new(data, shape.to_vec(), channels)
+    }
+
+    #[test]
+    fn an_image_handed_over_gives_the_same_outputs_as_one_lent() {
+        // Every order and mode, 2D and 3D, several channels, a label map, flips, the elastic
+        // field, and a plan where nothing moves: bit for bit, timings aside.
+        for (shape, channels) in [
+            (vec![9usize, 11, 7], 1),
+            (vec![13, 10], 3),
+            (vec![6, 5, 8], 2),
+        ] {
+            let nd = shape.len();
+            let image = volume(&shape, channels, 5);
+            let label = volume(&shape, 1, 9);
+            for order in [Order::Nearest, Order::Linear, Order::Cubic] {
+                for mode in Mode::ALL {
+                    for moves in [true, false] {
+                        let plan = if moves {
+                            Plan {
+                                rotate_rad: if nd == 3 {
+                                    vec![0.2, -0.1, 0.3]
+                                } else {
+                                    vec![0.3]
+                                },
+                                flip: vec![0],
+                                elastic: Some(Elastic {
+                                    alpha: 30.0,
+                                    sigma: 2.0,
+                                    seed: 3,
+                                }),
+                                order,
+                                mode,
+                                cval: 2.5,
+                                ..Plan::default()
+                            }
+                        } else {
+                            Plan {
+                                order,
+                                mode,
+                                ..Plan::default()
+                            }
+                        };
+                        let what = format!("{shape:?} x{channels}, {order:?}, {mode}, {moves}");
+                        let (want, want_lab, _) =
+                            apply_new(&CpuBackend::new(), &plan, &image, Some(&label))
+                                .expect(&what);
+                        let cpu = CpuBackend::new();
+                        let (got, got_lab, _) = cpu
+                            .apply_owned(&plan, image.clone(), Some(&label))
+                            .unwrap_or_else(|n| panic!("{what}: {}", n.error));
+                        assert_eq!(got.data, want.data, "{what}");
+                        assert_eq!(got.shape, want.shape, "{what}");
+                        assert_eq!(got_lab.map(|l| l.data), want_lab.map(|l| l.data), "{what}");
+                        // The field stays for the readouts that follow.
+                        assert_eq!(cpu.holds_field(&plan, &shape), moves, "{what}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_image_handed_over_comes_back_untouched_when_the_job_is_refused() {
+        let image = volume(&[6, 7, 8], 1, 1);
+        let wrong = volume(&[6, 7, 9], 1, 2);
+        for order in [Order::Linear, Order::Cubic] {
+            let plan = Plan {
+                rotate_rad: vec![0.1, 0.2, 0.3],
+                order,
+                ..Plan::default()
+            };
+            let n = CpuBackend::new()
+                .apply_owned(&plan, image.clone(), Some(&wrong))
+                .expect_err("a label map on another grid");
+            assert!(matches!(n.error, EngineError::Shape(_)), "{}", n.error);
+            assert_eq!(n.image.data, image.data);
+            assert_eq!(n.image.shape, image.shape);
+        }
+    }
 }

@@ -111,6 +111,25 @@ impl<'a> Coefficients<'a> {
         Self::cubic(all, shape, channels, plan)
     }
 
+    /// Order-3 coefficients from voxels the caller hands over (`channels` images of `shape`,
+    /// channel-major): without padding the prefilter runs in their own buffer; with it the
+    /// voxels are freed as soon as they are padded. The same values as [`Self::new`].
+    pub fn cubic_owned(
+        data: Vec<f32>,
+        shape: &[usize],
+        channels: usize,
+        plan: &Plan,
+    ) -> Coefficients<'static> {
+        let all = if plan.mode.needs_prepad() {
+            let all = padded(&data, shape, channels, plan);
+            drop(data);
+            all
+        } else {
+            data
+        };
+        Coefficients::cubic(all, shape, channels, plan)
+    }
+
     /// Filters `all` (`channels` images of the coefficient shape, padded when the mode needs
     /// it) in place, one channel after another.
     fn cubic(mut all: Vec<f32>, shape: &[usize], channels: usize, plan: &Plan) -> Self {
