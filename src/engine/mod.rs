@@ -122,6 +122,16 @@ pub enum Prepare<'a> {
         out_shape: &'a [usize],
         cursor: &'a [usize],
     },
+    /// The kernels a run of `plans` will launch on images of `in_shape` with `channels` and
+    /// `label_channels` (0: no label map), one sample at a time and in batches (CUDA: compiled
+    /// ahead on other threads, so a first run waits for its longest compile, not for each in
+    /// turn); nothing on the CPU. Returns at once.
+    Modules {
+        plans: &'a [Plan],
+        in_shape: &'a [usize],
+        channels: usize,
+        label_channels: usize,
+    },
 }
 
 /// An engine that applies plans. Every caller (command line, batch, explorer, bench, Python)

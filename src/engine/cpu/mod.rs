@@ -415,7 +415,7 @@ impl Backend for CpuBackend {
 
     fn prepare(&self, what: Prepare<'_>) -> Result<f64, EngineError> {
         match what {
-            Prepare::Kernels => Ok(0.0),
+            Prepare::Kernels | Prepare::Modules { .. } => Ok(0.0),
             Prepare::Field { plan, out_shape } => {
                 Ok(self.field(plan, out_shape).map_or(0.0, |(_, ms)| ms))
             }

@@ -17,6 +17,7 @@ mod device;
 mod field;
 mod kernels;
 mod many;
+mod prefetch;
 mod transform;
 
 pub use crate::gpu::device::load_module;
@@ -279,13 +280,26 @@ impl Backend for CudaBackend {
     }
 
     /// Kernels: the field kernels of every sigma bucket on every device (a few seconds, once per
-    /// device). A field is made inside the apply that needs it, timed there: preparing it
-    /// ahead does nothing here.
+    /// device). Modules: the run's modules start compiling on other threads. A field is made
+    /// inside the apply that needs it, timed there: preparing it ahead does nothing here.
     fn prepare(&self, what: Prepare<'_>) -> Result<f64, EngineError> {
-        if let Prepare::Kernels = what {
-            for e in &self.engines {
-                warm_field_kernels(e.dev.ordinal)?;
+        match what {
+            Prepare::Kernels => {
+                for e in &self.engines {
+                    warm_field_kernels(e.dev.ordinal)?;
+                }
             }
+            Prepare::Modules {
+                plans,
+                in_shape,
+                channels,
+                label_channels,
+            } => {
+                for e in &self.engines {
+                    e.prefetch_plans(plans, in_shape, (channels, label_channels), self.precision);
+                }
+            }
+            Prepare::Field { .. } | Prepare::Planes { .. } => {}
         }
         Ok(0.0)
     }

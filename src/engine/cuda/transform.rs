@@ -10,6 +10,7 @@
 use super::many::{
     ManyStrides, fill_stacked, fill_stacked_map, scatter_stacked, scatter_stacked_map,
 };
+use super::prefetch::Launches;
 use super::*;
 
 use cudarc::driver::CudaEvent;
@@ -302,26 +303,22 @@ impl DeviceEngine {
     /// Starts compiling every module the work launches, on other threads (a first run's cost is
     /// then the longest compile, not their sum).
     fn prefetch_modules(&self, work: &Work, precision: Precision) {
-        let (ch, lab) = (work.channels, work.lab_channels > 0);
-        let entry = if work.b() == 1 {
-            resample_entry(precision, ch, lab, work.fields[0].is_some())
-        } else {
-            resample_many_entry(ch, lab)
+        let l = Launches {
+            in_shape: &work.in_shape,
+            channels: work.channels,
+            label: work.lab_channels > 0,
+            mode: work.mode,
+            order: work.order,
         };
-        let idx64 = work.n_in() >= 1 << 31;
-        let ndim = work.ndim();
-        let rdefs = resample_defines(work.mode, work.order, ndim, precision, idx64);
-        self.prefetch(Family::Resample, &rdefs, entry);
-        if work.cubic() {
-            let pdefs = sampler_defines(work.mode, Order::Cubic, ndim, precision);
-            self.prefetch(Family::Prefilter, &pdefs, "pad_f32");
-        }
-        for spec in work.fields.iter().flatten() {
-            for (axis, &s) in spec.sigma_vox.iter().enumerate() {
-                let (_, _, entry) = field_pass_entry(s, axis, &spec.shape);
-                self.prefetch(Family::Field, &field_defines(s), entry);
-            }
-        }
+        let single = (work.b() == 1).then(|| work.fields[0].is_some());
+        let fields = work.fields.iter().flatten();
+        self.prefetch_launches(
+            &l,
+            (single, work.b() > 1),
+            fields,
+            precision,
+            &mut Default::default(),
+        );
     }
 
     /// The device buffers the upload writes: the images in f32 (or in the storage type when no

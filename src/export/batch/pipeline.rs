@@ -173,7 +173,8 @@ pub(super) fn run(
 
         // Reader: each input once, then its samples, made one at a time.
         s.spawn(move || {
-            if let Err(e) = read_inputs(opts, work, finished, ctl, &job_tx) {
+            let backend = workers.backend.as_ref();
+            if let Err(e) = read_inputs(opts, work, finished, ctl, backend, &job_tx) {
                 ctl.fail(e);
             }
         });
@@ -231,6 +232,7 @@ fn read_inputs(
     work: &WorkList,
     finished: &HashSet<PathBuf>,
     ctl: &Control,
+    backend: &dyn Backend,
     job_tx: &SyncSender<Loaded>,
 ) -> Result<(), BatchError> {
     for input in 0..opts.inputs.len() {
@@ -253,6 +255,8 @@ fn read_inputs(
             Some(f) if !f.after => f.apply(&img, opts)?,
             _ => img,
         };
+        let todo: Vec<Item> = todo.collect();
+        prepare_modules(opts, backend, &todo, &img, lab.as_ref());
         let img = Arc::new(img);
         let lab = lab.map(Arc::new);
         for it in todo {
@@ -266,6 +270,41 @@ fn read_inputs(
         }
     }
     Ok(())
+}
+
+/// The samples of one input whose plans [`prepare_modules`] hands to the engine ahead: the first
+/// batches are the ones a first run would otherwise wait for.
+const PREPARE_PLANS: usize = 64;
+
+/// Starts the engine compiling what the first samples of this input will launch (augscope's own
+/// model: a library's model runs on the CPU engine). A plan that cannot be drawn is skipped here;
+/// the compute worker reports it.
+fn prepare_modules(
+    opts: &BatchOptions,
+    backend: &dyn Backend,
+    items: &[Item],
+    img: &Volume,
+    lab: Option<&Volume>,
+) {
+    if !opts.model.is_own() {
+        return;
+    }
+    let plans: Vec<Plan> = items
+        .iter()
+        .take(PREPARE_PLANS)
+        .filter_map(|it| {
+            opts.preset
+                .sample(it.seed, img.ndim(), &img.spacing_mm)
+                .ok()
+        })
+        .map(|s| s.plan)
+        .collect();
+    let _ = backend.prepare(engine::Prepare::Modules {
+        plans: &plans,
+        in_shape: &img.shape,
+        channels: img.channels,
+        label_channels: lab.map_or(0, |l| l.channels),
+    });
 }
 
 /// Input `input` and its label map, checked against the preset and each other.
