@@ -33,7 +33,7 @@ impl ElasticField {
         let mut scratch = Vec::new();
         let components = (0..shape.len())
             .map(|k| {
-                let mut c = vec![0f32; n];
+                let mut c = super::hugepages::zeroed_f32(n);
                 fill_noise(seed, k as u32, 0, &mut c);
                 gaussian_zero(&mut c, &mut scratch, shape, sigma_vox);
                 c

@@ -278,7 +278,7 @@ fn symmetric_accumulate(out: &mut [f32], pad: &[f32], w: &[f32], c: usize, s: us
 /// `mode="constant", cval=0, truncate=4.0`). The result ends in `data`; `scratch` is resized and
 /// used as the second buffer.
 pub fn gaussian_zero(data: &mut Vec<f32>, scratch: &mut Vec<f32>, shape: &[usize], sigma: &[f64]) {
-    scratch.resize(data.len(), 0.0);
+    super::hugepages::scratch_f32(scratch, data.len());
     for (axis, &s) in sigma.iter().enumerate() {
         let w = gaussian_kernel1d(s, 0, 4.0);
         if w.len() == 1 {

@@ -9,6 +9,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod field;
 pub mod gaussian;
+pub mod hugepages;
 pub mod jacobian;
 pub mod noise;
 pub mod select;
@@ -346,8 +347,8 @@ pub(crate) fn new_outputs(
         .clone()
         .unwrap_or_else(|| image.shape.clone());
     let n_out: usize = out_shape.iter().product();
-    let img_out = vec![0f32; image.channels * n_out];
-    let lab_out = label.map(|l| vec![0f32; l.channels * n_out]);
+    let img_out = hugepages::zeroed_f32(image.channels * n_out);
+    let lab_out = label.map(|l| hugepages::zeroed_f32(l.channels * n_out));
     (out_shape, img_out, lab_out)
 }
 
