@@ -162,8 +162,8 @@ pub fn apply_many_new_with_fallback(
         .map(|((_, img, lab), shape)| {
             let n: usize = shape.iter().product();
             (
-                vec![0f32; img.channels * n],
-                lab.map(|l| vec![0f32; l.channels * n]),
+                super::hugepages::zeroed_f32(img.channels * n),
+                lab.map(|l| super::hugepages::zeroed_f32(l.channels * n)),
             )
         })
         .collect();

@@ -40,7 +40,7 @@ pub fn prefilter_cubic(
 ) -> (Vec<f32>, Vec<usize>) {
     let pshape = coefficient_shape(shape, mode);
     let mut data = if mode.needs_prepad() {
-        let mut d = vec![0f32; pshape.iter().product()];
+        let mut d = super::hugepages::zeroed_f32(pshape.iter().product());
         prepad(src, shape, mode, cval, &mut d);
         d
     } else {

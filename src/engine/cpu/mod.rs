@@ -566,9 +566,9 @@ pub fn resample_map(
     };
     let coef = Coefficients::new(&image.data, &image.shape, image.channels, &plan);
     let sampler = coef.sampler(order, mode, cval);
-    let mut out = vec![0f32; n * image.channels];
+    let mut out = super::hugepages::zeroed_f32(n * image.channels);
     let lab_sampler = label.map(|l| Sampler::label(l, label_mode));
-    let mut lab_out = label.map(|l| vec![0f32; n * l.channels]);
+    let mut lab_out = label.map(|l| super::hugepages::zeroed_f32(n * l.channels));
     let lab = lab_sampler.as_ref().zip(lab_out.as_deref_mut());
     match map.ndim {
         2 => resample::<2>(map, field, &sampler, &mut out, lab),

@@ -173,7 +173,7 @@ impl<'a> Coefficients<'a> {
 fn padded(data: &[f32], shape: &[usize], channels: usize, plan: &Plan) -> Vec<f32> {
     let n: usize = shape.iter().product();
     let pn: usize = coefficient_shape(shape, plan.mode).iter().product();
-    let mut all = vec![0f32; channels * pn];
+    let mut all = crate::engine::hugepages::zeroed_f32(channels * pn);
     for c in 0..channels {
         let dst = &mut all[c * pn..(c + 1) * pn];
         prepad(&data[c * n..(c + 1) * n], shape, plan.mode, plan.cval, dst);
