@@ -168,13 +168,15 @@ fn the_core_imports_nothing_of_the_crate() {
 
 #[test]
 fn unsafe_code_is_allowed_only_where_the_architecture_says() {
-    // The CUDA runtime, the engine's and the filters' kernel launches, the AVX2 noise call, the
-    // huge-page advice on the engine's large buffers and the window's library probe.
+    // The CUDA runtime, the engine's and the filters' kernel launches, the SIMD noise, the
+    // AVX-512 order-1 sampler, the huge-page advice on the engine's large buffers and the
+    // window's library probe.
     let allowed = [
         "gpu/mod.rs",
         "engine/cuda/mod.rs",
         "filter/cuda/mod.rs",
         "engine/noise.rs",
+        "engine/cpu/sampler.rs",
         "engine/hugepages.rs",
         "app/preflight.rs",
     ];
