@@ -4,10 +4,11 @@
 // Separable gaussian, zero outside the grid (scipy.ndimage.gaussian_filter(mode="constant",
 // cval=0, truncate=4.0)), axis 0 first, then 1, then 2, like the CPU engine. The Philox noise is
 // generated inside the first pass from its counter (seed, component, voxel): no noise volume is
-// ever written. Each pass computes, as the CPU does and in the same order of f32 operations,
+// ever written. Each pass computes
 //   out = w0 * c + sum_{j=1..R} w_j * (lo_j + hi_j)
-// with the same f32 weights; the host compiles this family with fmad on (add + FFMA per tap
-// pair), so the field equals the CPU's to f32 rounding, not bit for bit.
+// with the CPU's f32 weights; the host compiles this family with fmad on (add + FFMA per tap
+// pair). The CPU engine sums its strided passes in another order (one fused multiply-add per
+// tap), so the field equals the CPU's to f32 rounding, not bit for bit.
 //
 // Defines: FIELD_R, the radius a build serves. The tiled kernels (R <= TILED_MAX_R) take the
 // weights w_0..w_R as a kernel parameter (FieldWeights, zero-padded): the host rounds a kernel's
