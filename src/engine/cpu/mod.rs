@@ -66,6 +66,9 @@ impl CpuBackend {
         {
             return Some((f.clone(), 0.0));
         }
+        // A field of another seed, sigma or grid is not kept alive beside the new one (in a
+        // batch every sample has its own: that would be three volumes for nothing).
+        *cache = None;
         let t = Instant::now();
         let f = Arc::new(ElasticField::compute_axes(
             out_shape,
