@@ -479,16 +479,22 @@ mod avx512 {
             return None;
         }
         // SAFETY: the CPU has AVX-512F (checked above).
-        Some(unsafe { linear_row(s.data, len, s.pad, shape, strides, coords, outs) })
+        // In `constant` mode a point off the grid on some axis reads cval (`map_coordinate`).
+        let cval = (s.mode == super::Mode::Constant).then_some(s.cval);
+        Some(unsafe { linear_row(s.data, len, s.pad, cval, shape, strides, coords, outs) })
     }
 
     /// Order-1 samples of `coords` into `outs[ch][i]`, channel `ch` being
-    /// `data[ch * len..(ch + 1) * len]`; returns the points it did not compute.
+    /// `data[ch * len..(ch + 1) * len]`; returns the points it did not compute. With
+    /// `outside_cval` (the `constant` mode), a point below 0 or above `n - 1` on some axis is that
+    /// value, as the scalar path gives it.
     #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)] // one call site, a hot loop
     fn linear_row<const D: usize>(
         data: &[f32],
         len: usize,
         pad: f64,
+        outside_cval: Option<f32>,
         shape: &[usize; D],
         strides: &[usize; D],
         coords: &[[f64; D]],
@@ -501,6 +507,7 @@ mod avx512 {
         for i0 in (0..full).step_by(L) {
             let pts = &coords[i0..i0 + L];
             let mut inside: __mmask8 = 0xff;
+            let mut outside: __mmask8 = 0;
             let mut base = zero;
             let mut w = [[zero; 2]; D];
             for a in 0..D {
@@ -509,6 +516,8 @@ mod avx512 {
                 let cc = _mm512_add_pd(unsafe { _mm512_loadu_pd(x.as_ptr()) }, _mm512_set1_pd(pad));
                 let f = _mm512_roundscale_pd::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(cc);
                 let hi = _mm512_set1_pd(shape[a] as f64 - 2.0);
+                outside |= _mm512_cmp_pd_mask::<_CMP_LT_OQ>(cc, zero)
+                    | _mm512_cmp_pd_mask::<_CMP_GT_OQ>(cc, _mm512_set1_pd(shape[a] as f64 - 1.0));
                 inside &= _mm512_cmp_pd_mask::<_CMP_GE_OQ>(f, zero)
                     & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(f, hi);
                 let t = _mm512_sub_pd(cc, f);
@@ -548,6 +557,14 @@ mod avx512 {
                 let dst: &mut [f32; L] = (&mut o[i0..i0 + L]).try_into().expect("L outputs");
                 // SAFETY: dst holds L f32.
                 unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), _mm512_cvtpd_ps(sum)) };
+            }
+            if let Some(cv) = outside_cval {
+                for l in (0..L).filter(|l| outside & (1 << l) != 0) {
+                    for o in outs.iter_mut() {
+                        o[i0 + l] = cv;
+                    }
+                }
+                inside |= outside;
             }
             for l in 0..L {
                 if inside & (1 << l) == 0 {
