@@ -169,7 +169,7 @@ fn the_core_imports_nothing_of_the_crate() {
 #[test]
 fn unsafe_code_is_allowed_only_where_the_architecture_says() {
     // The CUDA runtime, the engine's and the filters' kernel launches, the SIMD noise, the
-    // AVX-512 order-1 sampler, the huge-page advice on the engine's large buffers and the
+    // AVX-512 order-1 sampler and row coordinates, the huge-page advice on the engine's large buffers and the
     // window's library probe.
     let allowed = [
         "gpu/mod.rs",

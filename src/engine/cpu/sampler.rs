@@ -457,10 +457,10 @@ fn sample_row_mv<const D: usize>(s: &Sampler<'_>, coords: &[[f64; D]], outs: &mu
 /// for bit), the rest handed back to the scalar path.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)] // masked gathers from a slice, at offsets checked inside it
-mod avx512 {
+pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::Sampler;
+    use super::{CoordMap, ElasticField, Sampler};
 
     const L: usize = 8;
 
@@ -482,6 +482,103 @@ mod avx512 {
         // In `constant` mode a point off the grid on some axis reads cval (`map_coordinate`).
         let cval = (s.mode == super::Mode::Constant).then_some(s.cval);
         Some(unsafe { linear_row(s.data, len, s.pad, cval, shape, strides, coords, outs) })
+    }
+
+    /// [`super::super::row_coords`] where the CPU has AVX-512F: eight points per step in f64
+    /// lanes, the operations of `CoordMap::input_coord` in its order (the same values), the last
+    /// points of the row one by one. `false` (nothing written) elsewhere.
+    pub(in crate::engine::cpu) fn row_coords<const D: usize>(
+        map: &CoordMap,
+        field: Option<&ElasticField>,
+        base: usize,
+        q: &[usize; D],
+        out: &mut Vec<[f64; D]>,
+    ) -> bool {
+        if !is_x86_feature_detected!("avx512f") {
+            return false;
+        }
+        // SAFETY: the CPU has AVX-512F (checked above).
+        unsafe { row_coords_avx512(map, field, base, q, out) };
+        true
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn row_coords_avx512<const D: usize>(
+        map: &CoordMap,
+        field: Option<&ElasticField>,
+        base: usize,
+        q: &[usize; D],
+        out: &mut Vec<[f64; D]>,
+    ) {
+        let n = map.out_shape[D - 1];
+        let flip = map.flip[D - 1];
+        out.clear();
+        out.resize(n, [0.0; D]);
+        let comps: Option<[&[f32]; D]> =
+            field.map(|f| std::array::from_fn(|a| &f.components[a][base..base + n]));
+        // c_a = (q_a - ctr_a) + alpha_a d_a: the first term is the same for the whole row but on
+        // the last axis.
+        let c_row: [f64; D] = std::array::from_fn(|a| q[a] as f64 - map.ctr_out[a]);
+        let lanes = _mm512_setr_pd(0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0);
+        let reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+        let full = n - n % L;
+        for px0 in (0..full).step_by(L) {
+            // The flipped indices q of px0..px0 + 8, and where their field values start.
+            let (ql, first) = if flip {
+                let top = (n - 1 - px0) as f64;
+                (_mm512_sub_pd(_mm512_set1_pd(top), lanes), n - px0 - L)
+            } else {
+                (_mm512_add_pd(_mm512_set1_pd(px0 as f64), lanes), px0)
+            };
+            let mut c = [_mm512_setzero_pd(); D];
+            for (a, ca) in c.iter_mut().enumerate() {
+                let qa = if a == D - 1 {
+                    _mm512_sub_pd(ql, _mm512_set1_pd(map.ctr_out[a]))
+                } else {
+                    _mm512_set1_pd(c_row[a])
+                };
+                let d = match &comps {
+                    Some(cs) => {
+                        let src: &[f32; L] =
+                            cs[a][first..first + L].try_into().expect("8 field values");
+                        // SAFETY: src holds 8 f32.
+                        let v = unsafe { _mm256_loadu_ps(src.as_ptr()) };
+                        let v = if flip {
+                            _mm256_permutevar8x32_ps(v, reverse)
+                        } else {
+                            v
+                        };
+                        _mm512_cvtps_pd(v)
+                    }
+                    None => _mm512_setzero_pd(),
+                };
+                *ca = _mm512_add_pd(qa, _mm512_mul_pd(_mm512_set1_pd(map.alpha[a]), d));
+            }
+            let mut x = [[0f64; L]; D];
+            for (i, xi) in x.iter_mut().enumerate() {
+                let mut s = _mm512_set1_pd(map.offset[i]);
+                for (j, cj) in c.iter().enumerate() {
+                    s = _mm512_add_pd(
+                        s,
+                        _mm512_mul_pd(_mm512_set1_pd(map.in_from_centered[i][j]), *cj),
+                    );
+                }
+                // SAFETY: xi holds 8 f64.
+                unsafe { _mm512_storeu_pd(xi.as_mut_ptr(), s) };
+            }
+            for (l, o) in out[px0..px0 + L].iter_mut().enumerate() {
+                for (a, oa) in o.iter_mut().enumerate() {
+                    *oa = x[a][l];
+                }
+            }
+        }
+        let mut qq = *q;
+        for (px, o) in out.iter_mut().enumerate().skip(full) {
+            qq[D - 1] = map.flip_index(D - 1, px);
+            let d: [f32; D] =
+                std::array::from_fn(|a| comps.as_ref().map_or(0.0, |cs| cs[a][qq[D - 1]]));
+            *o = map.input_coord(&qq, &d);
+        }
     }
 
     /// Order-1 samples of `coords` into `outs[ch][i]`, channel `ch` being
