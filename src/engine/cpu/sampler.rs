@@ -478,9 +478,9 @@ pub(super) mod avx512 {
         if !fits || coords.len() < L || !is_x86_feature_detected!("avx512f") {
             return None;
         }
-        // SAFETY: the CPU has AVX-512F (checked above).
         // In `constant` mode a point off the grid on some axis reads cval (`map_coordinate`).
         let cval = (s.mode == super::Mode::Constant).then_some(s.cval);
+        // SAFETY: the CPU has AVX-512F (checked above).
         Some(unsafe { linear_row(s.data, len, s.pad, cval, shape, strides, coords, outs) })
     }
 
