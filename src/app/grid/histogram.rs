@@ -60,6 +60,9 @@ pub fn bins(values: &[f64], lo: f64, hi: f64, n: usize) -> Vec<usize> {
     c
 }
 
+/// Height of one histogram's cell: a title of up to two lines, the bars, the range.
+const HISTOGRAM_CELL_HEIGHT: f32 = 86.0;
+
 /// A small bar histogram drawn with the painter, its range under it.
 fn histogram(
     ui: &mut egui::Ui,
@@ -70,7 +73,11 @@ fn histogram(
     pending: usize,
 ) {
     const BINS: usize = 12;
-    ui.vertical(|ui| {
+    // A cell of fixed size: the wrapped row places it by that size, and the window keeps its
+    // height as the values arrive.
+    let cell = egui::vec2(150.0, HISTOGRAM_CELL_HEIGHT);
+    ui.allocate_ui_with_layout(cell, egui::Layout::top_down(egui::Align::Min), |ui| {
+        ui.set_min_size(cell);
         let more = if pending > 0 {
             format!(", {pending} computing")
         } else {

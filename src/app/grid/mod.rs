@@ -36,6 +36,13 @@ use histogram::histograms;
 /// The grid sizes offered.
 pub const SIZES: [usize; 3] = [4, 9, 16];
 
+/// Width of the grid window's content.
+const GRID_WIDTH: f32 = 540.0;
+/// Height under a tile for its seed caption.
+const TILE_CAPTION: f32 = 18.0;
+/// Height kept under the tiles for two rows of histograms and the timings.
+const HISTOGRAMS_HEIGHT: f32 = 220.0;
+
 /// One finished tile.
 pub struct Tile {
     pub seed: u64,
@@ -503,7 +510,9 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
         .open(&mut open)
         .default_pos([360.0, 80.0])
         .resizable(false)
+        .min_width(GRID_WIDTH)
         .show(&ctx, |ui| {
+            ui.set_max_width(GRID_WIDTH);
             let g = &mut rt.grid;
             ui.weak(format!(
                 "draws of preset {preset_name}; draw k uses seed first seed + k, as augscope batch"
@@ -554,7 +563,14 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                 .as_ref()
                 .map_or(vec![], |s| s.loaded.image.spacing_mm.clone());
             let cols = (g.n as f64).sqrt().ceil() as usize;
-            let side = (540.0 / cols as f32).floor() - 8.0;
+            let rows = g.n.div_ceil(cols);
+            // The window never grows past the bottom of the screen, where egui would push it up
+            // as tiles and histograms arrive and move its buttons from under the pointer: the
+            // tiles are sized to leave room below them for the histograms.
+            let room = ctx.content_rect().bottom() - ui.cursor().top() - HISTOGRAMS_HEIGHT;
+            let side = ((GRID_WIDTH / cols as f32).floor() - 8.0)
+                .min((room / rows as f32).floor() - TILE_CAPTION - 6.0)
+                .max(48.0);
             egui::Grid::new("training_grid")
                 .num_columns(cols)
                 .spacing([6.0, 6.0])
@@ -562,8 +578,10 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                     for k in 0..g.n {
                         let seed = g.first_seed.wrapping_add(k as u64);
                         let layout = egui::Layout::top_down(egui::Align::Center);
-                        ui.allocate_ui_with_layout(egui::vec2(side, side + 16.0), layout, |ui| {
-                            ui.set_width(side);
+                        let cell = egui::vec2(side, side + TILE_CAPTION);
+                        ui.allocate_ui_with_layout(cell, layout, |ui| {
+                            // Every cell keeps its size while its tile computes.
+                            ui.set_min_size(cell);
                             match g.tiles.get_mut(k).and_then(Option::as_mut) {
                                 Some(t) => {
                                     tile_texture(ui, t, k, (lo, hi));
