@@ -4,11 +4,15 @@
 // Separable gaussian, zero outside the grid (scipy.ndimage.gaussian_filter(mode="constant",
 // cval=0, truncate=4.0)), axis 0 first, then 1, then 2, like the CPU engine. The Philox noise is
 // generated inside the first pass from its counter (seed, component, voxel): no noise volume is
-// ever written. Each pass computes
-//   out = w0 * c + sum_{j=1..R} w_j * (lo_j + hi_j)
-// with the CPU's f32 weights; the host compiles this family with fmad on (add + FFMA per tap
-// pair). The CPU engine sums its strided passes in another order (one fused multiply-add per
-// tap), so the field equals the CPU's to f32 rounding, not bit for bit.
+// ever written. Every pass sums in the CPU engine's order (src/engine/gaussian.rs), with its f32
+// weights and one rounding per fused multiply-add, so the field is the CPU's bit for bit:
+//   along a strided axis (inner > 1):  acc = 0, then acc = fma(w_|k-i|, x_k, acc) for the rows
+//                                      k = i - R .. i + R in ascending order (TAPS_K);
+//   along the contiguous axis:         acc = w0 * x_i, then acc = fma(w_j, x_{i-j} + x_{i+j}, acc)
+//                                      for j = 1 .. R (SMOOTH_K).
+// A tap outside the grid is a zero: fma(w, 0, acc) = acc, as the CPU's skipped tap. The sums are
+// written with explicit intrinsics (fmaf, __fmul_rn, __fadd_rn), so they do not depend on the
+// compiler's contraction (the host builds this family with fmad on).
 //
 // Defines: FIELD_R, the radius a build serves. The tiled kernels (R <= TILED_MAX_R) take the
 // weights w_0..w_R as a kernel parameter (FieldWeights, zero-padded): the host rounds a kernel's
@@ -78,14 +82,29 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
 // The largest radius the shared tiles hold (48 KiB of static shared memory).
 #define TILED_MAX_R 120
 
-// The K outputs of one thread from its window win(t) = value at (first output - R + t).
+// The K outputs of one thread along the contiguous axis, from its window win(t) = value at
+// (first output - R + t): symmetric pairs, the CPU's contiguous order.
 #define SMOOTH_K(WIN, ACC)                                                              \
     _Pragma("unroll") for (int k = 0; k < FIELD_K; k++) {                               \
-        float a = wts.w[0] * WIN(k + FIELD_R);                                          \
+        float a = __fmul_rn(wts.w[0], WIN(k + FIELD_R));                                \
         _Pragma("unroll") for (int j = 1; j <= FIELD_R; j++) {                          \
-            a += wts.w[j] * (WIN(k + FIELD_R - j) + WIN(k + FIELD_R + j));              \
+            a = fmaf(wts.w[j], __fadd_rn(WIN(k + FIELD_R - j), WIN(k + FIELD_R + j)), a); \
         }                                                                               \
         ACC[k] = a;                                                                     \
+    }
+
+// The K outputs of one thread along a strided axis, tap by tap: every window value X(t) (as in
+// SMOOTH_K) is read once and added into each output it reaches, in ascending order of t, from 0:
+// the CPU's strided order. The conditions are resolved at compile time (both loops unrolled):
+// K * (2R + 1) fused multiply-adds, each weight an operand from the constant bank.
+#define TAPS_K(X, ACC)                                                                  \
+    _Pragma("unroll") for (int k = 0; k < FIELD_K; k++) ACC[k] = 0.0f;                  \
+    _Pragma("unroll") for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) {                 \
+        const float x_ = X(t);                                                          \
+        _Pragma("unroll") for (int k = 0; k < FIELD_K; k++) {                           \
+            const int d = t - k - FIELD_R;                                              \
+            if (d >= -FIELD_R && d <= FIELD_R) ACC[k] = fmaf(wts.w[d < 0 ? -d : d], x_, ACC[k]); \
+        }                                                                               \
     }
 
 #if FIELD_R <= TILED_MAX_R
@@ -153,14 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     __syncthreads();
     if (col >= inner) return;
     float acc[FIELD_K];
-#if FIELD_R <= WINDOW_MAX_R
-    float win[FIELD_K + 2 * FIELD_R];
-#pragma unroll
-    for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(ty * FIELD_K + t) * TX + tx];
-    SMOOTH_K(WIN_REG, acc)
-#else
-    SMOOTH_K(WIN_SMEM, acc)
-#endif
+    TAPS_K(WIN_SMEM, acc)
 #pragma unroll
     for (int k = 0; k < FIELD_K; k++) {
         const int i = i0 + ty * FIELD_K + k;
@@ -242,15 +254,8 @@ extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
     if (col >= inner) return;
     for (int c = ty; c * FIELD_K < n; c += TY) {
         float acc[FIELD_K];
-#if FIELD_R <= WINDOW_MAX_R
-        float win[FIELD_K + 2 * FIELD_R];
-#pragma unroll
-        for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[(c * FIELD_K + t) * TX + tx];
-        SMOOTH_K(WIN_REG, acc)
-#else
 #define WIN_COL(t) tile[(c * FIELD_K + (t)) * TX + tx]
-        SMOOTH_K(WIN_COL, acc)
-#endif
+        TAPS_K(WIN_COL, acc)
 #pragma unroll
         for (int k = 0; k < FIELD_K; k++) {
             const int i = c * FIELD_K + k;
@@ -282,8 +287,16 @@ extern "C" __global__ void __launch_bounds__(256) gauss_direct_f32(
 #define AT(ii) (((ii) < 0 || (ii) >= n) ? 0.0f                                                   \
                 : (gen_noise ? noise_value(key0, key1, noise_k, (unsigned long long)(line_base + (long long)(ii) * inner)) \
                              : src[line_base + (long long)(ii) * inner]))
-        float a = c_w[0] * AT(i);
-        for (int j = 1; j <= FIELD_R; j++) a += c_w[j] * (AT(i - j) + AT(i + j));
+        float a;
+        if (inner == 1) {
+            // The contiguous axis: symmetric pairs (SMOOTH_K's order).
+            a = __fmul_rn(c_w[0], AT(i));
+            for (int j = 1; j <= FIELD_R; j++) a = fmaf(c_w[j], __fadd_rn(AT(i - j), AT(i + j)), a);
+        } else {
+            // A strided axis: tap by tap in ascending order from 0 (TAPS_K's order).
+            a = 0.0f;
+            for (int d = -FIELD_R; d <= FIELD_R; d++) a = fmaf(c_w[d < 0 ? -d : d], AT(i + d), a);
+        }
         dst[g] = a;
 #undef AT
     }

@@ -216,7 +216,7 @@ fn devices_report_never_panics_and_says_why() {
 
 /// Compares the CUDA engine with the CPU engine on one plan. Labels must be identical except at
 /// order-0 ties: voxels whose input coordinate lies within 1e-4 (f32 coordinates) of a half-integer on some axis,
-/// where the two engines' fields (equal to f32 rounding, summed in a different order) may round
+/// where the two engines' coordinates (the same field, but the resample's own arithmetic) may round
 /// differently (DESIGN §3: "order-0 ties at exactly .5 excepted").
 fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
     let f = |i: u64| ((k * 7919 + i * 104_729) % 1000) as f64 / 1000.0;
@@ -342,6 +342,82 @@ fn gpu_elastic_field_and_coordinates_match_the_cpu() {
         assert!(
             (crms - grms).abs() <= 1e-6 * crms.max(1.0),
             "rms {crms} vs {grms}"
+        );
+    }
+}
+
+/// The device's unit field is the CPU engine's bit for bit: every pass sums in the CPU's order
+/// (kernels/field.cu) on every kernel path: the whole-column noise pass and the tiled noise pass
+/// (axis 0 too long for a block), register and shared-memory windows, the direct kernel past the
+/// tiled radius, per-axis sigma in mm space, 2D, and trailing axes of length 1.
+#[test]
+fn gpu_unit_field_equals_the_cpu_field_bit_for_bit() {
+    let Some(g) = gpu(Precision::F32) else { return };
+    let iso = |shape: Vec<usize>, sigma: f64, seed: u64| {
+        let plan = Plan {
+            elastic: Some(Elastic {
+                alpha: 100.0,
+                sigma,
+                seed,
+            }),
+            ..Plan::default()
+        };
+        (shape, plan)
+    };
+    let mut cases = vec![
+        iso(vec![24, 40, 36], 1.0, 1),
+        iso(vec![24, 40, 36], 4.0, 2),
+        iso(vec![40, 64, 72], 12.0, 1 << 40),
+        iso(vec![300, 20, 24], 12.0, 3),
+        iso(vec![30, 50, 44], 20.0, 4),
+        iso(vec![20, 30, 20], 45.0, 5),
+        iso(vec![50, 70], 3.0, 6),
+        iso(vec![17, 29, 1], 3.0, 7),
+        iso(vec![9, 1, 31], 2.0, 8),
+    ];
+    // sigma_vox [2.5, 9.4, 6.25] and [36, 6, 6] (the direct kernel on a middle pass).
+    for (shape, spacing, sigma_mm) in [
+        (vec![20, 48, 40], vec![3.0, 0.8, 1.2], 7.5),
+        (vec![16, 30, 28], vec![0.5, 3.0, 3.0], 18.0),
+    ] {
+        let plan = Plan {
+            elastic: Some(Elastic {
+                alpha: 40.0,
+                sigma: sigma_mm,
+                seed: 9,
+            }),
+            space: Space::Mm,
+            spacing_mm: spacing,
+            ..Plan::default()
+        };
+        cases.push((shape, plan));
+    }
+    for (shape, plan) in cases {
+        let cpu = CpuBackend::new();
+        let want: Vec<f32> = cpu
+            .field(&plan, &shape)
+            .expect("a field")
+            .0
+            .components
+            .concat();
+        let got = g.unit_field(&plan, &shape).unwrap().expect("a field");
+        assert_eq!(got.len(), want.len());
+        let differ = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert_eq!(
+            differ,
+            0,
+            "{shape:?} sigma_vox {:?}: {differ} of {} values differ, worst {worst}",
+            plan.field_sigma_vox(shape.len()),
+            want.len()
         );
     }
 }

@@ -133,7 +133,8 @@ pub(crate) fn store_define(p: Precision) -> &'static str {
 /// zero; fmad off except in the field family, the defines, and `--gpu-architecture` where known.
 pub(crate) fn nvrtc_options(family: Family, defines: &[String], arch: Option<&str>) -> Vec<String> {
     // fmad off keeps the sampler's f32 tap sums and the prefilter the CPU's operation for
-    // operation; the field's 97-tap passes are compute-bound and use FFMA (f32 rounding).
+    // operation; the field's passes write their fused multiply-adds as intrinsics, in the CPU's
+    // order (kernels/field.cu), so fmad on changes none of their sums.
     let mut options = vec![
         "--ftz=false".to_string(),
         "--prec-sqrt=true".into(),

@@ -439,6 +439,32 @@ impl DeviceEngine {
         Ok(v)
     }
 
+    /// The plan's unit field on `out_shape`, downloaded: the components one after another
+    /// (`ndim * n` f32); `None` without an elastic deformation.
+    pub(super) fn unit_field(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<Vec<f32>>, EngineError> {
+        let Some(spec) = plan.field_spec(out_shape) else {
+            return Ok(None);
+        };
+        let mut st = lock(&self.state);
+        self.ensure_field(&mut st, &spec)?;
+        let Some(field) = st.field.as_ref() else {
+            return Err(EngineError::Cuda("field missing".into()));
+        };
+        let len = out_shape.len() * out_shape.iter().product::<usize>();
+        let stream = &self.dev.stream;
+        let v = stream
+            .clone_dtoh(&field.buf.s.slice(0..len))
+            .map_err(|e| driver_error("download", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("the elastic field", e))?;
+        Ok(Some(v))
+    }
+
     /// Largest and RMS displacement `|alpha| |G|` of the plan's field, from the device: voxels, or
     /// millimetres when the plan's space is mm.
     pub(super) fn displacement_stats(

@@ -98,7 +98,10 @@ pub(super) fn field_pass_entry(
         && tiled
         && shape[0] + 2 * radius <= FIELD_COL_ROWS
         && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
-    let name = match (tiled, col, axis == shape.len() - 1) {
+    // Along an axis whose inner extent is 1 the CPU sums in its contiguous order, which the
+    // last-axis kernel follows (axis 0 excepted: the noise pass is made by the strided kernels).
+    let contiguous = axis > 0 && shape[axis + 1..].iter().product::<usize>() == 1;
+    let name = match (tiled, col, contiguous) {
         (false, _, _) => "gauss_direct_f32",
         (true, true, _) => "gauss_col_noise_f32",
         (true, false, false) => "gauss_mid_f32",

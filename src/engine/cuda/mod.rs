@@ -6,8 +6,9 @@
 //! 0/1/3, image and label together); the unit elastic field is made on the device with the noise
 //! generated inside the first smoothing pass and cached by (seed, sigma, shape), so moving alpha or
 //! anything else never recomputes it. Coordinates are f64 (as on the CPU, so order-0 rounding and
-//! tap choice agree) and tap sums f32; the sampler and the prefilter are compiled with fmad off, the
-//! compute-bound field passes with FFMA: the numbers are the CPU engine's to f32 rounding.
+//! tap choice agree) and tap sums f32; the sampler and the prefilter are compiled with fmad off. The
+//! field passes sum in the CPU engine's order with explicit fused multiply-adds, so the unit field is
+//! the CPU's bit for bit; the outputs are the CPU engine's to f32 rounding.
 //!
 //! Without a driver, a device or NVRTC, nothing here panics: cudarc panics when its libraries are
 //! missing, so every entry point probes them first ([`driver_version`], [`nvrtc_version`]).
@@ -189,6 +190,18 @@ impl CudaBackend {
             label: None,
         };
         self.engines[0].apply_region(job, out, self.precision, region)
+    }
+
+    /// The plan's unit field on `out_shape` from the first device (its cached field, made if
+    /// needed), the components one after another: for checks against
+    /// [`crate::engine::cpu::CpuBackend::field`], which it equals bit for bit.
+    pub fn unit_field(
+        &self,
+        plan: &Plan,
+        out_shape: &[usize],
+    ) -> Result<Option<Vec<f32>>, EngineError> {
+        plan.validate(out_shape.len())?;
+        self.engines[0].unit_field(plan, out_shape)
     }
 
     /// The first device's compute stream (`CUstream` as an integer): the stream a DLPack
