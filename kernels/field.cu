@@ -144,9 +144,18 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
         sn = slab_noise(keys, slab0 + o / comp_outer, ndim);
         comp_base = (long long)(o % comp_outer) * n * inner;
     }
-    if (!gen_noise && (long long)(blockIdx.x + 1) * TX <= inner) {
-        // Every column of the block exists (the common case): one offset step per row and one
-        // row check (the general loop below costs about 3x the instructions per load).
+    const bool cols_full = (long long)(blockIdx.x + 1) * TX <= inner;
+    if (!gen_noise && cols_full && i0 >= FIELD_R && i0 + TL + FIELD_R <= n) {
+        // The tile and its halo lie inside the axis and every column exists: plain loads, no
+        // check per row.
+        const float* p = src + slab + (long long)(i0 - FIELD_R + ty) * inner + col;
+        const long long step = (long long)TY * inner;
+#pragma unroll
+        for (int r = 0; r < TROWS / TY; r++) tile[(ty + r * TY) * TX + tx] = __ldg(p + r * step);
+        if (ty < TROWS % TY) tile[(TROWS / TY * TY + ty) * TX + tx] = __ldg(p + TROWS / TY * step);
+    } else if (!gen_noise && cols_full) {
+        // Every column of the block exists: one offset step per row and one row check (the
+        // general loop below costs about 3x the instructions per load).
         const int ifirst = i0 - FIELD_R + ty;
         long long off = slab + (long long)ifirst * inner + col;
         const long long step = (long long)TY * inner;
@@ -173,10 +182,14 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
     if (col >= inner) return;
     float acc[FIELD_K];
     TAPS_K(WIN_SMEM, acc)
+    float* q = dst + slab + (long long)(i0 + ty * FIELD_K) * inner + col;
+    if (i0 + TL <= n) {
 #pragma unroll
-    for (int k = 0; k < FIELD_K; k++) {
-        const int i = i0 + ty * FIELD_K + k;
-        if (i < n) dst[slab + (long long)i * inner + col] = acc[k];
+        for (int k = 0; k < FIELD_K; k++) q[k * inner] = acc[k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < FIELD_K; k++)
+            if (i0 + ty * FIELD_K + k < n) q[k * inner] = acc[k];
     }
 }
 #endif
@@ -184,21 +197,40 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
 // A pass along the last (contiguous) axis: `lines` lines of length n (of every slab of the
 // launch).
 // Grid (ceil(lines/32), ceil(n/TL)), block (32, 8): 32 lines per block, loaded and stored
-// coalesced through a shared tile (odd row stride: no bank conflicts).
+// coalesced through a shared tile (odd row stride: no bank conflicts), line by line: each warp
+// reads 32 consecutive elements of one line per step, every step unrolled (no index division per
+// element). Built for 5 blocks per SM at R <= 48 (48 registers): the loads of one block wait
+// while the others compute.
+#if FIELD_R <= 48
+#define LAST_MIN_BLOCKS 5
+#else
+#define LAST_MIN_BLOCKS 4
+#endif
 #if FD_KEEP(2)
-extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
+extern "C" __global__ void __launch_bounds__(256, LAST_MIN_BLOCKS) gauss_last_f32(
     const float* __restrict__ src, float* __restrict__ dst, long long lines, int n, FieldWeights wts) {
     __shared__ float tile[TX * (TROWS + 1)];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int tid = ty * TX + tx;
     const int i0 = blockIdx.y * TL;
     const long long line0 = (long long)blockIdx.x * TX;
-    const float* s = src;
-    for (int idx = tid; idx < TX * TROWS; idx += TX * TY) {
-        const int l = idx / TROWS, pos = idx % TROWS;
-        const int i = i0 - FIELD_R + pos;
-        const long long line = line0 + l;
-        tile[l * (TROWS + 1) + pos] = (i >= 0 && i < n && line < lines) ? s[line * n + i] : 0.0f;
+    if (line0 + TX <= lines && i0 >= FIELD_R && i0 + TL + FIELD_R <= n) {
+        // Every line of the block exists and the tile's halo lies inside them: no checks.
+#pragma unroll
+        for (int l = ty; l < TX; l += TY) {
+            const float* s = src + (line0 + l) * n + (i0 - FIELD_R);
+#pragma unroll
+            for (int pos = tx; pos < TROWS; pos += TX) tile[l * (TROWS + 1) + pos] = __ldg(s + pos);
+        }
+    } else {
+#pragma unroll
+        for (int l = ty; l < TX; l += TY) {
+            const long long line = line0 + l;
+#pragma unroll
+            for (int pos = tx; pos < TROWS; pos += TX) {
+                const int i = i0 - FIELD_R + pos;
+                tile[l * (TROWS + 1) + pos] = (i >= 0 && i < n && line < lines) ? src[line * n + i] : 0.0f;
+            }
+        }
     }
     __syncthreads();
     float acc[FIELD_K];
@@ -215,12 +247,14 @@ extern "C" __global__ void __launch_bounds__(256) gauss_last_f32(
 #pragma unroll
     for (int k = 0; k < FIELD_K; k++) tile[tx * (TROWS + 1) + ty * FIELD_K + k] = acc[k];
     __syncthreads();
-    float* d = dst;
-    for (int idx = tid; idx < TX * TL; idx += TX * TY) {
-        const int l = idx / TL, pos = idx % TL;
-        const int i = i0 + pos;
+#pragma unroll
+    for (int l = ty; l < TX; l += TY) {
         const long long line = line0 + l;
-        if (i < n && line < lines) d[line * n + i] = tile[l * (TROWS + 1) + pos];
+#pragma unroll
+        for (int pos = tx; pos < TL; pos += TX) {
+            const int i = i0 + pos;
+            if (i < n && line < lines) dst[line * n + i] = tile[l * (TROWS + 1) + pos];
+        }
     }
 }
 #endif
@@ -256,10 +290,14 @@ extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
         float acc[FIELD_K];
 #define WIN_COL(t) tile[(c * FIELD_K + (t)) * TX + tx]
         TAPS_K(WIN_COL, acc)
+        float* q = dst + (long long)(c * FIELD_K) * inner + col;
+        if ((c + 1) * FIELD_K <= n) {
 #pragma unroll
-        for (int k = 0; k < FIELD_K; k++) {
-            const int i = c * FIELD_K + k;
-            if (i < n) dst[(long long)i * inner + col] = acc[k];
+            for (int k = 0; k < FIELD_K; k++) q[k * inner] = acc[k];
+        } else {
+#pragma unroll
+            for (int k = 0; k < FIELD_K; k++)
+                if (c * FIELD_K + k < n) q[k * inner] = acc[k];
         }
     }
 }
