@@ -267,22 +267,28 @@ extern "C" __global__ void __launch_bounds__(256, LAST_MIN_BLOCKS) gauss_last_f3
 // n + 2R <= COL_ROWS.
 #define COL_ROWS 352
 #if FD_KEEP(3)
+static_assert(FIELD_R % TY == 0, "the tiled builds' radius is a multiple of 8");
 extern "C" __global__ void __launch_bounds__(256) gauss_col_noise_f32(
     float* __restrict__ dst, int n, long long inner, const unsigned int* __restrict__ keys, int slab0,
     int ndim, FieldWeights wts) {
     __shared__ float tile[COL_ROWS * TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const long long col = (long long)blockIdx.x * TX + tx;
-    const int rows = n + 2 * FIELD_R;
     const SlabNoise sn = slab_noise(keys, slab0 + (int)blockIdx.y, ndim);
     dst += (long long)blockIdx.y * n * inner;
-    for (int r = ty; r < rows; r += TY) {
-        const int i = r - FIELD_R;
-        float v = 0.0f;
-        if (i >= 0 && i < n && col < inner) {
-            v = noise_value(sn.key0, sn.key1, sn.k, (unsigned long long)((long long)i * inner + col));
+    // The R zero rows above and below the column (R is a multiple of 8, TY), then its noise: one
+    // counter step per row, no check (a column past the grid's edge is never read).
+    for (int r = ty; r < FIELD_R; r += TY) {
+        tile[r * TX + tx] = 0.0f;
+        tile[(n + FIELD_R + r) * TX + tx] = 0.0f;
+    }
+    if (col < inner) {
+        unsigned long long at = (unsigned long long)((long long)ty * inner + col);
+        const unsigned long long step = (unsigned long long)((long long)TY * inner);
+        for (int i = ty; i < n; i += TY) {
+            tile[(i + FIELD_R) * TX + tx] = noise_value(sn.key0, sn.key1, sn.k, at);
+            at += step;
         }
-        tile[r * TX + tx] = v;
     }
     __syncthreads();
     if (col >= inner) return;
