@@ -33,7 +33,7 @@
 #define FD_KEEP(k) 1
 #endif
 
-// Must match `FieldWeights` in src/engine/cuda.rs.
+// Must match `FieldWeights` in src/engine/cuda/kernels.rs.
 #define FIELD_WMAX 128
 struct FieldWeights {
     float w[FIELD_WMAX];
@@ -67,16 +67,17 @@ __device__ __forceinline__ float noise_value(unsigned int key0, unsigned int key
 }
 
 // Tiles: 32 columns x 8 thread rows, each thread FIELD_K consecutive outputs along the axis
-// (TL = 128 outputs per block along the axis: FIELD_TL in src/engine/cuda.rs).
+// (TL = 128 outputs per block along the axis: FIELD_TL in src/engine/cuda/kernels.rs).
 #define TX 32
 #define TY 8
 #define FIELD_K 16
 #define TL (TY * FIELD_K)
 #define TROWS (TL + 2 * FIELD_R)
-// Up to this radius a thread keeps its whole window in registers (fully unrolled); above it, it
-// reads the window from shared memory.
+// Up to this radius a thread of the last-axis pass keeps its whole window in registers (fully
+// unrolled); above it, it reads the window from shared memory.
 #define WINDOW_MAX_R 56
-// The window of SMOOTH_K: registers (`win`) or the shared tile of gauss_mid_f32 (`tile`).
+// A thread's window: in registers (`win`, the last-axis pass) or in the shared tile of
+// gauss_mid_f32 (`tile`, read once per value by TAPS_K).
 #define WIN_REG(t) win[t]
 #define WIN_SMEM(t) tile[(ty * FIELD_K + (t)) * TX + tx]
 // The largest radius the shared tiles hold (48 KiB of static shared memory).
