@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Decision probe for the elastic field on the GPU: where do the field's milliseconds go, and
-which pass variants are faster? (The results are in docs/performance.md, Decisions.)
+which pass variants are faster? (The results are in docs/performance.md: "The elastic field" and
+Decisions.)
 
 Runs on the GPU machine with cupy. Compiles kernels/field.cu as the engine does (NVRTC, fmad on,
 no fast math, FIELD_R = the build radius of sigma) together with the variants below, and times
@@ -14,14 +15,14 @@ radius 48), CUDA-event medians:
               the engine's last pass built for 4 and 6 blocks of 256 threads per SM (the engine
               builds it for 5 at R <= 48: 48 registers)
   noise_only  Philox alone: every noise value of the three components, summed per thread
-  fp_only     the mid pass's arithmetic alone: the register window filled from the thread index,
-              no shared or global traffic but one store per output
+  fp_only     a pass's arithmetic alone (SMOOTH_K): the register window filled from the thread
+              index, no shared or global traffic but one store per output
 
 Every variant that computes a pass must equal the engine's pass bit for bit, and every engine pass
 must equal a one-output-per-thread reference that sums in the CPU engine's order (ref_strided,
 ref_contig); the probe checks both.
-The floor: 2R + 1 = 97 FP32 instructions per output (R adds and R + 1 FFMAs) at 128 per SM per
-clock.
+The floor: 2R + 1 = 97 FP32 instructions per output (2R + 1 FFMAs along a strided axis; R FADDs,
+R FFMAs and one FMUL along the contiguous one) at 128 per SM per clock.
 
   python3 benches/field_probe.py [--shape 256,512,512] [--sigma 12] [--reps 20]
 """
@@ -304,7 +305,6 @@ def main():
     for v in ("gauss_last_4blocks", "gauss_last_6blocks"):
         rows[v] = timed(last(v), a.reps)
         same = same and bool(cp.array_equal(ref, C))
-    D = cp.empty_like(A)
     R = cp.empty_like(A)
     checks = {}
 
