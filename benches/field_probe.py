@@ -12,8 +12,8 @@ radius 48), CUDA-event medians:
   mid         the pass along axis 1 (the engine's gauss_mid_f32)
   last        the pass along axis 2 (the engine's gauss_last_f32)
   last_4blocks, last_6blocks
-              the engine's last pass built for 4 and 6 blocks of 256 threads per SM (the engine
-              builds it for 5 at R <= 48: 48 registers)
+              the engine's last pass built for 4 and 6 blocks of 256 threads per SM
+              (-DLAST_MIN_BLOCKS; the engine builds it for 5 at R <= 48: 48 registers)
   noise_only  Philox alone: every noise value of the three components, summed per thread
   fp_only     a pass's arithmetic alone (SMOOTH_K): the register window filled from the thread
               index, no shared or global traffic but one store per output
@@ -37,107 +37,6 @@ import cupy as cp
 
 VARIANTS = r"""
 #if FIELD_R <= TILED_MAX_R
-// The engine's last pass (gauss_last_f32) built for other numbers of blocks per SM.
-extern "C" __global__ void __launch_bounds__(256, 4) gauss_last_4blocks(
-    const float* __restrict__ src, float* __restrict__ dst, long long lines, int n, FieldWeights wts) {
-    __shared__ float tile[TX * (TROWS + 1)];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int i0 = blockIdx.y * TL;
-    const long long line0 = (long long)blockIdx.x * TX;
-    const bool full = line0 + TX <= lines && i0 - FIELD_R >= 0 && i0 + TL + FIELD_R <= n;
-    if (full) {
-#pragma unroll
-        for (int l = ty; l < TX; l += TY) {
-            const float* s = src + (line0 + l) * n + (i0 - FIELD_R);
-#pragma unroll
-            for (int pos = tx; pos < TROWS; pos += TX) tile[l * (TROWS + 1) + pos] = __ldg(s + pos);
-        }
-    } else {
-#pragma unroll
-        for (int l = ty; l < TX; l += TY) {
-            const long long line = line0 + l;
-#pragma unroll
-            for (int pos = tx; pos < TROWS; pos += TX) {
-                const int i = i0 - FIELD_R + pos;
-                tile[l * (TROWS + 1) + pos] = (i >= 0 && i < n && line < lines) ? src[line * n + i] : 0.0f;
-            }
-        }
-    }
-    __syncthreads();
-    float acc[FIELD_K];
-#if FIELD_R <= WINDOW_MAX_R
-    float win[FIELD_K + 2 * FIELD_R];
-#pragma unroll
-    for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[tx * (TROWS + 1) + ty * FIELD_K + t];
-    SMOOTH_K(WIN_REG, acc)
-#else
-    SMOOTH_K(WIN_SMEM_LAST, acc)
-#endif
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < FIELD_K; k++) tile[tx * (TROWS + 1) + ty * FIELD_K + k] = acc[k];
-    __syncthreads();
-#pragma unroll
-    for (int l = ty; l < TX; l += TY) {
-        const long long line = line0 + l;
-#pragma unroll
-        for (int pos = tx; pos < TL; pos += TX) {
-            const int i = i0 + pos;
-            if (i < n && line < lines) dst[line * n + i] = tile[l * (TROWS + 1) + pos];
-        }
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(256, 6) gauss_last_6blocks(
-    const float* __restrict__ src, float* __restrict__ dst, long long lines, int n, FieldWeights wts) {
-    __shared__ float tile[TX * (TROWS + 1)];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int i0 = blockIdx.y * TL;
-    const long long line0 = (long long)blockIdx.x * TX;
-    const bool full = line0 + TX <= lines && i0 - FIELD_R >= 0 && i0 + TL + FIELD_R <= n;
-    if (full) {
-#pragma unroll
-        for (int l = ty; l < TX; l += TY) {
-            const float* s = src + (line0 + l) * n + (i0 - FIELD_R);
-#pragma unroll
-            for (int pos = tx; pos < TROWS; pos += TX) tile[l * (TROWS + 1) + pos] = __ldg(s + pos);
-        }
-    } else {
-#pragma unroll
-        for (int l = ty; l < TX; l += TY) {
-            const long long line = line0 + l;
-#pragma unroll
-            for (int pos = tx; pos < TROWS; pos += TX) {
-                const int i = i0 - FIELD_R + pos;
-                tile[l * (TROWS + 1) + pos] = (i >= 0 && i < n && line < lines) ? src[line * n + i] : 0.0f;
-            }
-        }
-    }
-    __syncthreads();
-    float acc[FIELD_K];
-#if FIELD_R <= WINDOW_MAX_R
-    float win[FIELD_K + 2 * FIELD_R];
-#pragma unroll
-    for (int t = 0; t < FIELD_K + 2 * FIELD_R; t++) win[t] = tile[tx * (TROWS + 1) + ty * FIELD_K + t];
-    SMOOTH_K(WIN_REG, acc)
-#else
-    SMOOTH_K(WIN_SMEM_LAST, acc)
-#endif
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < FIELD_K; k++) tile[tx * (TROWS + 1) + ty * FIELD_K + k] = acc[k];
-    __syncthreads();
-#pragma unroll
-    for (int l = ty; l < TX; l += TY) {
-        const long long line = line0 + l;
-#pragma unroll
-        for (int pos = tx; pos < TL; pos += TX) {
-            const int i = i0 + pos;
-            if (i < n && line < lines) dst[line * n + i] = tile[l * (TROWS + 1) + pos];
-        }
-    }
-}
-
 // Philox alone over `total` voxels of `comps` components (grid-stride), one sum per thread.
 extern "C" __global__ void __launch_bounds__(256) noise_only(float* __restrict__ out, long long total, int comps) {
     float s = 0.0f;
@@ -270,6 +169,10 @@ def main():
             f"-DFIELD_R={rb}", "--std=c++17")
     mod = cp.RawModule(code=src, options=opts, backend="nvrtc")
     L = Launcher(mod)
+    field_cu = open(path).read()
+    blocks = {b: Launcher(cp.RawModule(code=field_cu, backend="nvrtc",
+                                       options=opts + ("-DFD_ONLY=2", f"-DLAST_MIN_BLOCKS={b}")))
+              for b in (4, 6)}
     W = (ctypes.c_float * 128)(*weights(a.sigma, rb).tolist())
     n0, n1, n2 = shape
     vox = n0 * n1 * n2
@@ -291,19 +194,19 @@ def main():
         L("gauss_mid_f32", (math.ceil(n2 / 32), math.ceil(n1 / TL), comps * n0), (32, 8, 1),
           [A, B, I32(comps * n0), I32(n1), I64(n2), I32(0), keys, I32(0), I32(n0), I32(3), W, I32(0)])
 
-    def last(name):
-        return lambda: L(name, (math.ceil(comps * n0 * n1 / 32), math.ceil(n2 / TL), 1), (32, 8, 1),
-                         [B, C, I64(comps * n0 * n1), I32(n2), W])
+    def last(launcher=L):
+        return lambda: launcher("gauss_last_f32", (math.ceil(comps * n0 * n1 / 32), math.ceil(n2 / TL), 1),
+                                (32, 8, 1), [B, C, I64(comps * n0 * n1), I32(n2), W])
 
     assert n0 + 2 * rb <= 352, "the whole-column noise pass needs n0 + 2R <= 352"
     rows = {}
     rows["col_noise"] = timed(col_noise, a.reps)
     rows["mid"] = timed(mid, a.reps)
-    rows["last"] = timed(last("gauss_last_f32"), a.reps)
+    rows["last"] = timed(last(), a.reps)
     ref = C.copy()
     same = True
-    for v in ("gauss_last_4blocks", "gauss_last_6blocks"):
-        rows[v] = timed(last(v), a.reps)
+    for b, launcher in blocks.items():
+        rows[f"last_{b}blocks"] = timed(last(launcher), a.reps)
         same = same and bool(cp.array_equal(ref, C))
     R = cp.empty_like(A)
     checks = {}
@@ -324,10 +227,10 @@ def main():
     mid()
     ref_strided(A, comps * n0, n1, n2, 0)
     diff("engine mid vs CPU order", B, R)
-    last("gauss_last_f32")()
+    last()()
     L("ref_contig", (math.ceil(comps * vox / 256), 1, 1), (256, 1, 1), [B, R, I64(comps * n0 * n1), I32(n2), W])
     diff("engine last vs CPU order", C, R)
-    rows["all three (engine)"] = timed(lambda: (col_noise(), mid(), last("gauss_last_f32")()), a.reps)
+    rows["all three (engine)"] = timed(lambda: (col_noise(), mid(), last()()), a.reps)
     out = cp.empty(132 * 8 * 256, dtype=cp.float32)
     rows["noise_only"] = timed(lambda: L("noise_only", (132 * 8, 1, 1), (256, 1, 1),
                                          [out, I64(vox), I32(comps)]), a.reps)

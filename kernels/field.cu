@@ -201,11 +201,13 @@ extern "C" __global__ void __launch_bounds__(256) gauss_mid_f32(
 // coalesced through a shared tile (odd row stride: no bank conflicts), line by line: each warp
 // reads 32 consecutive elements of one line per step, every step unrolled (no index division per
 // element). Built for 5 blocks per SM at R <= 48 (48 registers): the loads of one block wait
-// while the others compute.
+// while the others compute. (LAST_MIN_BLOCKS defined outside: benches/field_probe.py.)
+#ifndef LAST_MIN_BLOCKS
 #if FIELD_R <= 48
 #define LAST_MIN_BLOCKS 5
 #else
 #define LAST_MIN_BLOCKS 4
+#endif
 #endif
 #if FD_KEEP(2)
 extern "C" __global__ void __launch_bounds__(256, LAST_MIN_BLOCKS) gauss_last_f32(
