@@ -134,7 +134,7 @@ impl FieldPass<'_> {
                 // loop stays below n_comp * ncomp.
                 unsafe { b.launch(cfg) }.map_err(|e| driver_error("gauss_direct_f32", e))?;
             }
-        } else if self.axis == 0 || inner > 1 {
+        } else if !contiguous_pass(self.axis, self.shape) {
             let outer_all = self.slabs * outer;
             if outer_all > i32::MAX as usize || len.div_ceil(FIELD_TL) > 65535 {
                 return Err(too_large());

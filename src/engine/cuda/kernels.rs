@@ -84,6 +84,13 @@ fn field_only(name: &str) -> Option<u32> {
     })
 }
 
+/// Whether the tiled field pass along `axis` of `shape` is the last-axis kernel's: along an axis
+/// whose inner extent is 1 the CPU sums in its contiguous order, which that kernel follows (axis
+/// 0 excepted: the noise pass is made by the strided kernels).
+pub(super) fn contiguous_pass(axis: usize, shape: &[usize]) -> bool {
+    axis > 0 && shape[axis + 1..].iter().product::<usize>() == 1
+}
+
 /// The entry of the field pass along `axis` of `shape` with `sigma` (voxels): (tiled, whole-column
 /// noise pass, name). The noise pass (axis 0) holds whole columns when they fit the shared tile
 /// (COL_ROWS in kernels/field.cu); AUGSCOPE_FIELD_COL=0 turns that off, for measurements.
@@ -98,10 +105,7 @@ pub(super) fn field_pass_entry(
         && tiled
         && shape[0] + 2 * radius <= FIELD_COL_ROWS
         && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
-    // Along an axis whose inner extent is 1 the CPU sums in its contiguous order, which the
-    // last-axis kernel follows (axis 0 excepted: the noise pass is made by the strided kernels).
-    let contiguous = axis > 0 && shape[axis + 1..].iter().product::<usize>() == 1;
-    let name = match (tiled, col, contiguous) {
+    let name = match (tiled, col, contiguous_pass(axis, shape)) {
         (false, _, _) => "gauss_direct_f32",
         (true, true, _) => "gauss_col_noise_f32",
         (true, false, false) => "gauss_mid_f32",
