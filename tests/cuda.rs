@@ -32,7 +32,7 @@ fn cached_on_second_run(g: &dyn Backend, first: &Plan, second: &Plan, image: &Vo
 #[test]
 fn every_kernel_compiles_with_nvrtc() {
     if let Err(why) = cuda::nvrtc_version() {
-        eprintln!("skipped: {why}");
+        common::skipped(&why);
         return;
     }
     // The H200's arch, as the engine passes it there; PTX needs no device.
@@ -45,7 +45,7 @@ fn every_kernel_compiles_with_nvrtc() {
 #[test]
 fn mm_space_field_kernels_compile_with_nvrtc() {
     if let Err(why) = cuda::nvrtc_version() {
-        eprintln!("skipped: {why}");
+        common::skipped(&why);
         return;
     }
     let plan = Plan {
@@ -71,7 +71,7 @@ fn mm_space_field_kernels_compile_with_nvrtc() {
 #[test]
 fn modules_compile_to_cubin_and_are_cached_on_disk() {
     if cuda::nvrtc_version().is_err() {
-        eprintln!("skipped: NVRTC not loadable");
+        common::skipped("NVRTC not loadable");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -131,7 +131,7 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
 #[test]
 fn each_resample_entry_compiles_alone() {
     if cuda::nvrtc_version().is_err() {
-        eprintln!("skipped: NVRTC not loadable");
+        common::skipped("NVRTC not loadable");
         return;
     }
     let want = [
@@ -154,7 +154,7 @@ fn each_resample_entry_compiles_alone() {
 #[test]
 fn a_broken_kernel_returns_the_compiler_log() {
     if cuda::nvrtc_version().is_err() {
-        eprintln!("skipped: NVRTC not loadable");
+        common::skipped("NVRTC not loadable");
         return;
     }
     // A resample build without the mode defines must fail with the header's #error, not panic.
@@ -486,7 +486,7 @@ fn gpu_out_of_memory_falls_back_to_the_cpu() {
     // A separate process would be cleaner; the limit is read when a device is first opened, so
     // this test opens its own engine only if none was opened before with another limit.
     if device::discover().unavailable_reason().is_some() {
-        eprintln!("skipped: no usable CUDA device");
+        common::skipped("no usable CUDA device");
         return;
     }
     let tracker = std::sync::Arc::new(device::MemTracker::new(Some(1024)));

@@ -22,7 +22,7 @@ fn no_gpu() -> Option<String> {
 macro_rules! need_gpu {
     () => {
         if let Some(why) = no_gpu() {
-            eprintln!("skipped: no usable CUDA device ({why})");
+            common::skipped(&format!("no usable CUDA device ({why})"));
             return;
         }
     };
@@ -39,7 +39,7 @@ fn on_gpu(f: &Filter, b: Boundary, data: &[f32], shape: &[usize], p: Precision) 
 #[test]
 fn every_filter_kernel_compiles_with_nvrtc() {
     if let Err(why) = nvrtc_version() {
-        eprintln!("skipped: {why}");
+        common::skipped(&why);
         return;
     }
     let n = cuda::compile_all(Some("sm_90")).unwrap_or_else(|e| panic!("{e}"));

@@ -250,7 +250,7 @@ fn set_cursor(h: &mut Harness<'_, App>, c: [usize; 3]) {
 #[test]
 fn folded_share_matches_numpy_of_the_saved_coordinates() {
     if let Some(why) = numpy_missing() {
-        println!("skipped: numpy is not available ({why})");
+        common::skipped(&format!("numpy is not available ({why})"));
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

@@ -148,11 +148,11 @@ fn check(name: &str, shape: &[usize], extra: &[&str], want_sign: f64) -> f64 {
     frac
 }
 
-fn skip_without_numpy(test: &str) -> bool {
+fn skip_without_numpy(_test: &str) -> bool {
     if python_has("numpy") {
         return false;
     }
-    eprintln!("SKIP {test}: python3 cannot import numpy (pip install numpy)");
+    common::skipped("python3 cannot import numpy (pip install numpy)");
     true
 }
 

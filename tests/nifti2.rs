@@ -290,14 +290,14 @@ print(json.dumps(out))
     {
         Ok(o) => o,
         Err(e) => {
-            println!("skipped: python3 is not available ({e})");
+            common::skipped(&format!("python3 is not available ({e})"));
             return None;
         }
     };
     if !o.status.success() {
         let err = String::from_utf8_lossy(&o.stderr);
         if err.contains("No module named") {
-            println!("skipped: nibabel is not available ({})", err.trim());
+            common::skipped(&format!("nibabel is not available ({})", err.trim()));
             return None;
         }
         panic!("nibabel could not read {}: {err}", path.display());

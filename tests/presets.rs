@@ -362,9 +362,8 @@ fn conversions_in_snippets() {
 #[test]
 fn batchgenerators_snippet_matches_apply() {
     if !python_has("batchgenerators") {
-        eprintln!(
-            "SKIP batchgenerators_snippet_matches_apply: python3 cannot import batchgenerators \
-             (pip install batchgenerators==0.25.5)"
+        common::skipped(
+            "python3 cannot import batchgenerators (pip install batchgenerators==0.25.5)",
         );
         return;
     }

@@ -135,11 +135,18 @@ fn check_outputs(a: &ApplyArgs) -> anyhow::Result<()> {
 fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
     let load_opts = LoadOptions {
         channels_first: a.channels,
+        ..LoadOptions::default()
     };
     let image = io::load(&a.input, &load_opts)?;
     let label = match &a.label {
         Some(p) => {
-            let l = io::load(p, &LoadOptions::default())?;
+            let l = io::load(
+                p,
+                &LoadOptions {
+                    label: true,
+                    ..LoadOptions::default()
+                },
+            )?;
             if l.shape != image.shape {
                 return Err(usage(format!(
                     "label map shape {:?} differs from the image shape {:?}: {}",

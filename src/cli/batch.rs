@@ -18,6 +18,7 @@ pub(super) fn batch(a: BatchArgs) -> anyhow::Result<()> {
         let stop = stop.clone();
         let _ = ctrlc::set_handler(move || {
             if stop.swap(true, Ordering::SeqCst) {
+                crate::gpu::nvrtc::finish_background_compiles();
                 std::process::exit(130);
             }
             eprintln!(

@@ -65,6 +65,7 @@ pub(super) fn filter_cmd(a: FilterArgs) -> anyhow::Result<()> {
     };
     let load_opts = LoadOptions {
         channels_first: a.channels,
+        ..LoadOptions::default()
     };
     let save = SaveOptions {
         keep_dtype: a.dtype == "keep",

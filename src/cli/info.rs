@@ -7,6 +7,7 @@ pub(super) fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
         path,
         &LoadOptions {
             channels_first: channels,
+            ..LoadOptions::default()
         },
     )?;
     use std::fmt::Write as _;

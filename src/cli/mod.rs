@@ -305,7 +305,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match run(cli) {
+    let result = run(cli);
+    crate::gpu::nvrtc::finish_background_compiles();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let user = e.downcast_ref::<Usage>().is_some()

@@ -6,12 +6,14 @@
 
 pub mod field;
 pub mod gaussian;
+pub mod labels;
 pub mod mode;
 pub mod plan;
 pub mod spec;
 pub mod volume;
 
 pub use field::FieldSpec;
+pub use labels::LabelValues;
 pub use mode::Mode;
 pub use plan::{CoordMap, Elastic, Order, Plan, PlanError, Space};
 pub use spec::{BackendSpec, Precision};

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use super::labels::LabelValues;
+
 /// How the voxels were stored on disk; kept so that `--dtype keep` and label maps can be written
 /// back in their own type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -96,6 +98,9 @@ pub struct Volume {
     /// Whether the affine places the voxels in a patient's anatomy (NIfTI, DICOM), so that the
     /// views may name their edges; `.npy` and plain images have only the identity.
     pub oriented: bool,
+    /// For a label map whose values f32 cannot all hold: `data` holds codes into this table of
+    /// the exact values ([`LabelValues`]), which the writers turn back into the values.
+    pub label_values: Option<std::sync::Arc<LabelValues>>,
 }
 
 impl fmt::Debug for Volume {
@@ -129,6 +134,7 @@ impl Volume {
             nifti2: None,
             default_window: None,
             oriented: false,
+            label_values: None,
         }
     }
 
@@ -183,6 +189,7 @@ impl Volume {
             nifti2: self.nifti2.clone(),
             default_window: self.default_window,
             oriented: self.oriented,
+            label_values: self.label_values.clone(),
         }
     }
 }
@@ -209,6 +216,7 @@ impl Volume {
             nifti2: self.nifti2.clone(),
             default_window: self.default_window,
             oriented: self.oriented,
+            label_values: self.label_values.clone(),
         }
     }
 }

@@ -136,6 +136,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync> Staging<T> {
     fn host(&mut self, dev: &DeviceContext, len: usize) -> Result<&mut [T], GpuError> {
         if self.0.as_ref().is_none_or(|p| p.len() < len) {
             self.0 = None;
+            dev.tracker.attempt("pinned host memory")?;
             // SAFETY: page-locked host memory of len elements; every element a transfer reads is
             // written first (by `fill` before an upload, by the transfer before `take` reads it
             // after a download).

@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nvrtc::Ptx;
@@ -27,6 +27,24 @@ use super::{GpuError, lock};
 /// Environment variable that caps augscope's own device memory (bytes, or with a K/M/G suffix),
 /// to test the out-of-memory fallback on any GPU.
 pub const MEM_LIMIT_ENV: &str = "AUGSCOPE_GPU_MEM_LIMIT";
+
+/// Environment variable for fault injection: `N` makes the device's `N`-th allocation (counted
+/// from 1 over device buffers and pinned staging, in the order the work asks for them) fail as
+/// out of memory, so that every allocation site's way out can be tried in turn.
+pub const FAIL_ALLOC_ENV: &str = "AUGSCOPE_GPU_FAIL_ALLOC";
+
+/// The allocation that [`FAIL_ALLOC_ENV`] makes fail, if any.
+pub fn fail_alloc_from_env() -> Result<Option<u64>, String> {
+    match std::env::var(FAIL_ALLOC_ENV) {
+        Ok(s) if !s.trim().is_empty() => match s.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!(
+                "{FAIL_ALLOC_ENV}='{s}' is not an allocation number (1, 2, ...)"
+            )),
+        },
+        _ => Ok(None),
+    }
+}
 
 /// One CUDA device as the driver reports it.
 #[derive(Clone, Debug, Serialize)]
@@ -245,6 +263,9 @@ pub struct MemTracker {
     allocated: AtomicUsize,
     peak: AtomicUsize,
     limit: Option<usize>,
+    /// Allocations asked for so far, and the one to fail ([`FAIL_ALLOC_ENV`]).
+    attempts: AtomicU64,
+    fail_at: Option<u64>,
 }
 
 impl MemTracker {
@@ -255,8 +276,27 @@ impl MemTracker {
         }
     }
 
+    /// A tracker whose `n`-th allocation fails as out of memory (fault injection).
+    pub fn failing_at(mut self, n: Option<u64>) -> Self {
+        self.fail_at = n;
+        self
+    }
+
+    /// Counts one allocation of `what`; the one chosen by [`FAIL_ALLOC_ENV`] fails here as the
+    /// driver's out-of-memory would. Every allocation site calls it before allocating.
+    pub fn attempt(&self, what: &str) -> Result<(), GpuError> {
+        let n = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fail_at == Some(n) {
+            return Err(GpuError::OutOfMemory(format!(
+                "{what}: allocation {n} made to fail by {FAIL_ALLOC_ENV}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Accounts for `bytes` more device memory, or refuses with `OutOfMemory` past the cap.
     pub fn reserve(self: &Arc<Self>, bytes: usize, what: &str) -> Result<Reservation, GpuError> {
+        self.attempt(what)?;
         let now = self.reserved.fetch_add(bytes, Ordering::SeqCst) + bytes;
         if let Some(l) = self.limit
             && now > l
@@ -402,6 +442,7 @@ impl DeviceContext {
             .compute_capability()
             .map_err(|e| driver_error("cannot read the compute capability", e))?;
         let limit = mem_limit_from_env().map_err(GpuError::Unavailable)?;
+        let fail_at = fail_alloc_from_env().map_err(GpuError::Unavailable)?;
         Ok(DeviceContext {
             ordinal,
             name: ctx.name().unwrap_or_else(|_| "unknown".into()),
@@ -410,7 +451,7 @@ impl DeviceContext {
             ctx,
             stream,
             copy_stream,
-            tracker: Arc::new(MemTracker::new(limit)),
+            tracker: Arc::new(MemTracker::new(limit).failing_at(fail_at)),
             pinned_bytes: AtomicUsize::new(0),
             functions: Mutex::default(),
         })
@@ -469,13 +510,7 @@ impl DeviceContext {
         if lock(modules()).contains_key(&module_key(family, defines, arch)) {
             return;
         }
-        let build = defines.to_vec();
-        // A thread that cannot start is no error: the module compiles when it is first used.
-        let _ = std::thread::Builder::new()
-            .name("augscope-nvrtc".into())
-            .spawn(move || {
-                let _ = shared_module(family, &build, arch);
-            });
+        super::nvrtc::compile_ahead(family, defines.to_vec(), arch);
     }
 
     pub(crate) fn set_pinned_bytes(&self, b: usize) {

@@ -357,6 +357,42 @@ pub(crate) fn shared_module(
         .map_err(GpuError::Cuda)
 }
 
+/// Compiles running on threads of their own ([`compile_ahead`]), until
+/// [`finish_background_compiles`] joins them.
+fn background() -> &'static Mutex<Vec<std::thread::JoinHandle<()>>> {
+    static B: OnceLock<Mutex<Vec<std::thread::JoinHandle<()>>>> = OnceLock::new();
+    B.get_or_init(Mutex::default)
+}
+
+/// Starts [`shared_module`] of `family` with `defines` for `arch` on a thread of its own, so that
+/// NVRTC builds it while the caller builds or runs others; a later [`shared_module`] call finds it
+/// compiled, or waits for the compile under way. A thread that cannot start is no error: the
+/// module compiles when it is first used.
+pub fn compile_ahead(family: Family, defines: Vec<String>, arch: Option<&'static str>) {
+    let mut running = lock(background());
+    running.retain(|h| !h.is_finished());
+    let started = std::thread::Builder::new()
+        .name("augscope-nvrtc".into())
+        .spawn(move || {
+            let _ = shared_module(family, &defines, arch);
+        });
+    if let Ok(h) = started {
+        running.push(h);
+    }
+}
+
+/// Waits for every compile that [`compile_ahead`] started. A process must not exit while NVRTC
+/// runs on another thread: the library's own teardown at exit frees what that compile still
+/// uses, and the process then crashes after its work is done (a run that fell back to the CPU
+/// engine finishes before the compiles it started). Every front end calls this before it
+/// returns or exits; the wait is at most one compile (about a second).
+pub fn finish_background_compiles() {
+    let running = std::mem::take(&mut *lock(background()));
+    for h in running {
+        let _ = h.join();
+    }
+}
+
 /// Every name of `want` is an entry of the compiled module `ptx` (of `file`).
 pub(crate) fn check_entries(ptx: &str, file: &str, want: &[&str]) -> Result<(), GpuError> {
     let have = ptx_entries(ptx);

@@ -113,6 +113,9 @@ impl Format {
 pub struct LoadOptions {
     /// The first axis of a `.npy` array is channels (`(3, H, W)` RGB, multi-channel volumes).
     pub channels_first: bool,
+    /// The file is a label map: integer values that f32 cannot hold exactly (beyond 2^24) are
+    /// kept as codes into a table of the exact values ([`crate::core::LabelValues`]).
+    pub label: bool,
 }
 
 /// How to write a volume.
@@ -141,9 +144,23 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Volume, IoError> {
         return dicom::read(path);
     }
     match Format::from_path(path)? {
-        Format::Nifti => nifti::read(path),
-        Format::Npy => npy::read_volume(path, opts.channels_first),
+        Format::Nifti => nifti::read_with(path, opts.label),
+        Format::Npy => npy::read_volume_with(path, opts.channels_first, opts.label),
         Format::Png | Format::Jpeg | Format::Tiff => image2d::read(path),
+    }
+}
+
+/// Makes `v` a label map of codes into the table of its exact values `wide` (C order, channel
+/// after channel) when f32 cannot hold them all; leaves it as it is otherwise.
+pub(crate) fn exact_labels(v: &mut Volume, wide: &[i128], path: &Path) -> Result<(), IoError> {
+    match crate::core::LabelValues::encode(wide) {
+        Ok(Some((table, codes))) if codes.len() == v.data.len() => {
+            v.data = codes;
+            v.label_values = Some(std::sync::Arc::new(table));
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(why) => Err(IoError::read("label map", why, path)),
     }
 }
 

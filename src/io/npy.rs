@@ -74,6 +74,16 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 
 /// Reads a `.npy` array from bytes.
 pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
+    parse_with(bytes, path, false).map(|(a, _)| a)
+}
+
+/// [`parse`], and with `exact` the values of a 32- or 64-bit integer array as they are (f32
+/// rounds those beyond 2^24), in C order.
+fn parse_with(
+    bytes: &[u8],
+    path: &Path,
+    exact: bool,
+) -> Result<(NpyArray, Option<Vec<i128>>), IoError> {
     let err = |why: String| IoError::read(FORMAT, why, path);
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(err("not a .npy file (bad magic)".into()));
@@ -138,15 +148,50 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
         )));
     }
     let mut data = decode(&body[..nbytes], descr);
+    let mut wide = if exact {
+        decode_wide(&body[..nbytes], descr)
+    } else {
+        None
+    };
     if fortran && shape.len() > 1 {
         data = fortran_to_c(&data, &shape);
+        wide = wide.map(|w| fortran_to_c(&w, &shape));
     }
     let dtype = if descr.is_bool {
         DType::U8
     } else {
         descr.dtype
     };
-    Ok(NpyArray { data, shape, dtype })
+    Ok((NpyArray { data, shape, dtype }, wide))
+}
+
+/// The values of a 32- or 64-bit integer array, exactly (`None` for other types, which f32
+/// holds exactly or which are floats).
+fn decode_wide(b: &[u8], d: Descr) -> Option<Vec<i128>> {
+    macro_rules! conv {
+        ($t:ty, $n:expr) => {
+            b.chunks_exact($n)
+                .map(|c| {
+                    let a: [u8; $n] = c.try_into().unwrap_or([0; $n]);
+                    (if d.big_endian {
+                        <$t>::from_be_bytes(a)
+                    } else {
+                        <$t>::from_le_bytes(a)
+                    }) as i128
+                })
+                .collect()
+        };
+    }
+    if d.is_bool {
+        return None;
+    }
+    Some(match d.dtype {
+        DType::U32 => conv!(u32, 4),
+        DType::I32 => conv!(i32, 4),
+        DType::U64 => conv!(u64, 8),
+        DType::I64 => conv!(i64, 8),
+        _ => return None,
+    })
 }
 
 fn decode(b: &[u8], d: Descr) -> Vec<f32> {
@@ -182,14 +227,14 @@ fn decode(b: &[u8], d: Descr) -> Vec<f32> {
 }
 
 /// Reorders a Fortran-order buffer (first axis fastest) into C order.
-fn fortran_to_c(src: &[f32], shape: &[usize]) -> Vec<f32> {
+fn fortran_to_c<T: Copy + Default>(src: &[T], shape: &[usize]) -> Vec<T> {
     let n = src.len();
     let d = shape.len();
     let mut fstride = vec![1usize; d];
     for a in 1..d {
         fstride[a] = fstride[a - 1] * shape[a - 1];
     }
-    let mut out = vec![0f32; n];
+    let mut out = vec![T::default(); n];
     let mut idx = vec![0usize; d];
     for o in out.iter_mut() {
         *o = src[idx.iter().zip(&fstride).map(|(i, s)| i * s).sum::<usize>()];
@@ -212,7 +257,15 @@ pub fn read(path: &Path) -> Result<NpyArray, IoError> {
 
 /// Reads a `.npy` file as a 2D or 3D volume; with `channels_first` the first axis is channels.
 pub fn read_volume(path: &Path, channels_first: bool) -> Result<Volume, IoError> {
-    let a = read(path)?;
+    read_volume_with(path, channels_first, false)
+}
+
+/// [`read_volume`]; with `label`, a label map whose integer values f32 cannot all hold comes as
+/// codes into a table of its exact values ([`crate::core::LabelValues`]).
+pub fn read_volume_with(path: &Path, channels_first: bool, label: bool) -> Result<Volume, IoError> {
+    let bytes = std::fs::read(path).map_err(|e| IoError::read(FORMAT, e.to_string(), path))?;
+    let (a, wide) = parse_with(&bytes, path, label)?;
+    drop(bytes);
     let (channels, shape) = if channels_first {
         match a.shape.split_first() {
             Some((&c, rest)) => (c, rest.to_vec()),
@@ -242,6 +295,9 @@ pub fn read_volume(path: &Path, channels_first: bool) -> Result<Volume, IoError>
     }
     let mut v = Volume::new(a.data, shape, channels);
     v.dtype = a.dtype;
+    if let Some(w) = wide {
+        super::exact_labels(&mut v, &w, path)?;
+    }
     Ok(v)
 }
 
@@ -333,7 +389,54 @@ pub fn write_volume(path: &Path, vol: &Volume, opts: &SaveOptions) -> Result<(),
     } else {
         DType::F32
     };
-    write(path, &vol.data, &shape, dtype)
+    match &vol.label_values {
+        Some(t) if dtype.is_integer() => write_exact(path, &t.decode(&vol.data), &shape, dtype),
+        Some(t) => {
+            let values: Vec<f32> = t.decode(&vol.data).iter().map(|&v| v as f32).collect();
+            write(path, &values, &shape, dtype)
+        }
+        None => write(path, &vol.data, &shape, dtype),
+    }
+}
+
+/// Writes the exact integer values of a label map (C order, `shape`) as little-endian `dtype`,
+/// clamped to its range.
+fn write_exact(path: &Path, values: &[i128], shape: &[usize], dtype: DType) -> Result<(), IoError> {
+    atomic_write(path, FORMAT, |w| {
+        w.write_all(&header_bytes(dtype, shape))?;
+        let mut buf = Vec::with_capacity(1 << 16);
+        for chunk in values.chunks(8192) {
+            buf.clear();
+            for &v in chunk {
+                match dtype {
+                    DType::U8 => buf.push(v.clamp(0, u8::MAX as i128) as u8),
+                    DType::I8 => buf.push(v.clamp(i8::MIN as i128, i8::MAX as i128) as i8 as u8),
+                    DType::U16 => {
+                        buf.extend_from_slice(&(v.clamp(0, u16::MAX as i128) as u16).to_le_bytes())
+                    }
+                    DType::I16 => buf.extend_from_slice(
+                        &(v.clamp(i16::MIN as i128, i16::MAX as i128) as i16).to_le_bytes(),
+                    ),
+                    DType::U32 => {
+                        buf.extend_from_slice(&(v.clamp(0, u32::MAX as i128) as u32).to_le_bytes())
+                    }
+                    DType::I32 => buf.extend_from_slice(
+                        &(v.clamp(i32::MIN as i128, i32::MAX as i128) as i32).to_le_bytes(),
+                    ),
+                    DType::U64 => {
+                        buf.extend_from_slice(&(v.clamp(0, u64::MAX as i128) as u64).to_le_bytes())
+                    }
+                    DType::I64 => buf.extend_from_slice(
+                        &(v.clamp(i64::MIN as i128, i64::MAX as i128) as i64).to_le_bytes(),
+                    ),
+                    DType::F32 => buf.extend_from_slice(&(v as f32).to_le_bytes()),
+                    DType::F64 => buf.extend_from_slice(&(v as f64).to_le_bytes()),
+                }
+            }
+            w.write_all(&buf)?;
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ pub fn gpu(precision: Precision) -> Option<CudaBackend> {
     match CudaBackend::new(&[0], precision) {
         Ok(b) => Some(b),
         Err(e) => {
-            eprintln!("skipped: no usable CUDA device ({e})");
+            super::skipped(&format!("no usable CUDA device ({e})"));
             None
         }
     }

@@ -14,3 +14,26 @@ pub mod volumes;
 
 #[cfg(feature = "gui")]
 pub mod gui;
+
+/// Records that the running test skipped its work (no GPU, no NVRTC, a missing Python module),
+/// so that a skip never reads as a pass: the reason goes to stderr, and, where
+/// `AUGSCOPE_SKIP_LOG` names a file, one line `test name<TAB>reason` is appended to it (CI counts
+/// them in its summary).
+pub fn skipped(why: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_string();
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(path) = std::env::var_os("AUGSCOPE_SKIP_LOG") {
+        use std::io::Write as _;
+        let line = format!("{test}\t{}\n", why.replace(['\n', '\t'], " "));
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+}

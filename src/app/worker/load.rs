@@ -72,7 +72,13 @@ pub(super) fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Lo
     let mut note = None;
     let label = match &label_path {
         None => None,
-        Some(lp) => match io::load(lp, &LoadOptions::default()) {
+        Some(lp) => match io::load(
+            lp,
+            &LoadOptions {
+                label: true,
+                ..LoadOptions::default()
+            },
+        ) {
             Ok(l) if l.shape == image.shape && l.channels == 1 => Some(Arc::new(l)),
             Ok(l) => {
                 note = Some(format!(

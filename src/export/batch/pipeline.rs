@@ -315,7 +315,13 @@ fn load_input(opts: &BatchOptions, input: usize) -> Result<(Volume, Option<Volum
         .map_err(|e| usage(format!("{e}: {}", opts.inputs[input].display())))?;
     let lab = match opts.labels.get(input) {
         Some(p) => {
-            let l = io::load(p, &LoadOptions::default())?;
+            let l = io::load(
+                p,
+                &LoadOptions {
+                    label: true,
+                    ..LoadOptions::default()
+                },
+            )?;
             if l.shape != img.shape {
                 return Err(usage(format!(
                     "label map shape {:?} differs from the image shape {:?}: {}",

@@ -50,6 +50,7 @@ fn bandpass_cufft(
         match p.get(&(g.ordinal, h, w)) {
             Some(pl) => pl.clone(),
             None => {
+                g.eng.dev.tracker.attempt("cuFFT plans")?;
                 let stream = g.stream().clone();
                 let fwd =
                     CudaFft::plan_2d(h as i32, w as i32, cufftType::CUFFT_R2C, stream.clone())

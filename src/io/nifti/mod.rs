@@ -24,7 +24,7 @@ mod write;
 use ::nifti::NiftiHeader;
 
 pub use affine::world_from_voxel;
-pub use read::read;
+pub use read::{read, read_with};
 pub use write::write;
 
 pub use crate::core::volume::Nifti2Fields;

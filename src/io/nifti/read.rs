@@ -38,6 +38,12 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 /// with NIfTI axes reversed to `[z, y, x]`, `img.affine`, and `header.get_zooms()` in array order.
 /// 4D data becomes channels, RGB24 three channels. NaN and infinite voxels are kept as they are.
 pub fn read(path: &Path) -> Result<Volume, IoError> {
+    read_with(path, false)
+}
+
+/// [`read`]; with `label`, a label map whose integer values f32 cannot all hold comes as codes
+/// into a table of its exact values ([`crate::core::LabelValues`]).
+pub fn read_with(path: &Path, label: bool) -> Result<Volume, IoError> {
     // gzip and OS messages are one line, but a message must stay one line whatever the source.
     let err = |why: String| {
         IoError::read(
@@ -91,21 +97,27 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
             header_len + skipped
         )));
     }
-    let data = read_data(&mut r, &lay, gz.then_some(file_len)).map_err(|e| match e {
-        DataError::Io(e) => stream_err(e),
-        DataError::Short(got) => err(format!(
-            "truncated data: dim {:?} of {} needs {} bytes from offset {}, the file has {got}",
-            &dim[1..=dim[0] as usize],
-            storage_name(lay.storage),
-            lay.nbytes,
-            lay.offset
-        )),
-        DataError::TooLarge(bytes) => err(format!(
-            "dim {:?} needs {:.1} GB of memory as float32, more than this machine can allocate",
-            &dim[1..=dim[0] as usize],
-            bytes as f64 / 1e9
-        )),
-    })?;
+    let wide_ints = matches!(
+        lay.storage,
+        Storage::Scalar(DType::U32 | DType::I32 | DType::U64 | DType::I64)
+    );
+    let mut wide = (label && wide_ints && lay.scale.is_none()).then(Vec::new);
+    let data =
+        read_data(&mut r, &lay, gz.then_some(file_len), wide.as_mut()).map_err(|e| match e {
+            DataError::Io(e) => stream_err(e),
+            DataError::Short(got) => err(format!(
+                "truncated data: dim {:?} of {} needs {} bytes from offset {}, the file has {got}",
+                &dim[1..=dim[0] as usize],
+                storage_name(lay.storage),
+                lay.nbytes,
+                lay.offset
+            )),
+            DataError::TooLarge(bytes) => err(format!(
+                "dim {:?} needs {:.1} GB of memory as float32, more than this machine can allocate",
+                &dim[1..=dim[0] as usize],
+                bytes as f64 / 1e9
+            )),
+        })?;
     if gz {
         // Read the stream to its end so that gzip checks its CRC: a corrupt stream can inflate
         // to plausible bytes. Whatever follows the voxels is discarded, never stored.
@@ -116,7 +128,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     let zoom = fixed_pixdim(&lay.wide);
     let spacing_mm = zoom[..ndim].iter().rev().copied().collect();
     let world_from_voxel = affine(&lay.wide, lay.version).map_err(err)?;
-    Ok(Volume {
+    let mut vol = Volume {
         data,
         shape: lay.shape,
         channels: lay.channels,
@@ -127,7 +139,12 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
         nifti2: (lay.version == Version::Two).then(|| Box::new(lay.wide)),
         default_window: None,
         oriented: true,
-    })
+        label_values: None,
+    };
+    if let Some(w) = wide {
+        crate::io::exact_labels(&mut vol, &w, path)?;
+    }
+    Ok(vol)
 }
 
 enum DataError {
@@ -141,7 +158,12 @@ enum DataError {
 /// Streams the voxels into f32, channel-major, applying the scaling. Memory grows with the bytes
 /// actually read, so a header that lies about its size cannot make us allocate it; `gz_len` is
 /// the compressed size, which bounds what can come out of it.
-fn read_data(r: &mut impl Read, lay: &Layout, gz_len: Option<u64>) -> Result<Vec<f32>, DataError> {
+fn read_data(
+    r: &mut impl Read,
+    lay: &Layout,
+    gz_len: Option<u64>,
+    mut wide: Option<&mut Vec<i128>>,
+) -> Result<Vec<f32>, DataError> {
     let size = lay.storage.size();
     let total = lay.count * lay.channels;
     let plausible_bytes = match gz_len {
@@ -175,7 +197,12 @@ fn read_data(r: &mut impl Read, lay: &Layout, gz_len: Option<u64>) -> Result<Vec
                     rgb[1].push(px[2] as f32);
                 }
             }
-            Storage::Scalar(d) => decode(bytes, d, lay.big_endian, lay.scale, &mut out),
+            Storage::Scalar(d) => {
+                decode(bytes, d, lay.big_endian, lay.scale, &mut out);
+                if let Some(w) = wide.as_deref_mut() {
+                    decode_wide(bytes, d, lay.big_endian, w);
+                }
+            }
         }
     }
     if lay.storage == Storage::Rgb24 {
@@ -184,6 +211,31 @@ fn read_data(r: &mut impl Read, lay: &Layout, gz_len: Option<u64>) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// The values of 32- and 64-bit integer storage, exactly (nothing for other types).
+fn decode_wide(b: &[u8], d: DType, big: bool, out: &mut Vec<i128>) {
+    macro_rules! conv {
+        ($t:ty) => {{
+            const N: usize = std::mem::size_of::<$t>();
+            out.extend(b.chunks_exact(N).map(|c| {
+                let mut a = [0u8; N];
+                a.copy_from_slice(c);
+                (if big {
+                    <$t>::from_be_bytes(a)
+                } else {
+                    <$t>::from_le_bytes(a)
+                }) as i128
+            }))
+        }};
+    }
+    match d {
+        DType::U32 => conv!(u32),
+        DType::I32 => conv!(i32),
+        DType::U64 => conv!(u64),
+        DType::I64 => conv!(i64),
+        _ => {}
+    }
 }
 
 fn decode(b: &[u8], d: DType, big: bool, scale: Option<(f64, f64)>, out: &mut Vec<f32>) {
