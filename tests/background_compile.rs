@@ -22,7 +22,7 @@ fn exiting_while_kernels_compile_is_clean() {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
-    for _ in 0..4 {
+    for _ in 0..2 {
         let out = Command::new(example())
             .env("AUGSCOPE_CACHE_DIR", cache.path())
             .output()
@@ -39,4 +39,29 @@ fn exiting_while_kernels_compile_is_clean() {
             let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
         }
     }
+}
+
+/// The wait every front end makes before it returns leaves no compile running.
+#[test]
+fn finishing_joins_every_compile_started_ahead() {
+    use augscope::gpu::nvrtc::{
+        Family, background_compiles_running, compile_ahead, finish_background_compiles,
+    };
+    if let Err(why) = augscope::gpu::nvrtc::nvrtc_version() {
+        common::skipped(&format!("NVRTC is not loadable ({why})"));
+        return;
+    }
+    for sigma in [2.5, 4.5] {
+        compile_ahead(
+            Family::Field,
+            augscope::engine::cuda::field_defines(sigma),
+            None,
+        );
+    }
+    assert!(
+        background_compiles_running() > 0,
+        "the compiles run on threads"
+    );
+    finish_background_compiles();
+    assert_eq!(background_compiles_running(), 0);
 }

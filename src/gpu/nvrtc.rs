@@ -381,6 +381,14 @@ pub fn compile_ahead(family: Family, defines: Vec<String>, arch: Option<&'static
     }
 }
 
+/// How many compiles started by [`compile_ahead`] are still running.
+pub fn background_compiles_running() -> usize {
+    lock(background())
+        .iter()
+        .filter(|h| !h.is_finished())
+        .count()
+}
+
 /// Waits for every compile that [`compile_ahead`] started. A process must not exit while NVRTC
 /// runs on another thread: the library's own teardown at exit frees what that compile still
 /// uses, and the process then crashes after its work is done (a run that fell back to the CPU
