@@ -138,6 +138,19 @@ fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
         ..LoadOptions::default()
     };
     let image = io::load(&a.input, &load_opts)?;
+    if image.dtype.is_integer()
+        && image
+            .data
+            .iter()
+            .any(|v| v.abs() > crate::core::labels::F32_EXACT as f32)
+    {
+        eprintln!(
+            "augscope: note: {} holds integers beyond 2^24, which an image's transform computes \
+             in float32 (rounded to 8 significant digits); give a label map with --label to keep \
+             its exact values",
+            a.input.display()
+        );
+    }
     let label = match &a.label {
         Some(p) => {
             let l = io::load(
