@@ -168,3 +168,98 @@ fn dicom_geometry_that_feeds_the_affine_is_checked() {
     ok(&["apply", s(&fine), s(&out)]);
     assert!(out.exists());
 }
+
+/// The start of a DICOM file whose meta group declares only its transfer syntax, implicit VR
+/// little endian: with the 128-byte preamble, or with `DICM` at the very start (which dicom-rs
+/// reads too).
+fn meta_implicit_vr(preamble: bool) -> Vec<u8> {
+    let mut b = if preamble { vec![0u8; 128] } else { vec![] };
+    b.extend(b"DICM");
+    let ts = b"1.2.840.10008.1.2\0";
+    let mut ts_element = vec![0x02, 0x00, 0x10, 0x00, b'U', b'I'];
+    ts_element.extend((ts.len() as u16).to_le_bytes());
+    ts_element.extend(ts);
+    b.extend([0x02, 0x00, 0x00, 0x00, b'U', b'L', 4, 0]);
+    b.extend((ts_element.len() as u32).to_le_bytes());
+    b.extend(ts_element);
+    b
+}
+
+/// A file whose group length ends the meta group before a group-0002 element that hides
+/// `payload`: read as a meta element (explicit VR, VR bytes naming no VR: UN with a 4-byte
+/// length) it spans the payload; read as dicom-rs reads it, a data set element in implicit VR,
+/// it is 4 bytes long, and the payload is parsed as elements.
+fn hidden_behind_meta(preamble: bool, payload: &[u8]) -> Vec<u8> {
+    let mut b = meta_implicit_vr(preamble);
+    b.extend([0x02, 0x00, 0x99, 0x00, 0x04, 0x00, 0x00, 0x00]);
+    b.extend((payload.len() as u32).to_le_bytes());
+    b.extend(payload);
+    b
+}
+
+/// `depth` nested undefined-length sequences (ReferencedSeriesSequence, implicit VR little
+/// endian), each holding one undefined-length item, all closed.
+fn nested_implicit(depth: usize) -> Vec<u8> {
+    let mut b = vec![];
+    for _ in 0..depth {
+        b.extend([0x08, 0x00, 0x15, 0x11, 0xFF, 0xFF, 0xFF, 0xFF]);
+        b.extend([0xFE, 0xFF, 0x00, 0xE0, 0xFF, 0xFF, 0xFF, 0xFF]);
+    }
+    for _ in 0..depth {
+        b.extend([0xFE, 0xFF, 0x0D, 0xE0, 0, 0, 0, 0]);
+        b.extend([0xFE, 0xFF, 0xDD, 0xE0, 0, 0, 0, 0]);
+    }
+    b
+}
+
+#[test]
+fn dicom_group_length_that_ends_early_hides_nothing_from_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    // Pixel data declaring 4 GB in a file of a few hundred bytes (implicit VR).
+    let mut huge = vec![0xE0, 0x7F, 0x10, 0x00];
+    huge.extend(0xFFFF_FFF0u32.to_le_bytes());
+    huge.extend([0u8; 64]);
+    for preamble in [true, false] {
+        for (what, payload, needle) in [
+            ("nested", nested_implicit(10_000), "nested more than"),
+            ("huge", huge.clone(), "declares 4294967280 bytes"),
+        ] {
+            let p = dir.path().join(format!("{what}_{preamble}.dcm"));
+            std::fs::write(&p, hidden_behind_meta(preamble, &payload)).unwrap();
+            let out = dir.path().join("out.nii");
+            assert_user_error(&["info", s(&p)], needle);
+            assert_user_error(&["apply", s(&p), s(&out)], needle);
+            assert!(!out.exists());
+        }
+    }
+    // A group length that runs past the end of the file: one line, exit 2.
+    let mut late = meta_implicit_vr(true);
+    late[132 + 8..132 + 12].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+    let p = dir.path().join("late.dcm");
+    std::fs::write(&p, late).unwrap();
+    assert_user_error(&["info", s(&p)], "DICOM");
+    // A meta group without its group length first is refused, as dicom-rs refuses it.
+    let mut no_length = vec![0u8; 128];
+    no_length.extend(b"DICM");
+    no_length.extend(&meta_implicit_vr(false)[4 + 12..]);
+    let p = dir.path().join("no_length.dcm");
+    std::fs::write(&p, no_length).unwrap();
+    assert_user_error(&["info", s(&p)], "DICOM");
+}
+
+#[test]
+fn dicom_group_length_that_ends_early_on_a_real_file_still_loads() {
+    // CT_small.dcm's group length, shortened to end after its transfer syntax: the
+    // implementation UID, version name and AE title become data set elements (explicit VR, as
+    // the meta group), which dicom-rs reads, and so must the check.
+    let ct = std::fs::read(common::fixtures::data("dicom").join("CT_small.dcm")).unwrap();
+    assert_eq!(&ct[132..140], &[0x02, 0x00, 0x00, 0x00, b'U', b'L', 4, 0]);
+    let mut short = ct.clone();
+    short[140..144].copy_from_slice(&132u32.to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("ct.dcm"), dir.path().join("short.dcm"));
+    std::fs::write(&a, &ct).unwrap();
+    std::fs::write(&b, &short).unwrap();
+    let load = |p: &Path| io::load(p, &LoadOptions::default()).unwrap().data;
+    assert_eq!(load(&b), load(&a));
+}
