@@ -263,3 +263,48 @@ fn dicom_group_length_that_ends_early_on_a_real_file_still_loads() {
     let load = |p: &Path| io::load(p, &LoadOptions::default()).unwrap().data;
     assert_eq!(load(&b), load(&a));
 }
+
+/// A small `.npy` array followed by `trailing` bytes; returns the array's values.
+fn npy_with_trailing(path: &Path, trailing: &[u8]) -> Vec<f32> {
+    let data: Vec<f32> = (0..24).map(|i| i as f32 - 3.5).collect();
+    io::npy::write(path, &data, &[2, 3, 4], augscope::DType::F32).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    std::io::Write::write_all(&mut f, trailing).unwrap();
+    data
+}
+
+#[test]
+fn npy_trailing_bytes_are_ignored_as_numpy_does_and_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // np.load ignores bytes after the array's data.
+    let garbage = dir.path().join("garbage.npy");
+    let data = npy_with_trailing(&garbage, b"trailing garbage \x00\xff");
+    let a = io::npy::read(&garbage).unwrap();
+    assert_eq!((a.shape, a.data), (vec![2, 3, 4], data.clone()));
+    // A terabyte of (sparse) trailing bytes: reading them all would be refused as more memory
+    // than the machine has, or take minutes; the loader reads only the header and the data.
+    let sparse = dir.path().join("sparse.npy");
+    npy_with_trailing(&sparse, b"");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sparse)
+        .unwrap();
+    let len = f.metadata().unwrap().len() + (1u64 << 40);
+    f.set_len(len).unwrap();
+    drop(f);
+    let a = io::npy::read(&sparse).unwrap();
+    assert_eq!((a.shape, a.data), (vec![2, 3, 4], data));
+    let info = ok(&["info", s(&sparse)]);
+    assert!(info.contains("2 x 3 x 4"), "{info}");
+    assert_eq!(std::fs::metadata(&sparse).unwrap().len(), len);
+    // A header that declares gigabytes (format 2: a 32-bit header length) is refused before it
+    // is read, as np.load refuses a header over its max_header_size.
+    let long = dir.path().join("long_header.npy");
+    let mut b = b"\x93NUMPY\x02\x00".to_vec();
+    b.extend(0xFFFF_FFF0u32.to_le_bytes());
+    std::fs::write(&long, b).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&long).unwrap();
+    f.set_len(1u64 << 40).unwrap();
+    drop(f);
+    assert_user_error(&["info", s(&long)], "header of 4294967280 bytes");
+}
