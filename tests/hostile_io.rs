@@ -308,3 +308,61 @@ fn npy_trailing_bytes_are_ignored_as_numpy_does_and_never_read() {
     drop(f);
     assert_user_error(&["info", s(&long)], "header of 4294967280 bytes");
 }
+
+/// A 1 x 1 uncompressed little-endian TIFF of `samples` samples per pixel of 8 bits, min-is-black
+/// (the tiff crate's "multiband"), with a SampleFormat of unsigned integers.
+fn multiband_tiff(samples: u16) -> Vec<u8> {
+    let entries: [(u16, u16, u32, u32); 10] = [
+        (256, 3, 1, 1),              // ImageWidth
+        (257, 3, 1, 1),              // ImageLength
+        (258, 3, samples as u32, 0), // BitsPerSample, at BITS below
+        (259, 3, 1, 1),              // Compression: none
+        (262, 3, 1, 1),              // PhotometricInterpretation: min-is-black
+        (273, 4, 1, 0),              // StripOffsets, at DATA below
+        (277, 3, 1, samples as u32), // SamplesPerPixel
+        (278, 3, 1, 1),              // RowsPerStrip
+        (279, 4, 1, samples as u32), // StripByteCounts
+        (339, 3, 1, 1),              // SampleFormat: unsigned integer
+    ];
+    let ifd_len = 2 + 12 * entries.len() + 4;
+    let bits_at = 8 + ifd_len;
+    let data_at = bits_at + 2 * samples as usize;
+    let mut b = b"II*\x00".to_vec();
+    b.extend(8u32.to_le_bytes());
+    b.extend((entries.len() as u16).to_le_bytes());
+    for (tag, typ, count, value) in entries {
+        b.extend(tag.to_le_bytes());
+        b.extend(typ.to_le_bytes());
+        b.extend(count.to_le_bytes());
+        let value = match tag {
+            258 => bits_at as u32,
+            273 => data_at as u32,
+            _ => value,
+        };
+        if typ == 3 && count == 1 {
+            b.extend((value as u16).to_le_bytes());
+            b.extend([0, 0]);
+        } else {
+            b.extend(value.to_le_bytes());
+        }
+    }
+    b.extend(0u32.to_le_bytes());
+    for _ in 0..samples {
+        b.extend(8u16.to_le_bytes());
+    }
+    b.extend(vec![7u8; samples as usize]);
+    b
+}
+
+#[test]
+fn unsupported_tiff_colour_types_are_named_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("multiband.tif");
+    std::fs::write(&p, multiband_tiff(257)).unwrap();
+    assert_user_error(&["info", s(&p)], "257 samples per pixel of 8 bits");
+    let (_, _, err) = common::cli::run(&["info", s(&p)]);
+    assert!(
+        !err.contains('{') && !err.contains("Multiband"),
+        "Rust debug output reached the user: {err}"
+    );
+}
