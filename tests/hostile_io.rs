@@ -366,3 +366,21 @@ fn unsupported_tiff_colour_types_are_named_in_words() {
         "Rust debug output reached the user: {err}"
     );
 }
+
+#[test]
+fn plain_images_and_arrays_have_no_orientation() {
+    let data = common::fixtures::data("io");
+    for name in ["gray8.png", "rgb8.tif"] {
+        let out = ok(&["info", s(&data.join(name))]);
+        assert!(out.contains("orientation: none"), "{name}: {out}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let npy = dir.path().join("a.npy");
+    npy_with_trailing(&npy, b"");
+    let out = ok(&["info", s(&npy)]);
+    assert!(out.contains("orientation: none"), "{out}");
+    // A NIfTI file is in a patient's space.
+    let out = ok(&["info", s(&data.join("u8_sform.nii"))]);
+    let line = out.lines().find(|l| l.starts_with("orientation:")).unwrap();
+    assert!(!line.contains("none"), "{out}");
+}
