@@ -294,10 +294,16 @@ fn series_with_a_missing_or_damaged_slice_is_an_error_not_a_stretched_volume() {
     let e = load_err(gaps.path());
     assert!(e.contains("unevenly spaced") && e.contains("8.0000"), "{e}");
 
-    // A slice step of 1e308 mm would be an infinite voxel in the NIfTI written from it.
+    // A slice step of 1e308 mm would be an infinite voxel in the NIfTI written from it (the
+    // position itself is implausible, too).
     let huge = tempfile::tempdir().unwrap();
     axial_series(huge.path(), &[0.0, 1e308]);
     let e = load_err(huge.path());
+    assert!(e.contains("implausible ImagePositionPatient"), "{e}");
+    // A step of 2 km between plausible positions is still no voxel size.
+    let far = tempfile::tempdir().unwrap();
+    axial_series(far.path(), &[-1000.0, 1000.0]);
+    let e = load_err(far.path());
     assert!(e.contains("implausible slice spacing"), "{e}");
     let out = command()
         .arg("apply")

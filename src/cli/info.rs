@@ -31,11 +31,13 @@ pub(super) fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
     outln!("dtype:       {}", v.dtype);
     let sp: Vec<String> = v.spacing_mm.iter().map(|s| format!("{s:.4}")).collect();
     outln!("spacing mm:  {}", sp.join(" x "));
-    let codes: String = v.axis_codes().into_iter().collect();
-    outln!(
-        "orientation: {codes} (NIfTI i, j, k = array axes {})",
-        if v.ndim() == 3 { "2, 1, 0" } else { "1, 0" }
-    );
+    match v.orientation() {
+        Some(codes) => outln!(
+            "orientation: {codes} (NIfTI i, j, k = array axes {})",
+            if v.ndim() == 3 { "2, 1, 0" } else { "1, 0" }
+        ),
+        None => outln!("orientation: none (not in a patient's space)"),
+    }
     match v.finite_range() {
         Some((lo, hi)) => outln!("range:       {lo} .. {hi}"),
         None => outln!("range:       no finite values"),

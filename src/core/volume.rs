@@ -244,6 +244,14 @@ impl Volume {
                 .is_none_or(|h| h.datatype == NIFTI_RGB24)
     }
 
+    /// The orientation as a user reads it: the axis codes (`RAS`, see [`Volume::axis_codes`]) of
+    /// a volume in a patient's space (NIfTI, DICOM), and `None` for a plain array or image,
+    /// whose identity affine names no anatomy.
+    pub fn orientation(&self) -> Option<String> {
+        self.oriented
+            .then(|| self.axis_codes().into_iter().collect())
+    }
+
     /// Anatomical direction codes of the NIfTI voxel axes `(i, j, k)` (nibabel's `aff2axcodes`):
     /// the letter each axis points towards in RAS+ world space, e.g. `['R', 'A', 'S']`.
     /// Array axis `a` of a 3D volume is NIfTI axis `2 - a`.

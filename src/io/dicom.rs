@@ -15,6 +15,7 @@ use dicom_dictionary_std::tags;
 use dicom_object::{DefaultDicomObject, Tag};
 
 use super::IoError;
+use super::dicom_geometry::{Geometry, MAX_SPACING_MM};
 use crate::core::volume::{DType, Volume};
 
 const FORMAT: &str = "DICOM";
@@ -125,27 +126,20 @@ fn read_slice(path: &Path) -> Result<Slice, SliceError> {
 fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> {
     let ts = native_transfer_syntax(&obj, path)?;
     let format = pixel_format(&obj, path)?;
+    let geometry = Geometry::of(&obj, path)?;
     let (values, dtype) = decode_pixels(&obj, &format, ts == EXPLICIT_BE, path)?;
     let values = rescale(&obj, values);
-    let three = |v: Vec<f64>| -> Option<[f64; 3]> { v.get(..3)?.try_into().ok() };
     Ok(Slice {
         path: path.to_path_buf(),
         series: opt_str(&obj, tags::SERIES_INSTANCE_UID).unwrap_or_default(),
         rows: format.rows,
         cols: format.cols,
         frames: format.frames,
-        position: opt_floats(&obj, tags::IMAGE_POSITION_PATIENT).and_then(three),
-        orientation: opt_floats(&obj, tags::IMAGE_ORIENTATION_PATIENT)
-            .and_then(|v| v.get(..6)?.try_into().ok()),
-        pixel_spacing: opt_floats(&obj, tags::PIXEL_SPACING)
-            .and_then(|v| v.get(..2)?.try_into().ok())
-            .filter(|s: &[f64; 2]| s[0] > 0.0 && s[1] > 0.0),
-        thickness: opt_floats(&obj, tags::SLICE_THICKNESS)
-            .map(|v| v[0])
-            .filter(|t| *t > 0.0),
-        between: opt_floats(&obj, tags::SPACING_BETWEEN_SLICES)
-            .map(|v| v[0])
-            .filter(|t| *t > 0.0),
+        position: geometry.position,
+        orientation: geometry.orientation,
+        pixel_spacing: geometry.pixel_spacing,
+        thickness: geometry.thickness,
+        between: geometry.between,
         instance: opt_int(&obj, tags::INSTANCE_NUMBER).unwrap_or(0),
         window: display_window(&obj),
         dtype,
@@ -336,9 +330,6 @@ fn display_window(obj: &DefaultDicomObject) -> Option<(f64, f64)> {
         _ => None,
     }
 }
-
-/// The largest voxel size read as such (1 m); a larger one is a damaged header.
-const MAX_SPACING_MM: f64 = 1000.0;
 
 /// Slices sorted along the normal must be evenly spaced: a missing slice or a stack of uneven
 /// gaps has no regular grid, and one spacing would put every slice after the gap in the wrong

@@ -4,10 +4,13 @@
 //! stack) and allocates what an element's length declares before reading it (a 10 KB file can
 //! ask for 4 GB).
 //!
-//! The walk reads element headers only (tags, VRs and lengths, PS3.5 §7), seeking over values:
-//! every defined length must fit in the bytes left, sequences may nest at most [`MAX_DEPTH`]
-//! deep, and every undefined-length sequence or item must end. Deflated data sets are left to
-//! dicom-rs (their lengths refer to the inflated stream).
+//! The walk must see the bytes exactly as dicom-rs will parse them: it starts where dicom-rs
+//! starts, reads the file meta group by dicom-object's rule (as many bytes as its group length
+//! declares, whatever the elements' groups) and the data set in the transfer syntax the meta
+//! group names. It reads element headers only (tags, VRs and lengths, PS3.5 §7), seeking over
+//! values: every defined length must fit in the bytes left, sequences may nest at most
+//! [`MAX_DEPTH`] deep, and every undefined-length sequence or item must end. Deflated data sets
+//! are left to dicom-rs (their lengths refer to the inflated stream).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -26,8 +29,9 @@ const ITEM_END: (u16, u16) = (0xFFFE, 0xE00D);
 const SEQ_END: (u16, u16) = (0xFFFE, 0xE0DD);
 const PIXEL_DATA: (u16, u16) = (0x7FE0, 0x0010);
 
-/// Checks the structure of the DICOM file at `path`; a file without the `DICM` preamble is left
-/// to dicom-rs (which refuses it with its own message).
+/// Checks the structure of the DICOM file at `path`, from where dicom-rs starts reading; a file
+/// that dicom-rs does not take for DICOM (no `DICM` after a preamble, nor at the very start) is
+/// left to it (it refuses it with its own message).
 pub fn check(path: &Path) -> Result<(), String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let size = file.metadata().map_err(|e| e.to_string())?.len();
@@ -38,36 +42,28 @@ pub fn check(path: &Path) -> Result<(), String> {
         explicit: true,
         big: false,
     };
-    let mut head = [0u8; 132];
-    if size < 132 || w.r.read_exact(&mut head).is_err() || &head[128..132] != b"DICM" {
+    // Where dicom-object's `open_file` starts (`detect_preamble`): after a 128-byte preamble
+    // and `DICM`, else after `DICM` at the very start.
+    let mut head = Vec::with_capacity(132);
+    (&mut w.r)
+        .take(132)
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    let start = if head.get(128..132) == Some(b"DICM".as_slice()) {
+        132
+    } else if head.get(..4) == Some(b"DICM".as_slice()) {
+        4
+    } else {
         return Ok(());
-    }
-    w.pos = 132;
-    // The file meta group (0002) is explicit VR little endian; it names the transfer syntax.
-    let mut ts = String::new();
-    while w.pos + 4 <= size {
-        let (group, elem) = w.peek_tag()?;
-        if group != 0x0002 {
-            break;
-        }
-        let (tag, _, len) = w.header()?;
-        if len == UNDEFINED {
-            return Err(w.at("an undefined length in the file meta group"));
-        }
-        w.fits(len, tag)?;
-        if (group, elem) == (0x0002, 0x0010) && len <= 64 {
-            let mut v = vec![0u8; len as usize];
-            w.read(&mut v)?;
-            ts = String::from_utf8_lossy(&v)
-                .trim_end_matches(['\0', ' '])
-                .to_string();
-        } else {
-            w.skip(len)?;
-        }
-    }
-    match ts.as_str() {
+    };
+    w.r.seek(SeekFrom::Start(start))
+        .map_err(|e| e.to_string())?;
+    w.pos = start;
+    match w.file_meta()?.as_str() {
         "1.2.840.10008.1.2" => w.explicit = false,
         "1.2.840.10008.1.2.2" => w.big = true,
+        // Deflated data sets: their lengths refer to the inflated stream, and dicom-rs (built
+        // without its deflate feature) refuses them once it has read the meta group.
         "1.2.840.10008.1.2.1.99" => return Ok(()),
         _ => {}
     }
@@ -88,6 +84,51 @@ struct Walker {
 impl Walker {
     fn at(&self, what: &str) -> String {
         format!("damaged DICOM structure at byte {}: {what}", self.pos)
+    }
+
+    /// The file meta group, walked as dicom-object's `FileMetaTable::read_from` reads it
+    /// (explicit VR little endian): the group length (0002,0000) first, then whole elements of
+    /// any group while fewer bytes than it declares were read. A group length that ends early
+    /// leaves the rest of group 0002 to the data set (in the data set's transfer syntax), one
+    /// that ends late takes data set elements into the meta group; the walk must do the same,
+    /// or it checks other bytes than dicom-rs parses. Returns the transfer syntax UID (the last
+    /// one given, without trailing spaces and NULs, as dicom-rs keeps it).
+    fn file_meta(&mut self) -> Result<String, String> {
+        let (tag, _, len) = self.header()?;
+        if tag != (0x0002, 0x0000) || len != 4 {
+            return Err(
+                self.at("the file meta group does not start with its group length (0002,0000)")
+            );
+        }
+        let group_len = self.u32()?;
+        let mut read = 0u32;
+        let mut ts = String::new();
+        while read < group_len {
+            let start = self.pos;
+            let (tag, _, len) = self.header()?;
+            if len == UNDEFINED {
+                return Err(self.at("an undefined length in the file meta group"));
+            }
+            self.fits(len, tag)?;
+            let header_len = u32::try_from(self.pos - start).unwrap_or(u32::MAX);
+            if tag == (0x0002, 0x0010) {
+                // A UID has at most 64 characters (PS3.5 §9).
+                if len > 64 {
+                    return Err(self.at(&format!(
+                        "a transfer syntax UID of {len} bytes (at most 64)"
+                    )));
+                }
+                let mut v = vec![0u8; len as usize];
+                self.read(&mut v)?;
+                ts = String::from_utf8_lossy(&v)
+                    .trim_end_matches(|c: char| c.is_whitespace() || c == '\0')
+                    .to_string();
+            } else {
+                self.skip(len)?;
+            }
+            read = read.saturating_add(header_len).saturating_add(len);
+        }
+        Ok(ts)
     }
 
     fn read(&mut self, buf: &mut [u8]) -> Result<(), String> {
@@ -124,13 +165,6 @@ impl Walker {
         } else {
             u32::from_le_bytes(b)
         })
-    }
-
-    fn peek_tag(&mut self) -> Result<(u16, u16), String> {
-        let t = (self.u16()?, self.u16()?);
-        self.r.seek_relative(-4).map_err(|e| e.to_string())?;
-        self.pos -= 4;
-        Ok(t)
     }
 
     /// One element header: (tag, VR when explicit, length).

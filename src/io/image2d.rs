@@ -89,7 +89,7 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
 }
 
 /// A gray TIFF of 32- or 64-bit samples (which the image crate refuses), through the tiff
-/// crate; `None` for every other TIFF (the image crate reads those).
+/// crate; `None` for a TIFF the image crate reads, and an error in words for any other.
 fn read_wide_gray_tiff(path: &Path, budget: u64) -> Result<Option<Volume>, String> {
     use tiff::decoder::{Decoder, DecodingResult, Limits};
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
@@ -102,7 +102,11 @@ fn read_wide_gray_tiff(path: &Path, budget: u64) -> Result<Option<Volume>, Strin
         });
     match dec.colortype().map_err(|e| e.to_string())? {
         tiff::ColorType::Gray(32 | 64) => {}
-        _ => return Ok(None),
+        colour => {
+            // The image crate's own refusals print the colour type as a Rust structure.
+            image_crate_reads(&mut dec, colour)?;
+            return Ok(None);
+        }
     }
     let (w, h) = dec.dimensions().map_err(|e| e.to_string())?;
     let (w, h) = (w as usize, h as usize);
@@ -129,6 +133,70 @@ fn read_wide_gray_tiff(path: &Path, budget: u64) -> Result<Option<Volume>, Strin
     Ok(Some(v))
 }
 
+/// What TIFFs the image crate decodes (its `TiffDecoder::new`): 1, 8 or 16-bit gray, gray and
+/// alpha, RGB, RGBA or CMYK of 8 or 16 bits of unsigned integers, and RGB(A) of 32-bit floats;
+/// any other TIFF is an error that says what the file holds in words.
+fn image_crate_reads<R: std::io::Read + std::io::Seek>(
+    dec: &mut tiff::decoder::Decoder<R>,
+    colour: tiff::ColorType,
+) -> Result<(), String> {
+    use tiff::ColorType as C;
+    const EXPECTED: &str = "expected 1 (gray), 2 (gray and alpha), 3 (RGB) or 4 (RGBA or CMYK) \
+                            samples per pixel of 8 or 16 bits, RGB(A) of 32-bit floats, or gray \
+                            of 32 or 64 bits";
+    let what = match colour {
+        C::Gray(1 | 8 | 16)
+        | C::GrayA(8 | 16)
+        | C::RGB(8 | 16 | 32)
+        | C::RGBA(8 | 16 | 32)
+        | C::CMYK(8 | 16) => None,
+        C::Gray(b) => Some(format!("gray samples of {b} bits")),
+        C::GrayA(b) => Some(format!("gray and alpha samples of {b} bits")),
+        C::RGB(b) => Some(format!("RGB samples of {b} bits")),
+        C::RGBA(b) => Some(format!("RGBA samples of {b} bits")),
+        C::CMYK(b) => Some(format!("CMYK samples of {b} bits")),
+        C::CMYKA(b) => Some(format!("CMYK and alpha samples of {b} bits")),
+        C::Palette(b) => Some(format!("a colour palette (indexed colour) of {b} bits")),
+        C::YCbCr(b) => Some(format!("YCbCr colour of {b} bits")),
+        C::Lab(b) => Some(format!("CIE L*a*b* colour of {b} bits")),
+        C::Multiband {
+            bit_depth,
+            num_samples,
+        } => Some(format!(
+            "{num_samples} samples per pixel of {bit_depth} bits"
+        )),
+        _ => Some("a colour type augscope does not know".to_string()),
+    };
+    if let Some(what) = what {
+        return Err(format!("TIFF with {what} is not supported; {EXPECTED}"));
+    }
+    // Unsigned integers of up to 16 bits, or 32-bit floats, as the image crate checks.
+    let bits = colour.bit_depth();
+    let formats = dec
+        .find_tag_unsigned_vec::<u16>(tiff::tags::Tag::SampleFormat)
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    for f in formats {
+        match (f, bits) {
+            (1, ..=16) | (3, 32) => {}
+            _ => {
+                let kind = match f {
+                    1 => "unsigned integer".to_string(),
+                    2 => "signed integer".to_string(),
+                    3 => "floating-point".to_string(),
+                    4 => "untyped".to_string(),
+                    n => format!("unknown (format code {n})"),
+                };
+                return Err(format!(
+                    "TIFF with {kind} samples of {bits} bits is not supported; {EXPECTED} \
+                     (unsigned, or floats where 32 bits)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether a JPEG's last scan is followed by its end-of-image marker (FF D9). Entropy-coded data
 /// never holds FF D9 (a data byte FF is stuffed as FF 00), so a file cut inside or right after its
 /// last scan has none after the last start-of-scan (FF DA); an embedded thumbnail's EOI comes
@@ -143,8 +211,11 @@ pub fn jpeg_is_whole(bytes: &[u8]) -> Result<(), String> {
 }
 
 /// Decoder messages in one line and in words: the png crate prints a chunk's type as a Rust
-/// structure (`ChunkType { type: IHDR, critical: true, … }`), shown here as `IHDR`.
+/// structure (`ChunkType { type: IHDR, critical: true, … }`), shown here as `IHDR`, and the tiff
+/// crate its colour types and codes (`Multiband { bit_depth: 8, num_samples: 5 }`, `RGB(8)`,
+/// `Unknown(7)`), shown as words (see [`tiff_words`]).
 fn one_line(s: &str) -> String {
+    let s = tiff_words(s);
     let mut s = s.split_whitespace().collect::<Vec<_>>().join(" ");
     while let Some(i) = s.find("ChunkType { type: ") {
         let rest = &s[i + "ChunkType { type: ".len()..];
@@ -156,6 +227,62 @@ fn one_line(s: &str) -> String {
             .find('}')
             .map_or(s.len(), |j| i + "ChunkType { type: ".len() + j + 1);
         s.replace_range(i..end, &name);
+    }
+    s
+}
+
+/// The tiff crate's colour types and unknown codes, as its messages print them (Rust's debug
+/// form), in words: `Multiband { bit_depth: 8, num_samples: 5 }` is "5 samples per pixel of 8
+/// bits", `RGB(16)` "RGB of 16 bits", `Unknown(7)` "code 7".
+fn tiff_words(s: &str) -> String {
+    const MULTIBAND: &str = "Multiband { bit_depth: ";
+    let mut s = s.to_string();
+    while let Some(i) = s.find(MULTIBAND) {
+        let Some(len) = s[i..].find('}') else { break };
+        let inner = &s[i + "Multiband { ".len()..i + len];
+        let field = |key: &str| {
+            inner
+                .split(", ")
+                .find_map(|kv| kv.strip_prefix(key))
+                .unwrap_or("?")
+                .trim()
+                .to_string()
+        };
+        let words = format!(
+            "{} samples per pixel of {} bits",
+            field("num_samples: "),
+            field("bit_depth: ")
+        );
+        s.replace_range(i..=i + len, &words);
+    }
+    for (name, words) in [
+        ("GrayA", "gray and alpha of"),
+        ("Gray", "gray of"),
+        ("RGBA", "RGBA of"),
+        ("RGB", "RGB of"),
+        ("CMYKA", "CMYK and alpha of"),
+        ("CMYK", "CMYK of"),
+        ("YCbCr", "YCbCr of"),
+        ("Palette", "palette colour of"),
+        ("Lab", "CIE L*a*b* of"),
+        ("Unknown", "code"),
+    ] {
+        let pat = format!("{name}(");
+        let mut from = 0;
+        while let Some(j) = s[from..].find(&pat).map(|j| from + j) {
+            let start = j + pat.len();
+            let digits = s[start..].chars().take_while(char::is_ascii_digit).count();
+            let whole_word = !s[..j].ends_with(|c: char| c.is_ascii_alphanumeric());
+            if digits == 0 || !whole_word || !s[start + digits..].starts_with(')') {
+                from = start;
+                continue;
+            }
+            let n = s[start..start + digits].to_string();
+            let unit = if name == "Unknown" { "" } else { " bits" };
+            let text = format!("{words} {n}{unit}");
+            s.replace_range(j..start + digits + 1, &text);
+            from = j + text.len();
+        }
     }
     s
 }
@@ -271,4 +398,22 @@ pub fn write_png(path: &Path, vol: &Volume) -> Result<(), IoError> {
             .write_with_encoder(enc)
             .map_err(|e| std::io::Error::other(one_line(&e.to_string())))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tiff_words;
+
+    #[test]
+    fn tiff_debug_forms_read_as_words() {
+        assert_eq!(
+            tiff_words("Unhandled TIFF color type Multiband { bit_depth: 8, num_samples: 257 }"),
+            "Unhandled TIFF color type 257 samples per pixel of 8 bits"
+        );
+        assert_eq!(
+            tiff_words("predictor for RGB(8) and GrayA(16), compression Unknown(7)"),
+            "predictor for RGB of 8 bits and gray and alpha of 16 bits, compression code 7"
+        );
+        assert_eq!(tiff_words("sRGB(8) RGB(x) Gray("), "sRGB(8) RGB(x) Gray(");
+    }
 }

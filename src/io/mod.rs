@@ -5,6 +5,7 @@
 //! appears whole or not at all.
 
 pub mod dicom;
+mod dicom_geometry;
 mod dicom_guard;
 pub mod image2d;
 pub mod nifti;

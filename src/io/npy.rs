@@ -3,7 +3,7 @@
 //!
 //! Arrays come back in C order; a `.npy` array's axes are DESIGN's array axes (`[z, y, x]`).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use super::{IoError, SaveOptions, atomic_write};
@@ -72,41 +72,57 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-/// Reads a `.npy` array from bytes.
-pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
-    parse_with(bytes, path, false).map(|(a, _)| a)
+/// The longest header read: numpy's `max_header_size` (np.load refuses a longer one unless it
+/// is told to trust the file).
+const MAX_HEADER_BYTES: usize = 10_000;
+
+/// What a `.npy` header declares: the data's type, order and shape, where the data starts and
+/// how many bytes it takes.
+struct Header {
+    descr: Descr,
+    fortran: bool,
+    shape: Vec<usize>,
+    data_start: usize,
+    nbytes: usize,
 }
 
-/// [`parse`], and with `exact` the values of a 32- or 64-bit integer array as they are (f32
-/// rounds those beyond 2^24), in C order.
-fn parse_with(
-    bytes: &[u8],
-    path: &Path,
-    exact: bool,
-) -> Result<(NpyArray, Option<Vec<i128>>), IoError> {
+/// Where the header of a `.npy` file ends (the data starts), from its first 12 bytes (or all of
+/// a shorter file).
+fn header_end(pre: &[u8], path: &Path) -> Result<usize, IoError> {
     let err = |why: String| IoError::read(FORMAT, why, path);
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+    if pre.len() < 10 || &pre[..6] != b"\x93NUMPY" {
         return Err(err("not a .npy file (bad magic)".into()));
     }
-    let major = bytes[6];
-    let (hlen, hstart) = match major {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
+    let (hlen, hstart) = match pre[6] {
+        1 => (u16::from_le_bytes([pre[8], pre[9]]) as usize, 10usize),
         2 | 3 => {
-            if bytes.len() < 12 {
+            if pre.len() < 12 {
                 return Err(err("truncated header".into()));
             }
             (
-                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]) as usize,
                 12,
             )
         }
         v => return Err(err(format!("unsupported format version {v}"))),
     };
-    let Some(hend) = hstart.checked_add(hlen).filter(|&e| e <= bytes.len()) else {
+    if hlen > MAX_HEADER_BYTES {
+        return Err(err(format!(
+            "a header of {hlen} bytes (numpy reads at most {MAX_HEADER_BYTES})"
+        )));
+    }
+    Ok(hstart + hlen)
+}
+
+/// The header of a `.npy` file from its first bytes (at least up to [`header_end`]).
+fn parse_header(bytes: &[u8], path: &Path) -> Result<Header, IoError> {
+    let err = |why: String| IoError::read(FORMAT, why, path);
+    let hend = header_end(bytes, path)?;
+    let hstart = if bytes[6] == 1 { 10 } else { 12 };
+    let Some(header) = bytes.get(hstart..hend) else {
         return Err(err("truncated header".into()));
     };
-    let header =
-        std::str::from_utf8(&bytes[hstart..hend]).map_err(|_| err("header is not text".into()))?;
+    let header = std::str::from_utf8(header).map_err(|_| err("header is not text".into()))?;
     let descr_txt =
         dict_value(header, "descr").ok_or_else(|| err("header has no 'descr'".into()))?;
     let descr_s = descr_txt.trim_matches('\'');
@@ -140,29 +156,44 @@ fn parse_with(
     let nbytes = count
         .checked_mul(descr.size)
         .ok_or_else(|| err(format!("shape {shape:?} overflows")))?;
-    let body = &bytes[hend..];
-    if body.len() < nbytes {
-        return Err(err(format!(
-            "truncated data: shape {shape:?} needs {nbytes} bytes, the file holds {}",
-            body.len()
-        )));
-    }
-    let mut data = decode(&body[..nbytes], descr);
+    Ok(Header {
+        descr,
+        fortran,
+        shape,
+        data_start: hend,
+        nbytes,
+    })
+}
+
+/// The array of a header and its data bytes (`nbytes` of them).
+fn array(h: Header, body: &[u8]) -> NpyArray {
+    array_with(h, body, false).0
+}
+
+/// [`array`], and with `exact` the values of a 32- or 64-bit integer array as they are (f32
+/// rounds those beyond 2^24), in C order.
+fn array_with(h: Header, body: &[u8], exact: bool) -> (NpyArray, Option<Vec<i128>>) {
+    let mut data = decode(&body[..h.nbytes], h.descr);
     let mut wide = if exact {
-        decode_wide(&body[..nbytes], descr)
+        decode_wide(&body[..h.nbytes], h.descr)
     } else {
         None
     };
-    if fortran && shape.len() > 1 {
-        data = fortran_to_c(&data, &shape);
-        wide = wide.map(|w| fortran_to_c(&w, &shape));
+    if h.fortran && h.shape.len() > 1 {
+        data = fortran_to_c(&data, &h.shape);
+        wide = wide.map(|w| fortran_to_c(&w, &h.shape));
     }
-    let dtype = if descr.is_bool {
+    let dtype = if h.descr.is_bool {
         DType::U8
     } else {
-        descr.dtype
+        h.descr.dtype
     };
-    Ok((NpyArray { data, shape, dtype }, wide))
+    let a = NpyArray {
+        data,
+        shape: h.shape,
+        dtype,
+    };
+    (a, wide)
 }
 
 /// The values of a 32- or 64-bit integer array, exactly (`None` for other types, which f32
@@ -192,6 +223,27 @@ fn decode_wide(b: &[u8], d: Descr) -> Option<Vec<i128>> {
         DType::I64 => conv!(i64, 8),
         _ => return None,
     })
+}
+
+fn truncated(h: &Header, have: u64, path: &Path) -> IoError {
+    IoError::read(
+        FORMAT,
+        format!(
+            "truncated data: shape {:?} needs {} bytes, the file holds {have}",
+            h.shape, h.nbytes
+        ),
+        path,
+    )
+}
+
+/// Reads a `.npy` array from bytes; bytes after the array's data are ignored, as `np.load` does.
+pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
+    let h = parse_header(bytes, path)?;
+    let body = &bytes[h.data_start..];
+    if body.len() < h.nbytes {
+        return Err(truncated(&h, body.len() as u64, path));
+    }
+    Ok(array(h, body))
 }
 
 fn decode(b: &[u8], d: Descr) -> Vec<f32> {
@@ -250,9 +302,50 @@ fn fortran_to_c<T: Copy + Default>(src: &[T], shape: &[usize]) -> Vec<T> {
 }
 
 /// Reads a `.npy` file.
+///
+/// Only the header and the array's data are read: bytes after them are ignored (as `np.load`
+/// does), however many there are.
 pub fn read(path: &Path) -> Result<NpyArray, IoError> {
-    let bytes = std::fs::read(path).map_err(|e| IoError::read(FORMAT, e.to_string(), path))?;
-    parse(&bytes, path)
+    read_with(path, false).map(|(a, _)| a)
+}
+
+/// [`read`], with the exact values of a 32- or 64-bit integer array when `exact` (see
+/// [`array_with`]).
+fn read_with(path: &Path, exact: bool) -> Result<(NpyArray, Option<Vec<i128>>), IoError> {
+    let io_err = |e: std::io::Error| IoError::read(FORMAT, e.to_string(), path);
+    let mut f = std::fs::File::open(path).map_err(io_err)?;
+    let size = f.metadata().map_err(io_err)?.len();
+    let mut head = Vec::with_capacity(128);
+    (&mut f).take(12).read_to_end(&mut head).map_err(io_err)?;
+    let hend = header_end(&head, path)?;
+    (&mut f)
+        .take((hend - head.len().min(hend)) as u64)
+        .read_to_end(&mut head)
+        .map_err(io_err)?;
+    let h = parse_header(&head, path)?;
+    let have = size.saturating_sub(h.data_start as u64);
+    if have < h.nbytes as u64 {
+        return Err(truncated(&h, have, path));
+    }
+    let mut body = Vec::new();
+    body.try_reserve_exact(h.nbytes).map_err(|_| {
+        IoError::read(
+            FORMAT,
+            format!(
+                "the array needs {} bytes of memory, more than this machine can allocate",
+                h.nbytes
+            ),
+            path,
+        )
+    })?;
+    (&mut f)
+        .take(h.nbytes as u64)
+        .read_to_end(&mut body)
+        .map_err(io_err)?;
+    if body.len() < h.nbytes {
+        return Err(truncated(&h, body.len() as u64, path));
+    }
+    Ok(array_with(h, &body, exact))
 }
 
 /// Reads a `.npy` file as a 2D or 3D volume; with `channels_first` the first axis is channels.
@@ -263,9 +356,7 @@ pub fn read_volume(path: &Path, channels_first: bool) -> Result<Volume, IoError>
 /// [`read_volume`]; with `label`, a label map whose integer values f32 cannot all hold comes as
 /// codes into a table of its exact values ([`crate::core::LabelValues`]).
 pub fn read_volume_with(path: &Path, channels_first: bool, label: bool) -> Result<Volume, IoError> {
-    let bytes = std::fs::read(path).map_err(|e| IoError::read(FORMAT, e.to_string(), path))?;
-    let (a, wide) = parse_with(&bytes, path, label)?;
-    drop(bytes);
+    let (a, wide) = read_with(path, label)?;
     let (channels, shape) = if channels_first {
         match a.shape.split_first() {
             Some((&c, rest)) => (c, rest.to_vec()),

@@ -35,6 +35,7 @@ import hashlib
 import os
 import resource
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,80 @@ def seeds():
             text = fh.read()
         out.append(("preset", name, text))
         out.append(("export", name, text))
+    return out + hostile_io_seeds()
+
+
+def _dicom_meta_implicit(preamble):
+    """A DICOM file start whose meta group declares only an implicit VR transfer syntax."""
+    ts = b"1.2.840.10008.1.2\0"
+    ts_el = b"\x02\x00\x10\x00UI" + struct.pack("<H", len(ts)) + ts
+    head = (b"\0" * 128 if preamble else b"") + b"DICM"
+    return head + b"\x02\x00\x00\x00UL\x04\x00" + struct.pack("<I", len(ts_el)) + ts_el
+
+
+def _dicom_hidden(preamble, payload):
+    """A group length that ends the meta group before a group-0002 element which, read as meta
+    (explicit VR, UN), spans `payload`, and read as the implicit VR data set is 4 bytes long."""
+    return (_dicom_meta_implicit(preamble) + b"\x02\x00\x99\x00\x04\x00\x00\x00"
+            + struct.pack("<I", len(payload)) + payload)
+
+
+def _dicom_ds(data, group, element, text):
+    """An explicit VR little endian file with the DS element (group, element) set to `text`."""
+    key = struct.pack("<HH", group, element) + b"DS"
+    at = data.find(key)
+    if at < 0:
+        return data
+    old = struct.unpack("<H", data[at + 6:at + 8])[0]
+    value = text.encode() + (b" " if len(text) % 2 else b"")
+    return data[:at + 6] + struct.pack("<H", len(value)) + value + data[at + 8 + old:]
+
+
+def _multiband_tiff(samples):
+    """A 1 x 1 min-is-black TIFF of `samples` samples of 8 bits (what the image crate calls
+    multiband), with a SampleFormat of unsigned integers."""
+    entries = [(256, 3, 1, 1), (257, 3, 1, 1), (258, 3, samples, 0), (259, 3, 1, 1),
+               (262, 3, 1, 1), (273, 4, 1, 0), (277, 3, 1, samples), (278, 3, 1, 1),
+               (279, 4, 1, samples), (339, 3, 1, 1)]
+    bits_at = 8 + 2 + 12 * len(entries) + 4
+    data_at = bits_at + 2 * samples
+    b = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", len(entries))
+    for tag, typ, count, value in entries:
+        value = {258: bits_at, 273: data_at}.get(tag, value)
+        packed = struct.pack("<HH", value, 0) if typ == 3 and count == 1 else \
+            struct.pack("<I", value)
+        b += struct.pack("<HHI", tag, typ, count) + packed
+    return b + struct.pack("<I", 0) + struct.pack("<H", 8) * samples + b"\x07" * samples
+
+
+def hostile_io_seeds():
+    """Seeds of the loaders' hostile classes: DICOM meta groups whose group length ends early
+    (hiding nested sequences or a 4 GB pixel data length from a check that reads the meta group
+    another way), with and without the preamble; DICOM geometry of 1e308, NaN or non-unit
+    cosines; .npy files with trailing bytes or a header length of gigabytes; a TIFF of 257
+    samples per pixel."""
+    out = []
+    nested = (b"\x08\x00\x15\x11\xff\xff\xff\xff\xfe\xff\x00\xe0\xff\xff\xff\xff" * 64
+              + b"\xfe\xff\x0d\xe0\0\0\0\0\xfe\xff\xdd\xe0\0\0\0\0" * 64)
+    huge = b"\xe0\x7f\x10\x00" + struct.pack("<I", 0xFFFFFFF0) + b"\0" * 64
+    for preamble in (True, False):
+        tag = "preamble" if preamble else "bare"
+        out.append(("dicom", f"meta_early_nested_{tag}.dcm", _dicom_hidden(preamble, nested)))
+        out.append(("dicom", f"meta_early_huge_{tag}.dcm", _dicom_hidden(preamble, huge)))
+    with open(os.path.join(ROOT, "tests", "data", "dicom", "CT_small.dcm"), "rb") as fh:
+        ct = fh.read()
+    for name, (group, element), text in [
+            ("between", (0x0018, 0x0088), "1e308"), ("thickness", (0x0018, 0x0050), "1e308"),
+            ("cosines", (0x0020, 0x0037), "1e308\\0\\0\\0\\1\\0"),
+            ("skew", (0x0020, 0x0037), "1\\0\\0\\0.6\\0.8\\0"),
+            ("position", (0x0020, 0x0032), "nan\\0\\0"), ("spacing", (0x0028, 0x0030), "1e308\\1")]:
+        out.append(("dicom", f"geometry_{name}.dcm", _dicom_ds(ct, group, element, text)))
+    with open(os.path.join(ROOT, "tests", "data", "io", "gray8.png.expected.npy"), "rb") as fh:
+        npy = fh.read()
+    out.append(("npy", "trailing.npy", npy + b"trailing bytes \x00\xff" * 64))
+    out.append(("npy", "long_header.npy", b"\x93NUMPY\x02\x00" + struct.pack("<I", 0xFFFFFFF0)
+                + npy[10:]))
+    out.append(("tiff", "multiband.tif", _multiband_tiff(257)))
     return out
 
 
