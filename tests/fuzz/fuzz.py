@@ -396,11 +396,33 @@ def run_tiny_spacing(rng, work, bin_path, args):
 def run_hostile_import(rng, work, bin_path, args):
     case = fresh_case(work)
     src = os.path.join(case, "in.json")
+    text = hostile_import_text(rng)
     with open(src, "w") as fh:
-        fh.write(hostile_import_text(rng))
+        fh.write(text)
     out = os.path.join(case, "out.toml")
     argv = ["preset", "import", "--output", out, src]
-    return argv, check(bin_path, argv, [src], out, args)
+    problem = check(bin_path, argv, [src], out, args)
+    if problem is None and os.path.exists(out) and import_must_refuse(text):
+        problem = "the import accepted an order or a flipped axis it must refuse"
+    return argv, problem
+
+
+def import_must_refuse(text):
+    """Whether a dict holds an order that is not 0, 1 or 3 (labels: 0 to 5), or a plan flips an
+    axis its shape does not have: the import must refuse it, never round or drop it."""
+    import json
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return False
+
+    def bad_order(key, ok):
+        v = d.get(key)
+        return v is not None and not (type(v) is int and v in ok)
+    ndim = len(d.get("shape", [0, 0, 0]))
+    flips = d.get("plan", {}).get("flip", [])
+    bad_flip = any(not (type(a) is int and 0 <= a < ndim) for a in flips)
+    return bad_order("order_data", (0, 1, 3)) or bad_order("order_seg", range(6)) or bad_flip
 
 
 def fresh_case(work):
