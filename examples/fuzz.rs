@@ -3,7 +3,9 @@
 //! Every loader (NIfTI, NIfTI .gz, .npy, PNG, TIFF, JPEG, a DICOM file and a DICOM folder), the
 //! preset parser (with sampling and a CPU apply of what it draws), `preset import` and the export
 //! of parsed presets to every target get seeded mutants of the committed seed corpus, called
-//! through the library in this process, thousands per second. A panic is caught and reported; an
+//! through the library in this process, thousands per second. Three targets make hostile cases
+//! of their own ([`hostile`]): presets with ranges on and past the plan limits, voxel sizes no
+//! scan has in mm space, and parameter dicts with bad orders, axes and values. A panic is caught and reported; an
 //! abort, a stack overflow or an allocation past the memory limit ends the process, and the
 //! supervisor (`tests/fuzz/fuzz.py --in-process`) records the mutant and starts a new worker
 //! after it. Run it through the supervisor, which sets the memory limit and reads the progress:
@@ -389,6 +391,9 @@ impl Worker {
         rng: &mut Rng,
         case: &Path,
     ) -> Result<(), String> {
+        if let Some(outcome) = hostile::run(target, rng, case) {
+            return outcome;
+        }
         let kind = if target == "dicom_folder" {
             "dicom"
         } else {
@@ -511,4 +516,249 @@ fn main() {
     }
     let mut o = stdout.lock();
     let _ = writeln!(o, "DONE {} {slowest:.1}", to.saturating_sub(from));
+}
+
+/// Hostile cases made from scratch rather than mutated: `hostile_preset` (ranges on and past the
+/// plan limits: what parses, fits the grid and its spacing must sample, and every sample must
+/// apply or say why), `tiny_spacing` (voxel sizes no scan has, in mm space: an error, never a
+/// panic or an allocation past the limit) and `hostile_import` (orders and axes that must be
+/// refused, never coerced).
+mod hostile {
+    use super::{Rng, check_message};
+    use augscope::augment::preset::Preset;
+    use augscope::augment::{Elastic, Plan, Space};
+    use augscope::engine::apply_new;
+    use augscope::engine::cpu::CpuBackend;
+    use std::path::Path;
+
+    const NUMBERS: [&str; 18] = [
+        "1e6",
+        "-1e6",
+        "1000000.0001",
+        "2e6",
+        "-2e6",
+        "1e-3",
+        "0.0009999",
+        "1e3",
+        "1000.5",
+        "1e7",
+        "-1e7",
+        "1.0000001e7",
+        "1e300",
+        "-1.7e308",
+        "1.7e308",
+        "5e-324",
+        "0.5",
+        "3.0",
+    ];
+    const SPACINGS: [f64; 16] = [
+        1e-30,
+        1e-12,
+        1e-6,
+        1e-4,
+        9.9e-4,
+        1e-3,
+        0.5,
+        1.0,
+        3.0,
+        1e4,
+        1.1e4,
+        1e30,
+        f64::NAN,
+        f64::INFINITY,
+        0.0,
+        -1.0,
+    ];
+    /// Order values of a parameter dict: only 0, 1 and 3 (and 0 to 5 for labels) are orders.
+    const ORDERS: [&str; 14] = [
+        "-1", "3.9", "0.5", "2", "4", "6", "1e30", "true", "\"3\"", "[3]", "null", "0", "1", "3",
+    ];
+
+    /// The outcome of a hostile target, or `None` for the other targets.
+    pub(super) fn run(target: &str, rng: &mut Rng, case: &Path) -> Option<Result<(), String>> {
+        let text = match target {
+            "hostile_preset" => preset_text(rng),
+            "tiny_spacing" => return Some(tiny_spacing(rng)),
+            "hostile_import" => import_text(rng),
+            _ => return None,
+        };
+        // Kept for the supervisor, which saves the case of a contract break.
+        let _ = std::fs::create_dir_all(case);
+        let _ = std::fs::write(case.join("in.txt"), &text);
+        Some(match target {
+            "hostile_preset" => sample_and_apply(&text, rng),
+            _ => import(&text),
+        })
+    }
+
+    fn pair(rng: &mut Rng) -> String {
+        let (a, b) = (*rng.pick(&NUMBERS), *rng.pick(&NUMBERS));
+        if rng.below(3) != 0 {
+            format!("[{a}, {b}]")
+        } else {
+            let b = b.trim_start_matches('-');
+            format!("[-{b}, {b}]")
+        }
+    }
+
+    fn preset_text(rng: &mut Rng) -> String {
+        let mut t = String::from("version = 1\n");
+        if rng.below(2) == 0 {
+            t += "space = \"mm\"\n";
+        }
+        if rng.below(2) == 0 {
+            let p = rng.pick(&["0.01", "1.0"]);
+            let unit = rng.pick(&["voxel", "mm"]);
+            t += &format!(
+                "[translate]\np = {p}\nrange = [{}]\nunit = \"{unit}\"\n",
+                pair(rng)
+            );
+        }
+        if rng.below(2) == 0 {
+            let d = rng.pick(&["uniform", "split"]);
+            t += &format!("[scale]\nrange = [{}]\ndistribution = \"{d}\"\n", pair(rng));
+        }
+        if rng.below(2) == 0 {
+            let (a, s) = (pair(rng), pair(rng));
+            t += &format!("[elastic]\np = 0.5\nalpha = {a}\nsigma = {s}\n");
+        }
+        if rng.below(2) == 0 {
+            t += &format!("[rotate]\nrange_deg = [{}]\n", pair(rng));
+        }
+        t
+    }
+
+    /// A preset that parses and fits the grid and its spacing samples without error, and every
+    /// sample applies or says why.
+    fn sample_and_apply(text: &str, rng: &mut Rng) -> Result<(), String> {
+        let p = match Preset::parse(text) {
+            Ok(p) => p,
+            Err(e) => return check_message(&e.to_string()),
+        };
+        let ndim = 2 + rng.below(2);
+        let shape = if ndim == 2 { vec![5, 6] } else { vec![3, 4, 5] };
+        let spacing: Vec<f64> = (0..ndim).map(|_| *rng.pick(&SPACINGS)).collect();
+        if let Err(e) = p.check_ndim(ndim).and_then(|()| p.check_spacing(&spacing)) {
+            return check_message(&e.to_string());
+        }
+        let n: usize = shape.iter().product();
+        let mut vol = augscope::Volume::new((0..n).map(|i| i as f32).collect(), shape, 1);
+        vol.spacing_mm = spacing;
+        for k in 0..3 {
+            let s = p
+                .sample(rng.next().wrapping_add(k), ndim, &vol.spacing_mm)
+                .map_err(|e| format!("a preset that fits its grid failed to sample: {e}"))?;
+            if let Err(e) = apply_new(&CpuBackend::new(), &s.plan, &vol, None) {
+                check_message(&e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A plan in mm space on a voxel size from `SPACINGS`: applied, or refused with a message.
+    fn tiny_spacing(rng: &mut Rng) -> Result<(), String> {
+        let ndim = 2 + rng.below(2);
+        let shape = if ndim == 2 { vec![6, 7] } else { vec![4, 6, 7] };
+        let n: usize = shape.iter().product();
+        let mut vol = augscope::Volume::new((0..n).map(|i| (i % 9) as f32).collect(), shape, 1);
+        vol.spacing_mm = (0..ndim).map(|_| *rng.pick(&SPACINGS)).collect();
+        let mut plan = Plan {
+            space: Space::Mm,
+            spacing_mm: vol.spacing_mm.clone(),
+            ..Plan::default()
+        };
+        match rng.below(3) {
+            0 => {
+                plan.elastic = Some(Elastic {
+                    alpha: 5.0,
+                    sigma: 2.0,
+                    seed: 1,
+                })
+            }
+            1 => plan.translate = (0..ndim).map(|a| a as f64 - 1.0).collect(),
+            _ => plan.rotate_rad = vec![0.2; if ndim == 2 { 1 } else { 3 }],
+        }
+        if let Err(e) = apply_new(&CpuBackend::new(), &plan, &vol, None) {
+            check_message(&e.to_string())?;
+        }
+        let preset = Preset::parse(
+            "version = 1\nspace = \"mm\"\n[translate]\nunit = \"mm\"\nrange = [[-3.0, 3.0]]\n\
+             [elastic]\nalpha = [1.0, 4.0]\nsigma = [2.0, 3.0]\n",
+        )
+        .map_err(|e| e.to_string())?;
+        match preset.sample(rng.next(), ndim, &vol.spacing_mm) {
+            Err(e) => check_message(&e.to_string()),
+            Ok(s) => match apply_new(&CpuBackend::new(), &s.plan, &vol, None) {
+                Err(e) => check_message(&e.to_string()),
+                Ok(_) => Ok(()),
+            },
+        }
+    }
+
+    /// A parameter dict with orders from `ORDERS`, or a plan flipping an axis beside a shape.
+    fn import_text(rng: &mut Rng) -> String {
+        if rng.below(2) == 0 {
+            let (o, s) = (*rng.pick(&ORDERS), *rng.pick(&ORDERS));
+            let mut t = format!("{{\"do_rotation\": true, \"order_data\": {o}, \"order_seg\": {s}");
+            if rng.below(2) == 0 {
+                t += &format!(", \"mirror_axes\": [{}]", rng.pick(&["0", "2", "3", "-1"]));
+            }
+            if rng.below(2) == 0 {
+                let (a, g) = (rng.pick(&NUMBERS), rng.pick(&NUMBERS));
+                t += &format!(
+                    ", \"do_elastic_deform\": true, \"alpha\": [0, {a}], \"sigma\": [1, {g}]"
+                );
+            }
+            t += "}";
+            t
+        } else {
+            let ndim = 2 + rng.below(2);
+            let axis = *rng.pick(&[0usize, 1, 2, 3, 7]);
+            let shape = vec!["5"; ndim].join(", ");
+            let mut plan = format!("\"flip\": [{axis}]");
+            if rng.below(2) == 0 {
+                let t = rng.pick(&NUMBERS);
+                plan += &format!(", \"translate\": [{t}{}]", ", 0".repeat(ndim - 1));
+            }
+            format!("{{\"shape\": [{shape}], \"seed\": 1, \"plan\": {{{plan}}}}}")
+        }
+    }
+
+    /// What the import accepts is a valid preset; what it must refuse it refuses.
+    fn import(text: &str) -> Result<(), String> {
+        let must_refuse = text_must_refuse(text);
+        match augscope::export::import::import(text, "fuzz") {
+            Err(e) => check_message(&e.to_string()),
+            Ok(_) if must_refuse => Err(format!("accepted what it must refuse: {text}")),
+            Ok(p) => {
+                let again = Preset::parse(&p.to_toml())
+                    .map_err(|e| format!("an imported preset does not parse: {e}"))?;
+                again
+                    .validate()
+                    .map_err(|e| format!("an imported preset is invalid: {e}"))
+            }
+        }
+    }
+
+    /// Whether `text` holds an order or a flipped axis the import must refuse.
+    fn text_must_refuse(text: &str) -> bool {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+            return false;
+        };
+        let bad_order = |k: &str, ok: &[u64]| match v.get(k) {
+            None | Some(serde_json::Value::Null) => false,
+            Some(o) => !o.as_u64().is_some_and(|o| ok.contains(&o)),
+        };
+        let ndim = v
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .map_or(3, Vec::len) as u64;
+        let bad_flip = v
+            .pointer("/plan/flip")
+            .and_then(|f| f.as_array())
+            .is_some_and(|f| f.iter().any(|a| a.as_u64().is_none_or(|a| a >= ndim)));
+        bad_order("order_data", &[0, 1, 3])
+            || bad_order("order_seg", &[0, 1, 2, 3, 4, 5])
+            || bad_flip
+    }
 }

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Done, DoneList, Elastic, Mode, Order, Plan, Space};
 
+mod validate;
+
 /// The only preset format version this build reads.
 pub const PRESET_VERSION: u32 = 1;
 
@@ -201,6 +203,48 @@ pub fn escape_controls(s: &str) -> String {
         .collect()
 }
 
+/// The most bytes a preset or a parameter file may hold (they take a few kilobytes).
+pub const MAX_TEXT_BYTES: u64 = 16 << 20;
+
+/// The text of the regular file `path`, of at most `max` bytes; the error says why not (without
+/// the path). A folder, FIFO, socket or device is refused before anything is read from it:
+/// reading a FIFO or a terminal would wait for a writer for ever, and a device may never end.
+pub fn read_text_file(path: &Path, max: u64) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        // A FIFO without a writer blocks a plain open; a non-blocking one returns at once and
+        // is refused below. Reads of a regular file do not block either way.
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    #[cfg(not(unix))]
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(NOT_REGULAR.into());
+    }
+    let file = opts.open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(NOT_REGULAR.into());
+    }
+    let too_big = || format!("larger than {} MiB, which no such file needs", max >> 20);
+    if meta.len() > max {
+        return Err(too_big());
+    }
+    let mut bytes = vec![];
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+}
+
+const NOT_REGULAR: &str = "not a regular file (a folder, FIFO, socket or device)";
+
 /// One sample of a preset: the plan, the transforms that fired with their values, and every
 /// random decision that was drawn.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -232,8 +276,11 @@ impl SplitMix64 {
     fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
+    /// Uniform on `[r[0], r[1]]`, never past either end (which rounding could otherwise reach),
+    /// so a draw of a range whose ends a plan may hold is one too.
     fn range(&mut self, r: Range) -> f64 {
-        r[0] + (r[1] - r[0]) * self.uniform()
+        let v = r[0] + (r[1] - r[0]) * self.uniform();
+        v.max(r[0].min(r[1])).min(r[0].max(r[1]))
     }
     /// Whether an event of probability `p` happens. Always draws, so the stream does not depend
     /// on `p`.
@@ -259,8 +306,8 @@ fn per_axis<T: Copy>(v: &[T], axis: usize) -> Option<T> {
 impl Preset {
     /// Reads and validates a preset file.
     pub fn load(path: &Path) -> Result<Preset, PresetError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PresetError::Read {
-            why: e.to_string(),
+        let text = read_text_file(path, MAX_TEXT_BYTES).map_err(|why| PresetError::Read {
+            why,
             path: path.to_path_buf(),
         })?;
         Preset::parse(&text).map_err(|e| match e {
@@ -310,151 +357,6 @@ impl Preset {
         toml::to_string(self).unwrap_or_default()
     }
 
-    /// Checks ranges, probabilities and names; the message names the field.
-    pub fn validate(&self) -> Result<(), PresetError> {
-        if self.version != PRESET_VERSION {
-            return Err(invalid(format!(
-                "version {} is not supported (this augscope reads version {PRESET_VERSION})",
-                self.version
-            )));
-        }
-        let prob = |field: &str, p: f64| {
-            if (0.0..=1.0).contains(&p) {
-                Ok(())
-            } else {
-                Err(invalid(format!(
-                    "{field} = {p} is not a probability in [0, 1]"
-                )))
-            }
-        };
-        let range = |field: &str, r: Range| {
-            if !r[0].is_finite() || !r[1].is_finite() {
-                Err(invalid(format!("{field} = {r:?} must be finite")))
-            } else if r[0] > r[1] {
-                Err(invalid(format!(
-                    "{field} = {r:?}: lower bound {} is above upper bound {}",
-                    r[0], r[1]
-                )))
-            } else {
-                Ok(())
-            }
-        };
-        let axes_len = |field: &str, n: usize| {
-            if n == 1 || n == 2 || n == 3 {
-                Ok(())
-            } else {
-                Err(invalid(format!(
-                    "{field} holds {n} entries (expected 1 for all axes, or one per axis: 2 or 3)"
-                )))
-            }
-        };
-        if let Some(f) = &self.flip {
-            axes_len("flip.p", f.p.len())?;
-            for (i, &p) in f.p.iter().enumerate() {
-                prob(&format!("flip.p[{i}]"), p)?;
-            }
-        }
-        if let Some(r) = &self.rotate {
-            prob("rotate.p", r.p)?;
-            axes_len("rotate.p_axis", r.p_axis.len())?;
-            for (i, &p) in r.p_axis.iter().enumerate() {
-                prob(&format!("rotate.p_axis[{i}]"), p)?;
-            }
-            axes_len("rotate.range_deg", r.range_deg.len())?;
-            for (i, &g) in r.range_deg.iter().enumerate() {
-                range(&format!("rotate.range_deg[{i}]"), g)?;
-            }
-            if let Some(g) = r.range_deg_2d {
-                range("rotate.range_deg_2d", g)?;
-            }
-        }
-        if let Some(s) = &self.scale {
-            prob("scale.p", s.p)?;
-            axes_len("scale.range", s.range.len())?;
-            if s.range.len() > 1 && !s.per_axis {
-                return Err(invalid(
-                    "scale.range holds one range per axis but scale.per_axis is false \
-                     (an isotropic scale takes one range)",
-                ));
-            }
-            for (i, &g) in s.range.iter().enumerate() {
-                range(&format!("scale.range[{i}]"), g)?;
-                if g[0] <= 0.0 {
-                    return Err(invalid(format!(
-                        "scale.range[{i}] = {g:?}: scale factors must be > 0"
-                    )));
-                }
-            }
-        }
-        if let Some(t) = &self.translate {
-            prob("translate.p", t.p)?;
-            axes_len("translate.range", t.range.len())?;
-            for (i, &g) in t.range.iter().enumerate() {
-                range(&format!("translate.range[{i}]"), g)?;
-            }
-        }
-        if let Some(e) = &self.elastic {
-            prob("elastic.p", e.p)?;
-            range("elastic.alpha", e.alpha)?;
-            range("elastic.sigma", e.sigma)?;
-            if e.sigma[0] <= 0.0 {
-                return Err(invalid(format!(
-                    "elastic.sigma = {:?}: sigma must be > 0",
-                    e.sigma
-                )));
-            }
-        }
-        let s = &self.sampling;
-        Order::try_from(s.order).map_err(|e| invalid(format!("sampling.order: {e}")))?;
-        if s.label_order > 5 {
-            return Err(invalid(format!(
-                "sampling.label_order = {} is not a spline order 0..5",
-                s.label_order
-            )));
-        }
-        s.mode
-            .parse::<Mode>()
-            .map_err(|e| invalid(format!("sampling.mode: {e}")))?;
-        if !s.cval.is_finite() {
-            return Err(invalid("sampling.cval must be finite"));
-        }
-        Ok(())
-    }
-
-    /// Checks that the preset fits a grid of `ndim` dimensions.
-    pub fn check_ndim(&self, ndim: usize) -> Result<(), PresetError> {
-        if !(2..=3).contains(&ndim) {
-            return Err(invalid(format!(
-                "presets apply to 2D and 3D grids, not {ndim}D"
-            )));
-        }
-        let fits = |field: &str, n: usize| {
-            if n == 1 || n == ndim {
-                Ok(())
-            } else {
-                Err(invalid(format!(
-                    "{field} holds {n} entries but the image has {ndim} axes"
-                )))
-            }
-        };
-        if let Some(f) = &self.flip {
-            fits("flip.p", f.p.len())?;
-        }
-        if let Some(r) = &self.rotate
-            && ndim == 3
-        {
-            fits("rotate.range_deg", r.range_deg.len())?;
-            fits("rotate.p_axis", r.p_axis.len())?;
-        }
-        if let Some(s) = &self.scale {
-            fits("scale.range", s.range.len())?;
-        }
-        if let Some(t) = &self.translate {
-            fits("translate.range", t.range.len())?;
-        }
-        Ok(())
-    }
-
     /// Draws one sample for a grid of `ndim` axes with voxel size `spacing_mm` (used by
     /// translations in millimetres, and carried into the plan in mm space).
     pub fn sample(
@@ -464,6 +366,7 @@ impl Preset {
         spacing_mm: &[f64],
     ) -> Result<Sample, PresetError> {
         self.check_ndim(ndim)?;
+        self.check_spacing(spacing_mm)?;
         let s = &self.sampling;
         let mut plan = Plan {
             order: Order::try_from(s.order).map_err(invalid)?,

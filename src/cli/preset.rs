@@ -22,12 +22,22 @@ pub(super) fn write_text(
             match std::io::Write::write_all(&mut out, text.as_bytes())
                 .and_then(|()| std::io::Write::flush(&mut out))
             {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(usage(format!(
-                    "cannot write the {what} to standard output: {e}"
-                ))),
-                _ => Ok(()),
+                Err(e) => stdout_error(e, what),
+                Ok(()) => Ok(()),
             }
         }
+    }
+}
+
+/// What a failed write of the `what` to standard output means: an error line, or the quiet end
+/// of a reader that stopped reading.
+fn stdout_error(e: std::io::Error, what: &str) -> anyhow::Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(usage(format!(
+            "cannot write the {what} to standard output: {e}"
+        )))
     }
 }
 
@@ -45,7 +55,7 @@ pub(super) fn preset_cmd(c: PresetCmd) -> anyhow::Result<()> {
             write_text(output.as_deref(), &text, "snippet")
         }
         PresetCmd::Import { output, params } => {
-            let text = std::fs::read_to_string(&params)
+            let text = preset::read_text_file(&params, preset::MAX_TEXT_BYTES)
                 .map_err(|e| usage(format!("cannot read parameters: {e}: {}", params.display())))?;
             let name = format!("imported from {}", params.display());
             let pr = crate::export::import::import(&text, &name)
@@ -65,15 +75,24 @@ pub(super) fn preset_cmd(c: PresetCmd) -> anyhow::Result<()> {
                 let text = serde_json::to_string_pretty(&s).context("cannot encode the sample")?;
                 return write_text(None, &format!("{text}\n"), "sample");
             };
-            let mut text = String::new();
+            // Every sample is written as it is drawn: memory does not grow with --count.
+            pr.check_ndim(ndim).map_err(preset_error)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for j in 0..count {
                 let s = pr
                     .sample(seed.wrapping_add(j), ndim, &spacing)
                     .map_err(preset_error)?;
-                text.push_str(&serde_json::to_string(&s).context("cannot encode the sample")?);
-                text.push('\n');
+                let line = serde_json::to_string(&s).context("cannot encode the sample")?;
+                let written = std::io::Write::write_all(&mut out, line.as_bytes())
+                    .and_then(|()| std::io::Write::write_all(&mut out, b"\n"));
+                if let Err(e) = written {
+                    return stdout_error(e, "samples");
+                }
             }
-            write_text(None, &text, "samples")
+            match std::io::Write::flush(&mut out) {
+                Err(e) => stdout_error(e, "samples"),
+                Ok(()) => Ok(()),
+            }
         }
     }
 }

@@ -108,7 +108,8 @@ pub struct Elastic {
 /// The largest values a plan may hold. They keep every sampling coordinate and kernel far inside
 /// what f64 folds exactly and memory holds (a coordinate of 1e19 cannot be folded into an axis of
 /// 200 voxels; a sigma of 1e12 asks for a kernel of 4e12 taps), while staying far beyond any
-/// augmentation a pipeline uses.
+/// augmentation a pipeline uses. In mm space they hold both in millimetres and, once divided by
+/// the voxel size, in voxels, where the engines apply them.
 pub mod limits {
     /// |translation|, voxels or mm.
     pub const TRANSLATE: f64 = 1e6;
@@ -118,6 +119,63 @@ pub mod limits {
     pub const SIGMA: f64 = 1e3;
     /// |elastic alpha|, voxels or mm.
     pub const ALPHA: f64 = 1e7;
+    /// The voxel sizes of mm space, in mm: from a micro-CT's micrometre to a 10 m voxel. Outside
+    /// them no scan exists, and a millimetre would be more voxels than any grid holds.
+    pub const SPACING_MIN: f64 = 1e-3;
+    pub const SPACING_MAX: f64 = 1e4;
+
+    /// Why translation `t` (voxels or mm) is refused, or `None` when it is allowed.
+    pub fn translate(t: f64) -> Option<&'static str> {
+        if !t.is_finite() {
+            Some("it must be finite")
+        } else if t.abs() > TRANSLATE {
+            Some("it must be within ±1e6 (voxels or mm)")
+        } else {
+            None
+        }
+    }
+
+    /// Why scale factor `s` is refused, or `None` when it is allowed.
+    pub fn scale(s: f64) -> Option<&'static str> {
+        if !s.is_finite() {
+            Some("it must be finite")
+        } else if s <= 0.0 {
+            Some("it must be > 0")
+        } else if !(SCALE_MIN..=SCALE_MAX).contains(&s) {
+            Some("it must be between 0.001 and 1000")
+        } else {
+            None
+        }
+    }
+
+    /// Why elastic sigma `s` (voxels or mm) is refused, or `None` when it is allowed.
+    pub fn sigma(s: f64) -> Option<&'static str> {
+        if !s.is_finite() {
+            Some("it must be finite")
+        } else if s <= 0.0 {
+            Some("sigma must be > 0")
+        } else if s > SIGMA {
+            Some("sigma must be at most 1000 (voxels or mm)")
+        } else {
+            None
+        }
+    }
+
+    /// Why elastic alpha `a` (voxels or mm) is refused, or `None` when it is allowed.
+    pub fn alpha(a: f64) -> Option<&'static str> {
+        if !a.is_finite() {
+            Some("it must be finite")
+        } else if a.abs() > ALPHA {
+            Some("alpha must be within ±1e7")
+        } else {
+            None
+        }
+    }
+
+    /// Whether `s` mm is a voxel size a scan has (finite, within the spacing limits).
+    pub fn spacing_ok(s: f64) -> bool {
+        (SPACING_MIN..=SPACING_MAX).contains(&s)
+    }
 }
 
 /// Fixed values of one spatial transform.
@@ -193,9 +251,46 @@ pub enum PlanError {
     #[error("output shape {got:?} does not have {ndim} positive axes")]
     OutShape { got: Vec<usize>, ndim: usize },
     #[error(
-        "--space mm needs a positive, finite voxel spacing in mm for each of the {ndim} axes, got {got:?}"
+        "--space mm needs a voxel spacing between 0.001 and 10000 mm (as every scan has) on \
+         each of the {ndim} axes, got [{}] mm",
+        brief_list(got)
     )]
     Spacing { got: Vec<f64>, ndim: usize },
+    #[error(
+        "--{name} value {} mm is {} voxels on axis {axis} at a spacing of {} mm, beyond the \
+         limit of {limit:e} voxels", brief(*value), brief(*vox), brief(*spacing)
+    )]
+    Voxels {
+        name: &'static str,
+        value: f64,
+        axis: usize,
+        spacing: f64,
+        vox: f64,
+        limit: f64,
+    },
+}
+
+/// `v` to four significant digits, as a message shows it: `0.0010000000474974513` (an f32
+/// voxel size) reads `0.001`, `1999.999905` reads `2000`, `1e-30` stays `1e-30`.
+pub fn brief(v: f64) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return v.to_string();
+    }
+    let e = format!("{v:.3e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+    match exp.parse::<i32>() {
+        // Plain digits where they are short (0.001 to 99999), else the exponent.
+        Ok(x) if (-3..5).contains(&x) => format!("{mantissa}e{x}")
+            .parse::<f64>()
+            .map_or(e.clone(), |r| r.to_string()),
+        _ => format!("{mantissa}e{exp}"),
+    }
+}
+
+/// `brief` of each value, joined by `, `.
+pub fn brief_list(v: &[f64]) -> String {
+    v.iter().map(|&x| brief(x)).collect::<Vec<_>>().join(", ")
 }
 
 impl Plan {
@@ -211,7 +306,7 @@ impl Plan {
         }
         if self.space == Space::Mm
             && (self.spacing_mm.len() != ndim
-                || !self.spacing_mm.iter().all(|&s| s.is_finite() && s > 0.0))
+                || !self.spacing_mm.iter().all(|&s| limits::spacing_ok(s)))
         {
             return Err(PlanError::Spacing {
                 got: self.spacing_mm.clone(),
@@ -245,66 +340,29 @@ impl Plan {
                 ndim,
             });
         }
-        let finite = |name, v: f64| {
-            if v.is_finite() {
-                Ok(())
-            } else {
-                Err(PlanError::Value {
-                    name,
-                    value: v,
-                    why: "it must be finite",
-                })
-            }
-        };
-        let within = |name, v: f64, ok: bool, why| {
-            if ok {
-                Ok(())
-            } else {
-                Err(PlanError::Value {
-                    name,
-                    value: v,
-                    why,
-                })
-            }
+        let check = |name, v: f64, why: Option<&'static str>| match why {
+            None => Ok(()),
+            Some(why) => Err(PlanError::Value {
+                name,
+                value: v,
+                why,
+            }),
         };
         for &a in &self.rotate_rad {
-            finite("rotate", a)?;
+            check("rotate", a, (!a.is_finite()).then_some("it must be finite"))?;
         }
         for &t in &self.translate {
-            finite("translate", t)?;
-            within(
-                "translate",
-                t,
-                t.abs() <= limits::TRANSLATE,
-                "it must be within ±1e6 (voxels or mm)",
-            )?;
+            check("translate", t, limits::translate(t))?;
         }
         for &s in &self.scale {
-            finite("scale", s)?;
-            within("scale", s, s > 0.0, "it must be > 0")?;
-            within(
-                "scale",
-                s,
-                (limits::SCALE_MIN..=limits::SCALE_MAX).contains(&s),
-                "it must be between 0.001 and 1000",
-            )?;
+            check("scale", s, limits::scale(s))?;
         }
         if let Some(e) = &self.elastic {
-            finite("elastic", e.alpha)?;
-            finite("elastic", e.sigma)?;
-            within("elastic", e.sigma, e.sigma > 0.0, "sigma must be > 0")?;
-            within(
-                "elastic",
-                e.sigma,
-                e.sigma <= limits::SIGMA,
-                "sigma must be at most 1000 (voxels or mm)",
-            )?;
-            within(
-                "elastic",
-                e.alpha,
-                e.alpha.abs() <= limits::ALPHA,
-                "alpha must be within ±1e7",
-            )?;
+            check("elastic", e.alpha, limits::alpha(e.alpha))?;
+            check("elastic", e.sigma, limits::sigma(e.sigma))?;
+        }
+        if self.space == Space::Mm {
+            self.validate_voxels(ndim)?;
         }
         if let Some(s) = &self.out_shape
             && (s.len() != ndim || s.contains(&0))
@@ -313,6 +371,38 @@ impl Plan {
                 got: s.clone(),
                 ndim,
             });
+        }
+        Ok(())
+    }
+
+    /// The mm-space limits once more in voxels, where the engines apply them: a millimetre is
+    /// `1 / spacing` voxels, so a translation, sigma or alpha within the limits in millimetres
+    /// can still be far beyond them in voxels. Assumes a checked spacing.
+    fn validate_voxels(&self, ndim: usize) -> Result<(), PlanError> {
+        let over = |name, value: f64, axis: usize, limit: f64| {
+            let spacing = self.spacing_mm[axis];
+            let vox = value / spacing;
+            if vox.abs() <= limit {
+                Ok(())
+            } else {
+                Err(PlanError::Voxels {
+                    name,
+                    value,
+                    axis,
+                    spacing,
+                    vox,
+                    limit,
+                })
+            }
+        };
+        for (a, &t) in self.translate.iter().enumerate().take(ndim) {
+            over("translate", t, a, limits::TRANSLATE)?;
+        }
+        if let Some(e) = &self.elastic {
+            for a in 0..ndim {
+                over("elastic", e.sigma, a, limits::SIGMA)?;
+                over("elastic", e.alpha, a, limits::ALPHA)?;
+            }
         }
         Ok(())
     }
@@ -523,6 +613,17 @@ mod tests {
         assert!(p.validate(2).is_err());
         assert!(Plan::identity().validate(2).is_ok());
         assert!(Plan::identity().validate(4).is_err());
+    }
+
+    #[test]
+    fn brief_numbers_read_short() {
+        assert_eq!(brief(0.0010000000474974513), "0.001");
+        assert_eq!(brief(1999.999905005102), "2000");
+        assert_eq!(brief(1e-30), "1e-30");
+        assert_eq!(brief(-2e6), "-2e6");
+        assert_eq!(brief(1.5), "1.5");
+        assert_eq!(brief(f64::NAN), "NaN");
+        assert_eq!(brief_list(&[1.0, 3e-7]), "1, 3e-7");
     }
 
     #[test]

@@ -13,11 +13,11 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-use crate::augment::Plan;
 use crate::augment::preset::{
     ElasticSpec, FlipSpec, Preset, PresetError, Range, RotateSpec, SamplingSpec, ScaleDistribution,
     ScaleSpec, plan_ndim,
 };
+use crate::augment::{Plan, Space};
 
 fn bad(why: impl Into<String>) -> PresetError {
     PresetError::Invalid {
@@ -166,6 +166,18 @@ fn from_plan(
              \"shape\" beside it)",
         ));
     }
+    // The preset must reproduce the plan exactly: a plan that no image of its grid can take
+    // (an axis it does not have, a value past the limits) is refused, never trimmed to fit.
+    let grid = ndim
+        .or_else(|| (plan.space == Space::Mm).then_some(plan.spacing_mm.len()))
+        .unwrap_or(3);
+    if let Some(&axis) = plan.flip.iter().find(|&&a| a >= grid) {
+        return Err(bad(format!(
+            "the plan flips axis {axis}, which a {grid}D image does not have"
+        )));
+    }
+    plan.validate(grid)
+        .map_err(|e| bad(format!("the \"plan\" cannot be applied: {e}")))?;
     // Without flips the number of axes is not needed.
     let mut preset = Preset::reproducing(&plan, ndim.unwrap_or(3));
     let mut description = format!(
@@ -392,7 +404,32 @@ fn sampling_params(m: &Map<String, Value>) -> Result<SamplingSpec, PresetError> 
     if let Some(v) = num(m, &["border_cval_data"])? {
         sampling.cval = v;
     }
-    sampling.order = num(m, &["order_data"])?.map_or(3, |v| v as u32);
-    sampling.label_order = num(m, &["order_seg"])?.map_or(0, |v| v as u32);
+    sampling.order = spline_order(m, "order_data", &[0, 1, 3])?.unwrap_or(3);
+    sampling.label_order = spline_order(m, "order_seg", &[0, 1, 2, 3, 4, 5])?.unwrap_or(0);
     Ok(sampling)
+}
+
+/// The spline order under `key`, one of `allowed`: a whole number, never rounded or clamped
+/// into one (3.9 is not order 3, -1 is not order 0).
+fn spline_order(
+    m: &Map<String, Value>,
+    key: &str,
+    allowed: &[u32],
+) -> Result<Option<u32>, PresetError> {
+    let v = match m.get(key) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let order = v
+        .as_f64()
+        .filter(|o| o.fract() == 0.0 && *o >= 0.0 && *o <= 5.0)
+        .map(|o| o as u32)
+        .filter(|o| allowed.contains(o));
+    let names: Vec<String> = allowed.iter().map(u32::to_string).collect();
+    order.map(Some).ok_or_else(|| {
+        bad(format!(
+            "{key} = {v} is not a spline order augscope takes here (expected {})",
+            names.join(", ")
+        ))
+    })
 }

@@ -5,7 +5,10 @@ Every loader (NIfTI, NIfTI .gz, DICOM file, DICOM folder, .npy, PNG, TIFF, JPEG)
 parser, `preset import` and the export of arbitrary presets get mutants of a seed corpus (the
 small files committed under tests/data/io, tests/data/dicom, tests/data/retina.jpg and
 assets/presets): bit flips, interesting integers written over header fields, deletions,
-duplications, truncations and, for text, extreme numbers, stray quotes and newlines. Each mutant
+duplications, truncations and, for text, extreme numbers, stray quotes and newlines. Three more
+targets make hostile cases of their own: presets with ranges on and past the plan limits
+(hostile_preset), NIfTI voxel sizes no scan has under --space mm (tiny_spacing), and parameter
+dicts with bad orders, axes and values (hostile_import). Each mutant
 runs the CLI in a process of its own, and the contract is checked:
 
 - the exit code is 0 or 2 (2: exactly one line on stderr, starting with "augscope: "), never a
@@ -300,11 +303,13 @@ EXITS = {}
 EXT = {"nifti": ".nii", "nifti_gz": ".nii.gz", "npy": ".npy", "png": ".png", "tiff": ".tif",
        "jpeg": ".jpg", "dicom": ".dcm", "preset": ".toml", "export": ".toml", "import": ".json"}
 TARGETS = ["nifti", "nifti_gz", "npy", "png", "tiff", "jpeg", "dicom", "dicom_folder", "preset",
-           "import", "export"]
+           "import", "export", "hostile_preset", "tiny_spacing", "hostile_import"]
 
 
 def run_one(rng, corpus, target, work, bin_path, args):
     """Makes one mutant for `target` and checks the contract. Returns (cmd, problem)."""
+    if target in HOSTILE:
+        return HOSTILE[target](rng, work, bin_path, args)
     kind = "dicom" if target == "dicom_folder" else target
     pool = [s for s in corpus if s[0] == kind]
     _, name, seed = rng.pick(pool)
@@ -352,6 +357,158 @@ def run_one(rng, corpus, target, work, bin_path, args):
         return argv, check(bin_path, argv, [src], out, args)
     argv = ["info", src]
     return argv, check(bin_path, argv, [src], None, args)
+
+
+# Hostile values: presets whose ranges sit on and past the plan limits, voxel sizes no scan has,
+# and parameter dicts whose orders and axes must be refused, not coerced. Each generator makes
+# its own case (no seed corpus) and the same contract is checked.
+
+# Range ends on, just past and far past the limits (translate 1e6, scale 1e-3..1e3, sigma 1e3,
+# alpha 1e7), and numbers that overflow a draw.
+HOSTILE_NUMBERS = ["1e6", "-1e6", "1000000.0001", "2e6", "-2e6", "1e-3", "0.0009999", "1e3",
+                   "1000.5", "1e7", "-1e7", "1.0000001e7", "1e300", "-1.7e308", "1.7e308",
+                   "5e-324", "0.5", "3.0"]
+# Voxel sizes in mm: tiny, huge, on the edges of a scan's, and broken.
+SPACINGS = [1e-30, 1e-12, 1e-6, 1e-4, 9.9e-4, 1e-3, 0.5, 1.0, 3.0, 1e4, 1.1e4, 1e30,
+            float("nan"), float("inf"), 0.0, -1.0]
+# Order values of a parameter dict: the only good ones are 0, 1 and 3.
+ORDERS = ["-1", "3.9", "0.5", "2", "4", "6", "1e30", "true", "\"3\"", "null", "[3]", "0", "1",
+          "3"]
+
+
+def hostile_preset_text(rng):
+    """A preset with extreme ranges in voxel or mm space."""
+    def pair():
+        a, b = rng.pick(HOSTILE_NUMBERS), rng.pick(HOSTILE_NUMBERS)
+        return f"[{a}, {b}]" if rng.below(3) else f"[-{b.lstrip('-')}, {b.lstrip('-')}]"
+    parts = ["version = 1"]
+    if rng.below(2):
+        parts.append('space = "mm"')
+    if rng.below(2):
+        parts.append(f"[translate]\np = {rng.pick(['0.01', '1.0'])}\nrange = [{pair()}]\n"
+                     f"unit = \"{rng.pick(['voxel', 'mm'])}\"")
+    if rng.below(2):
+        parts.append(f"[scale]\nrange = [{pair()}]\n"
+                     f"distribution = \"{rng.pick(['uniform', 'split'])}\"")
+    if rng.below(2):
+        parts.append(f"[elastic]\np = 0.5\nalpha = {pair()}\nsigma = {pair()}")
+    if rng.below(2):
+        parts.append(f"[rotate]\nrange_deg = [{pair()}]")
+    return "\n".join(parts) + "\n"
+
+
+def tiny_spacing_nifti(rng):
+    """i32.nii with its sform and qform off and voxel sizes from SPACINGS."""
+    import struct
+    with open(os.path.join(ROOT, "tests", "data", "io", "i32.nii"), "rb") as fh:
+        b = bytearray(fh.read())
+    b[252:256] = struct.pack("<hh", 0, 0)
+    for k in range(3):
+        b[80 + 4 * k:84 + 4 * k] = struct.pack("<f", rng.pick(SPACINGS))
+    return bytes(b)
+
+
+def hostile_import_text(rng):
+    """A parameter dict or an augscope plan with bad orders, axes and out-of-limit values."""
+    import json
+    if rng.below(2):
+        d = {"do_rotation": True, "order_data": "@O", "order_seg": "@S"}
+        if rng.below(2):
+            d["mirror_axes"] = [rng.pick([0, 1, 2, 3, 5, -1])]
+        if rng.below(2):
+            d.update(do_elastic_deform=True, alpha=[0, float(rng.pick(HOSTILE_NUMBERS))],
+                     sigma=[1, float(rng.pick(HOSTILE_NUMBERS))])
+        if rng.below(2):
+            d.update(do_scale=True, scale=[float(rng.pick(HOSTILE_NUMBERS)), 1.5])
+        text = json.dumps(d)
+        return text.replace('"@O"', rng.pick(ORDERS)).replace('"@S"', rng.pick(ORDERS))
+    ndim = rng.pick([2, 3])
+    plan = {"flip": [rng.pick([0, 1, 2, 3, 7])]}
+    if rng.below(2):
+        plan["translate"] = [float(rng.pick(HOSTILE_NUMBERS))] + [0.0] * (ndim - 1)
+    if rng.below(2):
+        plan["elastic"] = {"alpha": float(rng.pick(HOSTILE_NUMBERS)),
+                           "sigma": float(rng.pick(HOSTILE_NUMBERS)), "seed": 1}
+    if rng.below(3) == 0:
+        plan.update(space="mm", spacing_mm=[rng.pick(SPACINGS)] * ndim)
+    return json.dumps({"shape": [5] * ndim, "seed": 1, "plan": plan}).replace("NaN", "1e999")
+
+
+def run_hostile_preset(rng, work, bin_path, args):
+    case = fresh_case(work)
+    src = os.path.join(case, "in.toml")
+    with open(src, "w") as fh:
+        fh.write(hostile_preset_text(rng))
+    nii = os.path.join(ROOT, "tests", "data", "io", "i32.nii")
+    argv = rng.pick([["preset", "sample", src, "--count", "40"],
+                     ["batch", "--preset", src, "--count", "3", "--backend", "cpu", "--quiet",
+                      "--out", os.path.join(case, "b"), nii]])
+    # A refused batch leaves no folder behind; a refused sample prints nothing.
+    return argv, check(bin_path, argv, [src], os.path.join(case, "b"), args)
+
+
+def run_tiny_spacing(rng, work, bin_path, args):
+    case = fresh_case(work)
+    src = os.path.join(case, "in.nii")
+    with open(src, "wb") as fh:
+        fh.write(tiny_spacing_nifti(rng))
+    out = os.path.join(case, "out.npy")
+    if rng.below(3) == 0:
+        preset = os.path.join(case, "mm.toml")
+        with open(preset, "w") as fh:
+            fh.write('version = 1\nspace = "mm"\n[rotate]\nrange_deg = [[-10.0, 10.0]]\n'
+                     '[translate]\nunit = "mm"\nrange = [[-3.0, 3.0]]\n'
+                     '[elastic]\nalpha = [1.0, 4.0]\nsigma = [2.0, 3.0]\n')
+        argv = ["batch", "--preset", preset, "--count", "2", "--backend", "cpu", "--quiet",
+                "--out", os.path.join(case, "b"), src]
+        return argv, check(bin_path, argv, [src], os.path.join(case, "b"), args)
+    t = rng.pick([["--elastic", "5,2"], ["--translate=1,0,-2"], ["--rotate", "0.1,0.2,0.3"],
+                  ["--elastic", "100,8", "--rotate", "0.3,0,0"]])
+    argv = ["apply", src, out, "--space", "mm", "--backend", "cpu", *t]
+    return argv, check(bin_path, argv, [src], out, args)
+
+
+def run_hostile_import(rng, work, bin_path, args):
+    case = fresh_case(work)
+    src = os.path.join(case, "in.json")
+    text = hostile_import_text(rng)
+    with open(src, "w") as fh:
+        fh.write(text)
+    out = os.path.join(case, "out.toml")
+    argv = ["preset", "import", "--output", out, src]
+    problem = check(bin_path, argv, [src], out, args)
+    if problem is None and os.path.exists(out) and import_must_refuse(text):
+        problem = "the import accepted an order or a flipped axis it must refuse"
+    return argv, problem
+
+
+def import_must_refuse(text):
+    """Whether a dict holds an order that is not 0, 1 or 3 (labels: 0 to 5), or a plan flips an
+    axis its shape does not have: the import must refuse it, never round or drop it."""
+    import json
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return False
+
+    def bad_order(key, ok):
+        v = d.get(key)
+        return v is not None and not (type(v) is int and v in ok)
+    ndim = len(d.get("shape", [0, 0, 0]))
+    flips = d.get("plan", {}).get("flip", [])
+    bad_flip = any(not (type(a) is int and 0 <= a < ndim) for a in flips)
+    return bad_order("order_data", (0, 1, 3)) or bad_order("order_seg", range(6)) or bad_flip
+
+
+def fresh_case(work):
+    case = os.path.join(work, "case")
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    return case
+
+
+HOSTILE = {"hostile_preset": run_hostile_preset, "tiny_spacing": run_tiny_spacing,
+           "hostile_import": run_hostile_import}
 
 
 def in_process(args):

@@ -194,6 +194,10 @@ pub struct Sampler<'a> {
     pub pad: f64,
 }
 
+/// The farthest tap index the sampler computes with, `2^40`: beyond any grid, and far from
+/// overflowing `i64` once the taps are added.
+const FAR_TAP: f64 = (1u64 << 40) as f64;
+
 /// Tap offsets and weights of one sample point; `N = order + 1` taps per axis.
 struct Taps<const D: usize, const N: usize> {
     off: [[usize; N]; D],
@@ -238,7 +242,10 @@ impl Sampler<'_> {
         };
         for a in 0..D {
             let len = shape[a];
-            let cc = map_coordinate(x[a] + self.pad, len, self.mode)?;
+            // Far off the grid every tap folds or clamps the same way, and an index past ±2^40
+            // would overflow the tap arithmetic below: a huge coordinate (or one that the fold of
+            // a huge one made infinite) reads the boundary, never past the slice.
+            let cc = map_coordinate(x[a] + self.pad, len, self.mode)?.clamp(-FAR_TAP, FAR_TAP);
             let start = if order & 1 == 1 {
                 cc.floor() as i64 - (order / 2) as i64
             } else {
@@ -728,5 +735,64 @@ mod tests {
         }
         check([5usize, 7, 9]);
         check([6usize, 11]);
+    }
+
+    /// Any coordinate, however far off the grid, reads the boundary or cval and never indexes
+    /// past the data: every order and mode, 2D and 3D, axes of one and several voxels.
+    #[test]
+    fn far_coordinates_read_the_boundary_not_past_the_data() {
+        let far = [
+            0.0,
+            -0.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MAX,
+            f64::MIN,
+            1e300,
+            -1e300,
+            9.2e18,
+            -9.2e18,
+            1e19,
+            -1e19,
+            (1u64 << 40) as f64 + 0.5,
+            -((1u64 << 40) as f64) - 0.5,
+            (1u64 << 53) as f64,
+            -7.97e307,
+            3.5,
+            -2.5,
+        ];
+        fn check<const D: usize>(shape: [usize; D], far: &[f64]) {
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+            let coords: Vec<[f64; D]> = (0..far.len() * far.len())
+                .map(|i| std::array::from_fn(|a| far[(i / far.len().pow(a as u32)) % far.len()]))
+                .collect();
+            for order in [Order::Nearest, Order::Linear, Order::Cubic] {
+                for mode in Mode::ALL {
+                    let s = Sampler {
+                        data: &data,
+                        shape: shape.to_vec(),
+                        channels: 1,
+                        order,
+                        mode,
+                        cval: 0.5,
+                        pad: 0.0,
+                    };
+                    let mut out = vec![0f32; coords.len()];
+                    s.sample_row::<D>(&coords, &mut [&mut out[..]]);
+                    for (i, v) in out.iter().enumerate() {
+                        assert!(
+                            v.is_finite() || coords[i].iter().any(|c| !c.is_finite()),
+                            "{order:?} {mode:?} {:?} read {v}",
+                            coords[i]
+                        );
+                    }
+                }
+            }
+        }
+        check([4usize, 5, 6], &far);
+        check([1usize, 3], &far);
+        check([7usize, 1], &far);
     }
 }

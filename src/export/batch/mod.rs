@@ -229,6 +229,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
         c.store(0, Ordering::SeqCst);
     }
     prepare::check_options(opts)?;
+    let new_dir = !opts.out_dir.exists();
     std::fs::create_dir_all(&opts.out_dir)
         .map_err(|e| IoError::write("output folder", e.to_string(), &opts.out_dir))?;
     let _lock = prepare::lock_shard(&opts.out_dir, opts.shard)?;
@@ -248,6 +249,7 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     let bar = progress_bar(opts.progress, todo_count, skipped, total);
     let ctl = Control::new(&opts.stop);
 
+    let new_manifest = !manifest.exists();
     let mut manifest_file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -267,6 +269,16 @@ pub fn run(opts: &BatchOptions) -> Result<BatchSummary, BatchError> {
     let _ = manifest_file.sync_all();
 
     if let Some(e) = ctl.take_failure() {
+        // A run that failed before its first sample leaves nothing behind: no empty manifest,
+        // no output folder it made.
+        if written == 0 && new_manifest {
+            drop(manifest_file);
+            let _ = std::fs::remove_file(&manifest);
+            drop(_lock);
+            if new_dir {
+                let _ = std::fs::remove_dir(&opts.out_dir);
+            }
+        }
         return Err(e);
     }
     let elapsed_s = t0.elapsed().as_secs_f64();

@@ -239,12 +239,14 @@ fn read_inputs(
         if ctl.stopped() {
             return Ok(());
         }
-        let mut todo = work
-            .indices(input)
-            .map(|j| work.item(input, j))
-            .filter(|it| !finished.contains(&it.output))
-            .peekable();
-        if todo.peek().is_none() {
+        // Made one at a time, twice over (a few ahead for the engine, then all of them): nothing
+        // is sized by --count.
+        let todo = || {
+            work.indices(input)
+                .map(move |j| work.item(input, j))
+                .filter(|it| !finished.contains(&it.output))
+        };
+        if todo().next().is_none() {
             continue;
         }
         let t = Instant::now();
@@ -255,11 +257,12 @@ fn read_inputs(
             Some(f) if !f.after => f.apply(&img, opts)?,
             _ => img,
         };
-        let todo: Vec<Item> = todo.collect();
-        prepare_modules(opts, backend, &todo, &img, lab.as_ref());
+        let first: Vec<Item> = todo().take(PREPARE_PLANS).collect();
+        prepare_modules(opts, backend, &first, &img, lab.as_ref());
+        drop(first);
         let img = Arc::new(img);
         let lab = lab.map(Arc::new);
-        for it in todo {
+        for it in todo() {
             if ctl.stopped()
                 || job_tx
                     .send((it, img.clone(), lab.clone(), read_ms))
@@ -291,7 +294,6 @@ fn prepare_modules(
     }
     let plans: Vec<Plan> = items
         .iter()
-        .take(PREPARE_PLANS)
         .filter_map(|it| {
             opts.preset
                 .sample(it.seed, img.ndim(), &img.spacing_mm)
@@ -312,6 +314,7 @@ fn load_input(opts: &BatchOptions, input: usize) -> Result<(Volume, Option<Volum
     let img = io::load(&opts.inputs[input], &LoadOptions::default())?;
     opts.preset
         .check_ndim(img.ndim())
+        .and_then(|()| opts.preset.check_spacing(&img.spacing_mm))
         .map_err(|e| usage(format!("{e}: {}", opts.inputs[input].display())))?;
     let lab = match opts.labels.get(input) {
         Some(p) => {

@@ -172,22 +172,22 @@ fn read_num(v: &Value, what: &str) -> Result<Num, PresetError> {
                 let a: f64 = a
                     .trim()
                     .parse()
-                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                    .map_err(|_| bad(format!("{what}: '{s}' is not a number augscope writes")))?;
                 let i: usize = i
                     .trim()
                     .parse()
-                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                    .map_err(|_| bad(format!("{what}: '{s}' is not a number augscope writes")))?;
                 return Ok(Num::PerMm(a, i));
             }
             if let Some((a, b)) = e.split_once(" * ") {
                 let a: f64 = a
                     .trim()
                     .parse()
-                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                    .map_err(|_| bad(format!("{what}: '{s}' is not a number augscope writes")))?;
                 let b: f64 = b
                     .trim()
                     .parse()
-                    .map_err(|_| bad(format!("{what}: '{s}'")))?;
+                    .map_err(|_| bad(format!("{what}: '{s}' is not a number augscope writes")))?;
                 return Ok(Num::Prod(a, b));
             }
             Err(bad(format!(
@@ -326,34 +326,30 @@ fn read_sampling(
     aug: Option<&Map<String, Value>>,
 ) -> Result<SamplingSpec, PresetError> {
     let mut sampling = SamplingSpec::default();
-    match root
-        .get("modes")
-        .and_then(Value::as_array)
-        .map(|a| a.as_slice())
-    {
+    let modes = root.get("modes");
+    match modes.and_then(Value::as_array).map(|a| a.as_slice()) {
         Some([Value::Number(o), Value::Number(l)]) if l.as_u64() == Some(0) => {
             sampling.order = o
                 .as_u64()
                 .and_then(|o| u32::try_from(o).ok())
                 .ok_or_else(|| bad(format!("modes[0] = {o} is not a spline order")))?;
         }
-        other => {
+        _ => {
             return Err(bad(format!(
-                "modes = {other:?}: expected [ORDER, 0] (image spline order, nearest labels)"
+                "modes = {}: expected [ORDER, 0] (image spline order, nearest labels)",
+                json_or_missing(modes)
             )));
         }
     }
-    match root
-        .get("padding")
-        .and_then(Value::as_array)
-        .map(|a| a.as_slice())
-    {
+    let padding = root.get("padding");
+    match padding.and_then(Value::as_array).map(|a| a.as_slice()) {
         Some([Value::String(m), Value::String(l)]) if l == "constant" => {
             sampling.mode = m.clone();
         }
-        other => {
+        _ => {
             return Err(bad(format!(
-                "padding = {other:?}: expected [MODE, \"constant\"]"
+                "padding = {}: expected [MODE, \"constant\"]",
+                json_or_missing(padding)
             )));
         }
     }
@@ -364,9 +360,18 @@ fn read_sampling(
         .and_then(|a| a.get("label_order"))
         .and_then(Value::as_u64)
     {
-        sampling.label_order = u32::try_from(l).map_err(|_| bad("label_order too large"))?;
+        sampling.label_order = u32::try_from(l).map_err(|_| {
+            bad(format!(
+                "_augscope_ label_order = {l} is not a spline order"
+            ))
+        })?;
     }
     Ok(sampling)
+}
+
+/// A config value as JSON for a message (`[3, 1]`), or `missing`.
+fn json_or_missing(v: Option<&Value>) -> String {
+    v.map_or_else(|| "missing".to_string(), Value::to_string)
 }
 
 /// Reads every transform entry into `preset` (translate, scale, elastic, flip) and returns the
@@ -424,8 +429,13 @@ fn read_transforms(
                 flip_p[ndim - 1 - ax] = lit(prob, &what)?;
             }
             _ => {
+                let args = if args.is_empty() {
+                    "no arguments".to_string()
+                } else {
+                    args.join(", ")
+                };
                 return Err(bad(format!(
-                    "{what} with {args:?} is not an entry augscope writes (translate, scale, \
+                    "{what} with {args} is not an entry augscope writes (translate, scale, \
                      rotate, elastic or flip with their own probability)"
                 )));
             }
