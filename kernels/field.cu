@@ -1,4 +1,4 @@
-// The smoothed unit elastic field G_sigma(noise_k) (DESIGN §4) on the GPU: the twin of
+// The smoothed unit elastic field G_sigma(noise_k) (docs/design.md §4) on the GPU: the twin of
 // src/engine/field.rs + src/filter/gaussian.rs + src/engine/noise.rs.
 //
 // Separable gaussian, zero outside the grid (scipy.ndimage.gaussian_filter(mode="constant",

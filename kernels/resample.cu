@@ -1,4 +1,4 @@
-// The fused spatial transform (DESIGN §3): for every output voxel p, in one pass,
+// The fused spatial transform (docs/design.md §3): for every output voxel p, in one pass,
 //   q = flip(p); c_a = q_a - ctr_out_a + alpha_a * field_a(q); x = M c + offset;
 // then boundary mode and order 0/1/3 sampling of every image channel with the same x, and order-0
 // sampling of the label map (cval 0) in the same thread. No intermediate volume is written.

@@ -1,5 +1,5 @@
 //! The `augscope` command line end to end: exit codes, one-line errors, no partial outputs, inputs
-//! never changed (DESIGN §7). Runs the real binary on real and hostile files.
+//! never changed (docs/design.md §7). Runs the real binary on real and hostile files.
 
 use std::path::Path;
 

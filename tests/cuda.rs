@@ -1,4 +1,4 @@
-//! The CUDA engine against the CPU reference (DESIGN §3, §4, §6).
+//! The CUDA engine against the CPU reference (docs/design.md §3, §4, §6).
 //!
 //! Without a GPU (CI): every kernel compiles with NVRTC when libnvrtc can be loaded, and the
 //! selection falls back to the CPU with a note, never a panic. Tests whose name says `gpu` need a
@@ -217,7 +217,7 @@ fn devices_report_never_panics_and_says_why() {
 /// Compares the CUDA engine with the CPU engine on one plan. Labels must be identical except at
 /// order-0 ties: voxels whose input coordinate lies within 1e-4 (f32 coordinates) of a half-integer on some axis,
 /// where the two engines' coordinates (the same field, but the resample's own arithmetic) may round
-/// differently (DESIGN §3: "order-0 ties at exactly .5 excepted").
+/// differently (docs/design.md §3: "order-0 ties at exactly .5 excepted").
 fn random_plan(ndim: usize, k: u64, order: Order, mode: Mode) -> Plan {
     let f = |i: u64| ((k * 7919 + i * 104_729) % 1000) as f64 / 1000.0;
     Plan {

@@ -199,7 +199,7 @@ label_order = 0
 
 #[test]
 fn elastic_tiles_match_the_batch_within_field_rounding() {
-    // The slice path smooths the field of one plane (DESIGN §4: across slices, then within),
+    // The slice path smooths the field of one plane (docs/design.md §4: across slices, then within),
     // the batch the whole volume's; they agree to f32 rounding of the field.
     let dir = tempfile::tempdir().expect("temp dir");
     let img = small_scan(dir.path(), [20, 24, 22]);

@@ -113,7 +113,7 @@ fn sampling_is_reproducible_and_fires_as_asked() {
     assert_eq!(a, b);
     let c = p.sample(8, 3, &[2.0, 1.0, 0.5]).unwrap();
     assert_ne!(a.plan, c.plan);
-    // Everything at p 1 fires, in DESIGN §3 order.
+    // Everything at p 1 fires, in docs/design.md §3 order.
     let names: Vec<&str> = a.done.iter().map(|d| d.transform.as_str()).collect();
     assert_eq!(names, ["flip", "elastic", "rotate", "scale", "translate"]);
     assert_eq!(a.plan.flip, vec![0, 2]);

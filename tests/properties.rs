@@ -165,7 +165,7 @@ proptest! {
         prop_assert_eq!(bits(&then_nothing.data), bits(&one.data));
     }
 
-    /// The fused coordinate map (`Plan::compose` + elastic field) equals DESIGN §3 evaluated step
+    /// The fused coordinate map (`Plan::compose` + elastic field) equals docs/design.md §3 evaluated step
     /// by step in f64.
     #[test]
     fn coordinate_map_follows_design_steps(

@@ -1,8 +1,8 @@
 //! The CPU engine against scipy: every case of `tests/fixtures/cases.json`, written by
-//! `tests/fixtures/gen_fixtures.py` (an independent numpy implementation of DESIGN §3–§4 resampled
+//! `tests/fixtures/gen_fixtures.py` (an independent numpy implementation of docs/design.md §3–§4 resampled
 //! by `scipy.ndimage.map_coordinates`, elastic fields by `scipy.ndimage.gaussian_filter`).
 //!
-//! Bar (DESIGN §3): ≥ 99.99 % of voxels within 1e-4 of scipy, NaN never, label maps exact; voxels
+//! Bar (docs/design.md §3): ≥ 99.99 % of voxels within 1e-4 of scipy, NaN never, label maps exact; voxels
 //! whose coordinate sits on a discontinuity of the reference (order-0 ties at .5, the edges of
 //! `constant`, the fold points of `wrap`) are excluded by the fixture's masks.
 //! Arrays are `[z, y, x]` (2D `[y, x]`), channels leading.

@@ -103,7 +103,7 @@ fn anisotropy(cov: &[[f64; 3]; 3]) -> f64 {
     worst
 }
 
-/// `R = Rx(a0) Ry(a1) Rz(a2)`, batchgenerators' matrices (DESIGN §3), written out here again.
+/// `R = Rx(a0) Ry(a1) Rz(a2)`, batchgenerators' matrices (docs/design.md §3), written out here again.
 fn rotation(a: [f64; 3]) -> [[f64; 3]; 3] {
     let (c0, s0) = (a[0].cos(), a[0].sin());
     let (c1, s1) = (a[1].cos(), a[1].sin());

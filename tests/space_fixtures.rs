@@ -4,7 +4,7 @@
 //! `scipy.ndimage.gaussian_filter(sigma=sigma_mm / spacing)` and resamples with
 //! `scipy.ndimage.map_coordinates` (rigid cases also cross-checked by `affine_transform`).
 //!
-//! Bar (DESIGN §3): ≥ 99.99 % of voxels within 1e-4 of scipy, NaN never, label maps exact away
+//! Bar (docs/design.md §3): ≥ 99.99 % of voxels within 1e-4 of scipy, NaN never, label maps exact away
 //! from the fixture's discontinuity masks. Arrays are `[z, y, x]` (2D `[y, x]`).
 
 use augscope::augment::Space;

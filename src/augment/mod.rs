@@ -17,7 +17,7 @@ pub struct Done {
 
 /// The done list of a plan.
 pub trait DoneList {
-    /// The transforms that fire, in the order they act (DESIGN §3), with their values.
+    /// The transforms that fire, in the order they act (docs/design.md §3), with their values.
     fn done_list(&self) -> Vec<Done>;
 }
 

@@ -1,4 +1,4 @@
-//! Presets: probabilities and ranges per transform (DESIGN §5), in a versioned TOML file, and
+//! Presets: probabilities and ranges per transform (docs/design.md §5), in a versioned TOML file, and
 //! sampling them with a seed into a [`Plan`] of fixed values plus the done list.
 //!
 //! Every vector is in array-axis order `[z, y, x]` (2D: `[y, x]`), as in [`Plan`]. Angles are
@@ -130,7 +130,7 @@ pub struct TranslateSpec {
     pub unit: Unit,
 }
 
-/// Elastic deformation `alpha * G_sigma(noise)` (DESIGN §4; batchgenerators' alpha and sigma), in
+/// Elastic deformation `alpha * G_sigma(noise)` (docs/design.md §4; batchgenerators' alpha and sigma), in
 /// voxels, or millimetres when the preset's `space` is `"mm"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

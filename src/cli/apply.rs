@@ -20,7 +20,7 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         eprintln!("augscope: {note}");
     }
     let t1 = Instant::now();
-    // The engine takes the image: it may free the voxels once read (DESIGN §6's memory budget);
+    // The engine takes the image: it may free the voxels once read (docs/design.md §6's memory budget);
     // the header stays for the readouts and the report.
     let header = image.clone_meta();
     let (out, out_label, timings, oom) = engine::select::apply_owned_with_fallback(

@@ -1,4 +1,4 @@
-//! The `augscope` command line (DESIGN §7): the arguments here, one module per subcommand. Exit 0
+//! The `augscope` command line (docs/design.md §7): the arguments here, one module per subcommand. Exit 0
 //! ok, 2 bad input or usage (one clear line on stderr), 1 internal error. With no subcommand it
 //! opens the GUI.
 

@@ -1,6 +1,6 @@
 //! The identity of a unit elastic field.
 
-/// The one identity of the smoothed unit elastic field `G_sigma(noise_k)` (DESIGN §4): the field
+/// The one identity of the smoothed unit elastic field `G_sigma(noise_k)` (docs/design.md §4): the field
 /// depends on these three and nothing else (alpha only scales it), so every cache of fields is
 /// keyed by one of these.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,5 +1,5 @@
 //! `Plan`: fixed values of one spatial transform, and its composition into a coordinate map
-//! (DESIGN §3). Pure data; the engines interpret it.
+//! (docs/design.md §3). Pure data; the engines interpret it.
 //!
 //! Every vector is in array-axis order `[z, y, x]` (2D: `[y, x]`): `rotate_rad[0]` rotates about
 //! axis 0.
@@ -96,7 +96,7 @@ impl fmt::Display for Space {
     }
 }
 
-/// Elastic deformation: displacement `alpha * G_sigma(noise)` (DESIGN §4), in voxels, or in
+/// Elastic deformation: displacement `alpha * G_sigma(noise)` (docs/design.md §4), in voxels, or in
 /// millimetres when the plan's space is [`Space::Mm`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Elastic {
@@ -540,7 +540,7 @@ fn matmul3(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
     c
 }
 
-/// The fused map from an output voxel `p` to an input coordinate `x` (DESIGN §3):
+/// The fused map from an output voxel `p` to an input coordinate `x` (docs/design.md §3):
 /// `q = flip(p)`, `c_a = q_a - ctr_out_a + alpha_a * field_a(q)`, `x = in_from_centered · c + offset`.
 /// Only the first `ndim` entries of each array are used.
 #[derive(Clone, Debug, PartialEq)]

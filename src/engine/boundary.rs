@@ -116,7 +116,7 @@ mod tests {
 
     #[test]
     fn taps_follow_the_design_table() {
-        // n = 4, values a b c d at 0..4: the patterns of DESIGN §3.
+        // n = 4, values a b c d at 0..4: the patterns of docs/design.md §3.
         let fold = |m, i| fold_tap(i, 4, m);
         assert_eq!(
             (-3..0)

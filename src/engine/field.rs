@@ -1,4 +1,4 @@
-//! The smoothed unit elastic field `G_sigma(noise_k)` (DESIGN §4), one component per axis, on the
+//! The smoothed unit elastic field `G_sigma(noise_k)` (docs/design.md §4), one component per axis, on the
 //! output grid. It depends only on (seed, sigma, grid shape); alpha merely scales it, so engines
 //! cache it and moving any other parameter never recomputes it. Sigma is given per axis in
 //! voxels, `[z, y, x]` (one value on every axis in voxel space; `sigma_mm / spacing` in mm space).

@@ -1,5 +1,5 @@
 //! The Jacobian determinant of the sampling map `p -> x` (output voxel to input coordinate,
-//! DESIGN §3) and the fraction of folded voxels.
+//! docs/design.md §3) and the fraction of folded voxels.
 //!
 //! A strong elastic field with a small sigma folds the deformation: the map stops being one to
 //! one and `det(∂x/∂p)` changes sign. The determinant is computed from the coordinates that

@@ -1,4 +1,4 @@
-//! Reproducible elastic noise (DESIGN §4): Philox4x32-10 (Random123), a pure function of
+//! Reproducible elastic noise (docs/design.md §4): Philox4x32-10 (Random123), a pure function of
 //! (seed, component, voxel), identical on every backend and machine.
 //!
 //! Arrays are `[z, y, x]` (or `[y, x]`); `i` is the C-order linear index of the output voxel.
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn design_known_answer_seed_42() {
-        // DESIGN §4: seed 42, component 0, the first three voxels of a 2x3 grid.
+        // docs/design.md §4: seed 42, component 0, the first three voxels of a 2x3 grid.
         let want = [0.2259197f32, 0.9754373, 0.6517336];
         for (i, w) in want.iter().enumerate() {
             let got = noise_value(42, 0, i as u64);

@@ -1,4 +1,4 @@
-//! The one device choice (DESIGN §6) and the CPU retry after a GPU runs out of memory, for every
+//! The one device choice (docs/design.md §6) and the CPU retry after a GPU runs out of memory, for every
 //! caller: the command line, the batch runner, the filters, the explorer, the bench and the
 //! Python package.
 
@@ -9,7 +9,7 @@ use super::{
 use crate::core::Plan;
 use std::sync::Arc;
 
-/// Chooses the engine for a request (DESIGN §6): an explicit CUDA request opens the devices; when
+/// Chooses the engine for a request (docs/design.md §6): an explicit CUDA request opens the devices; when
 /// that is impossible (no driver, no GPU, NVRTC missing or failing) the CPU engine runs and the
 /// note says why, in one line. `auto` and `cpu` run on the CPU: the data lives on the host.
 pub fn select(spec: &BackendSpec, precision: Precision) -> Selected {

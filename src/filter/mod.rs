@@ -292,7 +292,7 @@ pub struct FilterRun {
 }
 
 /// Applies `filter` to `data` (`data.len() / prod(shape)` arrays of `shape`: channels or batch
-/// items, all in one launch on a GPU) on the engine `spec` asks for (DESIGN §6): `cuda[:N]` runs
+/// items, all in one launch on a GPU) on the engine `spec` asks for (docs/design.md §6): `cuda[:N]` runs
 /// on that device, `cuda:0,1` splits the arrays between the devices, `cpu` and `auto` on the CPU (the data lives on the host). A CUDA request that
 /// cannot be met (no driver, no device, NVRTC failing) and a GPU out of memory fall back to the
 /// CPU with a note, never an error. `precision` is the GPU storage type.

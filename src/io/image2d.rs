@@ -1,7 +1,7 @@
 //! PNG, JPEG and TIFF images through the `image` crate.
 //!
 //! An image is 2D, `[y, x]` (row 0 at the top, as PIL and numpy see it); colour is channels
-//! (DESIGN §2). Spacing is 1 and the affine the identity, since these formats carry no geometry.
+//! (docs/design.md §2). Spacing is 1 and the affine the identity, since these formats carry no geometry.
 
 use std::path::Path;
 

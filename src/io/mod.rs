@@ -1,6 +1,6 @@
 //! Loaders and writers, one module per format; `load`/`save` dispatch on the file name.
 //!
-//! Every loader returns a [`Volume`] in DESIGN §2 order (`[z, y, x]` or `[y, x]`, channels
+//! Every loader returns a [`Volume`] in docs/design.md §2 order (`[z, y, x]` or `[y, x]`, channels
 //! leading). Every writer writes a temporary file beside the target and renames it, so an output
 //! appears whole or not at all.
 

@@ -1,7 +1,7 @@
 //! NumPy `.npy` read and write (format versions 1, 2 and 3; C and Fortran order; bool, u8, i8,
 //! u16, i16, u32, i32, u64, i64, f32, f64 in either byte order).
 //!
-//! Arrays come back in C order; a `.npy` array's axes are DESIGN's array axes (`[z, y, x]`).
+//! Arrays come back in C order; a `.npy` array's axes are the array axes of docs/design.md §2 (`[z, y, x]`).
 
 use std::io::{Read, Write};
 use std::path::Path;

@@ -14,7 +14,7 @@ at 1. Those cases feed the value through batchgenerators' own random calls (see 
 `np.random.uniform() < 0.5` of a mirror returns 0, and the scale's `np.random.random() < 0.5`
 branch and `np.random.uniform(lo, hi)` return the planned factor, which must lie in the range the
 library draws from. What the library really draws there is measured apart (the `draws:` lines),
-and the snippet's NOTE must say it. The elastic noise is always augscope's (DESIGN §4), fed through
+and the snippet's NOTE must say it. The elastic noise is always augscope's (docs/design.md §4), fed through
 the library's `np.random.random(shape)` in component order.
 
 Distributions: for random presets, >= 500 draws through batchgenerators' own augment_spatial and

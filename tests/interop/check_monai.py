@@ -53,7 +53,7 @@ def walk(t):
 
 class FeedNoise:
     """Stands in for an elastic transform's random state: the uniform noise field it asks for is
-    augscope's (DESIGN §4), every other draw goes to the real state."""
+    augscope's (docs/design.md §4), every other draw goes to the real state."""
 
     def __init__(self, real, noise_x_first):
         self.real = real
@@ -210,7 +210,7 @@ def sampling_args(sec):
 
 def label_match(ours, theirs, coords, lab_in):
     """Fraction of label voxels equal, where a voxel whose sampling coordinate is an exact .5 on
-    some axis (order 0 may round it either way: DESIGN §3 excepts such ties, and MONAI builds its
+    some axis (order 0 may round it either way: docs/design.md §3 excepts such ties, and MONAI builds its
     matrices in float32) also matches the label one rounding the other way gives; and the
     fraction of such ties."""
     from scipy.ndimage import map_coordinates
@@ -470,7 +470,7 @@ def distributions(rep, work, target):
 
 
 def elastic_displacement(rep, el_o, el_t):
-    """The realised displacement (max and RMS in voxels, DESIGN §4) of the elastic draws: augscope's
+    """The realised displacement (max and RMS in voxels, docs/design.md §4) of the elastic draws: augscope's
     field (scipy, truncate 4) against MONAI's (its GaussianFilter with truncation 3), each on its
     own draws of alpha and sigma, over the same noise seeds."""
     from monai.networks.layers import GaussianFilter

@@ -4,7 +4,7 @@ against the real libraries running the exported snippets, voxel by voxel, to the
 exports (common.IMAGE_BAR of voxels within 1e-2 of the intensity range, labels LABEL_BAR equal).
 
 The random parts are fed through each library's own random calls, from augscope's streams
-(DESIGN §4):
+(docs/design.md §4):
 - MONAI's Rand3DElasticd asks its random state for the uniform offset: it gets augscope's
   uniform noise (check_monai.FeedNoise);
 - batchgeneratorsv2's SpatialTransform asks torch.normal for its offsets: it gets augscope's

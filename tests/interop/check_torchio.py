@@ -168,7 +168,7 @@ class Scan:
 def label_agreement(coords, labels, ours, theirs):
     """Labels equal, where a nearest-neighbour tie is allowed either way: where a sampling
     coordinate lies at k + 0.5 (within float32 precision) the rounding is decided by the last
-    bit of each library's arithmetic (DESIGN 3 excepts such ties), so there TorchIO's label
+    bit of each library's arithmetic (docs/design.md §3 excepts such ties), so there TorchIO's label
     must be the input's label at one of the tied neighbours. Returns (fraction, ties)."""
     x = np.load(coords).astype(np.float64)
     theirs = np.rint(np.asarray(theirs)).astype(np.int64)

@@ -4,7 +4,7 @@ Each check runs what `augscope preset export` writes under the real training lib
 its output with `augscope apply` of the same plan. This module holds what they share:
 
 - `augscope(...)`: the binary (argv[1], $AUGSCOPE, or target/debug/augscope);
-- `philox_uniform` / `elastic_noise`: augscope's elastic noise (DESIGN §4) in numpy, so a check can
+- `philox_uniform` / `elastic_noise`: augscope's elastic noise (docs/design.md §4) in numpy, so a check can
   feed it through a library's own random calls;
 - the scans: `mni_small()` (the bundled MNI T1 downsampled, with a bright off-centre block so that
   a turn the wrong way cannot pass), `anisotropic()` and `oriented(code)` (the same anatomy stored
@@ -63,7 +63,7 @@ def run(*args, text=True):
     return p.stdout
 
 
-# --- augscope's elastic noise (DESIGN §4) -------------------------------------------------------
+# --- augscope's elastic noise (docs/design.md §4) -------------------------------------------------------
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
@@ -104,7 +104,7 @@ def elastic_noise(seed, shape):
 
 
 def _self_test():
-    # DESIGN §4 known answers.
+    # docs/design.md §4 known answers.
     w = philox4x32_10([0], [0], [0], [0], 0, 0)
     assert [int(x[0]) for x in w] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8], w
     u = 2.0 * philox_uniform(42, 0, 3) - 1.0

@@ -2,7 +2,7 @@
 //! time by NVRTC from `kernels/*.cu`, once per device and define set, and cached.
 //!
 //! Arrays are `[z, y, x]` (2D `[y, x]`), channels leading, as everywhere in augscope. The kernels
-//! evaluate DESIGN §3 in one pass per output volume (flip → elastic → affine → boundary → order
+//! evaluate docs/design.md §3 in one pass per output volume (flip → elastic → affine → boundary → order
 //! 0/1/3, image and label together); the unit elastic field is made on the device with the noise
 //! generated inside the first smoothing pass and cached by (seed, sigma, shape), so moving alpha or
 //! anything else never recomputes it. Coordinates are f64 (as on the CPU, so order-0 rounding and

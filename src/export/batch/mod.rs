@@ -1,5 +1,5 @@
 //! `augscope batch`: N augmented samples of each input, drawn from a preset with seeds S, S+1, …,
-//! image and label map together, with a JSON Lines manifest (DESIGN §5, §7).
+//! image and label map together, with a JSON Lines manifest (docs/design.md §5, §7).
 //!
 //! Reading, computing and writing overlap: a reader thread loads each input once and queues its
 //! samples, compute workers (one for the CPU engine, which is parallel inside; one per GPU) apply

@@ -1,5 +1,5 @@
 //! Presets as runnable Python for training pipelines: MONAI, TorchIO, batchgenerators and an
-//! nnU-Net v2 trainer subclass (DESIGN §5).
+//! nnU-Net v2 trainer subclass (docs/design.md §5).
 //!
 //! augscope vectors are `[z, y, x]` (array axes). batchgenerators and nnU-Net index the same
 //! array axes; MONAI and TorchIO index spatial axes x first, so axis `a` becomes `ndim - 1 - a`.

@@ -1,4 +1,4 @@
-//! "Preview as": what a training library does with a plan, run on augscope's samplers (DESIGN §8).
+//! "Preview as": what a training library does with a plan, run on augscope's samplers (docs/design.md §8).
 //!
 //! An exported snippet reproduces augscope's transform wherever the library can express it; where
 //! it cannot, the library's own model runs in training, and this module computes that model so
@@ -48,7 +48,7 @@ pub use nnunet::nnunet_magnitude;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Model {
-    /// augscope's own (DESIGN §3).
+    /// augscope's own (docs/design.md §3).
     #[default]
     Augscope,
     /// batchgenerators 0.25: augscope's own model.

@@ -1,7 +1,7 @@
 //! NIfTI-1 and NIfTI-2 single-file `.nii` / `.nii.gz` read and write.
 //!
 //! Arrays are `[z, y, x]` (NIfTI `(k, j, i)`), 2D images `[y, x]`; the 4th NIfTI axis and RGB24
-//! colour are channels (DESIGN §2). Because NIfTI stores `i` fastest, the file order already is C
+//! colour are channels (docs/design.md §2). Because NIfTI stores `i` fastest, the file order already is C
 //! order for `[z, y, x]` (and channel-major for `[t, z, y, x]`): no transpose is needed.
 //!
 //! The header (348 bytes for NIfTI-1, 540 for NIfTI-2) is parsed and validated here, by hand, in
