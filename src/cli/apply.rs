@@ -9,11 +9,16 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     check_outputs(&a)?;
     let (image, label) = load_inputs(&a)?;
+    let rounded = rounded_integers_note(&a, &image);
     let t_read = t0.elapsed().as_secs_f64() * 1e3;
     let plan = plan_of(&a, &image)?;
 
     if !a.model.is_own() {
-        return apply_as(&a, &image, label.as_ref(), &plan, t0, t_read);
+        apply_as(&a, &image, label.as_ref(), &plan, t0, t_read)?;
+        if let Some(note) = rounded {
+            eprintln!("{note}");
+        }
+        return Ok(());
     }
     let mut selected = engine::select::select(&a.backend, a.precision);
     if let Some(note) = &selected.note {
@@ -70,7 +75,11 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         );
         stage_report(&mut staged, p, &report)?;
     }
-    staged.commit()
+    staged.commit()?;
+    if let Some(note) = rounded {
+        eprintln!("{note}");
+    }
+    Ok(())
 }
 
 /// The outputs before anything is read: none overwrites an input or another output, their
@@ -131,6 +140,20 @@ fn check_outputs(a: &ApplyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A note for an image whose integers f32 cannot hold (beyond 2^24): its transform rounds them.
+/// Said once the outputs are written (a failure stays one line).
+fn rounded_integers_note(a: &ApplyArgs, image: &Volume) -> Option<String> {
+    let beyond = |v: &f32| v.abs() > crate::core::labels::F32_EXACT as f32;
+    (image.dtype.is_integer() && image.data.iter().any(beyond)).then(|| {
+        format!(
+            "augscope: note: {} holds integers beyond 2^24, which an image's transform computes \
+             in float32 (rounded to 8 significant digits); give a label map with --label to keep \
+             its exact values",
+            a.input.display()
+        )
+    })
+}
+
 /// The image and its label map (on the image's grid).
 fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
     let load_opts = LoadOptions {
@@ -138,19 +161,6 @@ fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
         ..LoadOptions::default()
     };
     let image = io::load(&a.input, &load_opts)?;
-    if image.dtype.is_integer()
-        && image
-            .data
-            .iter()
-            .any(|v| v.abs() > crate::core::labels::F32_EXACT as f32)
-    {
-        eprintln!(
-            "augscope: note: {} holds integers beyond 2^24, which an image's transform computes \
-             in float32 (rounded to 8 significant digits); give a label map with --label to keep \
-             its exact values",
-            a.input.display()
-        );
-    }
     let label = match &a.label {
         Some(p) => {
             let l = io::load(
