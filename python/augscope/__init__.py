@@ -165,10 +165,15 @@ def _f32_dense(x):
 
 def _empty(like, shape):
     lib = _array_lib(like)
-    if lib.__name__ == "torch":
-        return lib.empty(tuple(shape), dtype=lib.float32, device=like.device)
-    with lib.cuda.Device(like.device.id):
-        return lib.empty(tuple(shape), dtype=lib.float32)
+    try:
+        if lib.__name__ == "torch":
+            return lib.empty(tuple(shape), dtype=lib.float32, device=like.device)
+        with lib.cuda.Device(like.device.id):
+            return lib.empty(tuple(shape), dtype=lib.float32)
+    except RuntimeError as e:  # torch's OutOfMemoryError, or a size it refuses
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise MemoryError(f"cannot allocate an output of shape {tuple(shape)} on the GPU: "
+                          f"{first}") from None
 
 
 @contextlib.contextmanager
@@ -205,8 +210,12 @@ def _apply_gpu(img, lab, plan_text, channels, spacing, index, precision, model):
     if model != "augscope":
         raise ValueError(f"model={model!r} runs on the CPU engine: pass numpy arrays or CPU "
                          f"tensors, or model='augscope'")
+    if img.is_complex() if _is_torch(img) else img.dtype.kind == "c":
+        raise ValueError(f"image: dtype {img.dtype} is not a real number type")
+    # Checked (keys, values) before any device memory is allocated.
+    plan_d = json.loads(_core.check_plan(plan_text, list(img.shape), channels, lab is not None,
+                                         spacing, False))
     x = _f32_dense(img)
-    plan_d = json.loads(plan_text)
     spatial = tuple(x.shape[1:]) if channels else tuple(x.shape)
     grid = tuple(plan_d.get("out_shape") or spatial)
     out = _empty(x, ((x.shape[0],) if channels else ()) + grid)
@@ -223,7 +232,9 @@ def _apply_gpu(img, lab, plan_text, channels, spacing, index, precision, model):
             caps = _capsules(stream, x, out, l_in, l_out)
             info = _core.apply_cuda(caps[0], caps[1], plan_text, caps[2], caps[3], channels,
                                     spacing, index, precision)
-        return out, l_out, json.loads(info)
+        info = json.loads(info)
+        info["plan"] = plan_d
+        return out, l_out, info
     except GpuOutOfMemory as e:
         # The engine freed its caches; the same plan on the CPU engine, brought back.
         host = np.from_dlpack(img.detach().cpu()) if _is_torch(img) else img.get()
@@ -241,17 +252,58 @@ def _apply_gpu(img, lab, plan_text, channels, spacing, index, precision, model):
         return back(o), None if lo is None else back(lo), info
 
 
-def _as_numpy(x, dtype=np.float32):
-    """(float32 C-order numpy array, the torch tensor it came from or None)."""
+def _real(dtype, what):
+    """Refuses values that are not real numbers (complex would lose its imaginary part)."""
+    if dtype.kind not in "biuf":
+        raise ValueError(f"{what}: dtype {dtype} is not a real number type; augscope takes "
+                         f"bool, integer or floating-point arrays")
+
+
+def _as_numpy(x, dtype=np.float32, what="image"):
+    """(float32 C-order numpy array, the torch tensor it came from or None). Refuses arrays of
+    other than real numbers, and conversions larger than the machine's memory."""
+    src = None
     if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(x, dtype=dtype), None
-    if _is_torch(x):
+        a = x
+    elif _is_torch(x):
         # A GPU tensor comes to the host only when the CPU engine (or another GPU) was asked for.
-        a = np.from_dlpack(x.detach().cpu())
-        return np.ascontiguousarray(a, dtype=dtype), x
-    if type(x).__module__.split(".")[0] == "cupy":
-        return np.ascontiguousarray(x.get(), dtype=dtype), x
-    return np.ascontiguousarray(np.asarray(x), dtype=dtype), None
+        if x.is_complex():
+            raise ValueError(f"{what}: dtype {x.dtype} is not a real number type; augscope "
+                             f"takes bool, integer or floating-point tensors")
+        import torch
+        t = x.detach().cpu()
+        if t.dtype in (torch.bfloat16, torch.float16, torch.bool):
+            t = t.float()  # types numpy cannot take through DLPack
+        a, src = np.from_dlpack(t), x
+    elif type(x).__module__.split(".")[0] == "cupy":
+        a, src = x.get(), x
+    else:
+        a = np.asarray(x)
+    _real(a.dtype, what)
+    if a.dtype != dtype or not a.flags.c_contiguous:
+        _core.check_memory(int(a.size), f"{what} of shape {tuple(a.shape)} as float32")
+    return np.ascontiguousarray(a, dtype=dtype), src
+
+
+def _int_in(name, v, lo, hi):
+    """`v` as an int within [lo, hi], else a ValueError."""
+    n = int(v)
+    if not lo <= n <= hi:
+        raise ValueError(f"{name} {n}: must be between {lo} and {hi}")
+    return n
+
+
+def _floats(name, v, n=None):
+    """`v` as a list of floats (of `n` values when given), else a ValueError."""
+    if v is None:
+        return None
+    try:
+        out = [float(x) for x in v]
+    except TypeError:
+        raise TypeError(f"{name} {v!r}: expected a sequence of numbers") from None
+    if n is not None and len(out) != n:
+        raise ValueError(f"{name} {v!r}: needs {n} values")
+    return out
 
 
 def _like(a, src, dtype=None):
@@ -297,8 +349,10 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
           precision=None, model="augscope", backend=None):
     """Applies one plan (a dict or JSON: the `plan` of `augscope apply --report`, of a batch
     manifest line, of `augscope preset sample`, or of `Output.plan`) exactly as `augscope apply`
-    does. `channels`: the first axis is channels. `spacing`: voxel size in mm per spatial axis
-    (needed for plans in mm space). `device`: "cpu", "cuda" or "cuda:N"; by default the device
+    does. `channels`: the first axis is channels. `spacing`: the scan's voxel size in mm per
+    spatial axis (each within [0.001, 10000]); a plan in mm space runs with it (in place of the
+    plan's own `spacing_mm`, which is used when `spacing` is not given). Every key of the plan
+    must be one of a plan's (`rotate_rad`, not `rotate`). `device`: "cpu", "cuda" or "cuda:N"; by default the device
     the image lives on (`backend` is another name for it). `precision`: GPU storage ("f32",
     "f16", "bf16"; default `get_precision()`). `model`: "augscope" (default), or "monai",
     "torchio", "nnunet" for that library's model ("Preview as", CPU engine). Returns an
@@ -306,34 +360,37 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
     dev = _device(device if device is not None else backend, image)
     text = _plan_text(plan)
     try:
-        plan_d = json.loads(text)
+        json.loads(text)
     except ValueError as e:
         raise ValueError(f"not a plan: {e}") from None
+    spacing = _floats("spacing", spacing)
     gpu = _on_gpu(image)
     if gpu is not None and _cuda_index(dev) == gpu:
         out, out_lab, info = _apply_gpu(image, label, text, channels, spacing, gpu,
                                         _precision(precision), model)
         _warn_note(info)
-        return Output(out, None if out_lab is None else _label_like(out_lab, label), plan_d,
-                      info.get("done", []), info)
+        return Output(out, None if out_lab is None else _label_like(out_lab, label),
+                      info.pop("plan"), info.get("done", []), info)
     img, src = _as_numpy(image)
     lab = None
     if label is not None:
-        lab, _ = _as_numpy(label)
+        lab, _ = _as_numpy(label, what="label")
     out, out_lab, info = _core.apply(img, text, lab, channels, spacing, dev,
                                      _precision(precision), model)
     info = json.loads(info)
     _warn_note(info)
     return Output(_like(out, src), None if out_lab is None else _like(out_lab, src,
                                                                       _dtype_of(label)),
-                  plan_d, info.get("done", []), info)
+                  info.pop("plan"), info.get("done", []), info)
 
 
 def sample(preset, seed, ndim=3, spacing=None, space=None):
-    """One draw of a preset, as `augscope preset sample --seed SEED` draws it: (plan, done list,
-    drawn values), dicts and lists."""
-    plan, done, drawn = _core.sample(_preset_text(preset), int(seed) % (1 << 64), ndim, spacing,
-                                     space)
+    """One draw of a preset, as `augscope preset sample --seed SEED` (and `augscope batch` for a
+    scan of voxel size `spacing`, mm per axis, ones by default) draws it: (plan, done list, drawn
+    values), dicts and lists."""
+    ndim = _int_in("ndim", ndim, 2, 3)
+    plan, done, drawn = _core.sample(_preset_text(preset), int(seed) % (1 << 64), ndim,
+                                     _floats("spacing", spacing), space)
     return json.loads(plan), json.loads(done), json.loads(drawn)
 
 
@@ -350,7 +407,7 @@ def devices():
 def set_threads(n):
     """Threads augscope uses in this process (0: one per core). In DataLoader workers, 1 or 2
     keeps the workers from competing for the same cores."""
-    _core.set_threads(int(n), True)
+    _core.set_threads(_int_in("threads", n, 0, 4096), True)
 
 
 # --- the transform of a training loop -----------------------------------------------------------
@@ -361,7 +418,10 @@ class Augment:
 
     preset: a bundled name (`augscope.BUNDLED`), a TOML path or text, or a dict of the TOML's
       tables. seed: the seed of sample 0 of epoch 0. ndim: spatial axes (3, or 2 for images).
-    spacing: voxel size in mm per spatial axis (presets in mm space). device: "cpu", "cuda" or
+    spacing: the scans' voxel size in mm per spatial axis (each within [0.001, 10000]; ones by
+      default), for presets in mm space or with translations in mm; a call's own `spacing=`
+      wins. The draw and the apply both use it, as `augscope batch` uses a scan's header.
+      device: "cpu", "cuda" or
       "cuda:N"; by default the device the input lives on (a CUDA tensor is transformed where it
       is; numpy arrays and CPU tensors sent to a GPU come back to the host). `backend` is another
       name for it. precision: GPU storage, "f32", "f16" or "bf16" (default `get_precision()`).
@@ -376,17 +436,26 @@ class Augment:
                  device=None, precision=None, patch_size=None, patch_center="centre",
                  model="augscope", backend=None):
         self.preset = _preset_text(preset)
-        _core.preset(self.preset)  # checked now: a bad preset fails here, not in a worker
         self.seed = int(seed)
-        self.ndim = int(ndim)
-        self.spacing = None if spacing is None else [float(s) for s in spacing]
+        self.ndim = _int_in("ndim", ndim, 2, 3)
+        self.spacing = _floats("spacing", spacing, self.ndim)
         self.space = space
+        # Checked now (preset, spacing, space): a bad one fails here, not in a worker.
+        _core.sample(self.preset, 0, self.ndim, self.spacing, space)
         self.device = device if device is not None else backend
         self.precision = precision
         self.patch_size = None if patch_size is None else [int(p) for p in patch_size]
-        if self.patch_size is not None and len(self.patch_size) != self.ndim:
-            raise ValueError(f"patch_size {patch_size} needs {self.ndim} values")
+        if self.patch_size is not None and (len(self.patch_size) != self.ndim
+                                            or min(self.patch_size) < 1):
+            raise ValueError(f"patch_size {patch_size} needs {self.ndim} positive values")
         self.patch_center = patch_center
+        if not (isinstance(patch_center, str) and patch_center in ("centre", "center",
+                                                                     "random")):
+            if isinstance(patch_center, str):
+                raise ValueError(f"patch_center {patch_center!r}: 'centre', 'random' or a point")
+            centre = _floats("patch_center", patch_center, self.ndim)
+            if not all(np.isfinite(centre)):
+                raise ValueError(f"patch_center {patch_center}: finite voxel indices")
         self.model = model
         self._counter = 0
 
@@ -394,11 +463,18 @@ class Augment:
         """The seed of sample `index` of `epoch`."""
         return (self.seed + int(index) + int(epoch) * EPOCH_STRIDE) % (1 << 64)
 
-    def draw(self, shape, index, epoch=0):
+    def _spacing_of(self, spacing):
+        """A call's voxel size, else the transform's, else ones."""
+        if spacing is not None:
+            return _floats("spacing", spacing, self.ndim)
+        return self.spacing or [1.0] * self.ndim
+
+    def draw(self, shape, index, epoch=0, spacing=None):
         """The plan (dict) and done list of sample `index` of `epoch` on a grid of `shape`
-        (spatial), patch and centre included."""
+        (spatial) with the voxel size `spacing` (else the transform's), patch and centre
+        included."""
         seed = self.seed_for(index, epoch)
-        spacing = self.spacing or [1.0] * self.ndim
+        spacing = self._spacing_of(spacing)
         plan, done, _ = sample(self.preset, seed, self.ndim, spacing, self.space)
         if self.patch_size is not None:
             shape = [int(n) for n in shape]
@@ -426,21 +502,19 @@ class Augment:
         return plan, done
 
     def __call__(self, image, label=None, *, index=None, epoch=0, spacing=None):
+        """The transform of sample `index` (else the next of a counter) of `epoch`; `spacing`:
+        this scan's voxel size in mm (else the transform's)."""
+        spacing = self._spacing_of(spacing)
         dev = _device(self.device, image)
         gpu = _on_gpu(image)
         if gpu is not None and _cuda_index(dev) == gpu:
             return self._call_gpu(image, label, index, epoch, spacing, gpu)
         img, src = _as_numpy(image)
-        lab = None if label is None else _as_numpy(label)[0]
-        lead = img.ndim - self.ndim
-        if lead not in (0, 1, 2):
-            raise ValueError(
-                f"shape {tuple(img.shape)}: expected {self.ndim} spatial axes, with an optional "
-                f"channel axis and batch axis in front")
+        lead = self._lead(img.shape)
+        lab = None if label is None else _as_numpy(label, what="label")[0]
         if index is None:
             index = self._counter
             self._counter += 1 if lead < 2 else img.shape[0]
-        spacing = spacing or self.spacing
         if lead == 2:
             outs = [self._one(img[b], None if lab is None else _label_item(lab, b, self.ndim),
                               True, index + b, epoch, spacing) for b in range(img.shape[0])]
@@ -467,6 +541,8 @@ class Augment:
             raise ValueError(
                 f"shape {tuple(shape)}: expected {self.ndim} spatial axes, with an optional "
                 f"channel axis and batch axis in front")
+        if 0 in tuple(shape):
+            raise ValueError(f"shape {tuple(shape)} is empty")
         return lead
 
     def _call_gpu(self, image, label, index, epoch, spacing, gpu):
@@ -476,13 +552,12 @@ class Augment:
         if index is None:
             index = self._counter
             self._counter += 1 if lead < 2 else image.shape[0]
-        spacing = spacing or self.spacing
         prec = _precision(self.precision)
         lab_nd = None if label is None else len(label.shape)
 
         def item(img, lab, channels, j):
             spatial = tuple(img.shape[1:]) if channels else tuple(img.shape)
-            plan, done = self.draw(spatial, j, epoch)
+            plan, done = self.draw(spatial, j, epoch, spacing)
             out, lab_out, info = _apply_gpu(img, lab, json.dumps(plan), channels, spacing, gpu,
                                             prec, self.model)
             _warn_note(info)
@@ -508,7 +583,7 @@ class Augment:
 
     def _one(self, img, lab, channels, index, epoch, spacing):
         spatial = img.shape[1:] if channels else img.shape
-        plan, done = self.draw(spatial, index, epoch)
+        plan, done = self.draw(spatial, index, epoch, spacing)
         dev = _device(self.device)
         out, out_lab, info = _core.apply(img, json.dumps(plan), lab, channels, spacing, dev,
                                          _precision(self.precision), self.model)
@@ -536,12 +611,14 @@ class _Filters:
     def _run(image, spec, ndim, mode, cval, device, precision):
         dev = _device(device, image)
         prec = _precision(precision)
-        if ndim is None:
-            ndim = min(len(image.shape), 3)
+        if ndim is not None:
+            ndim = _int_in("ndim", ndim, 1, 3)
         gpu = _on_gpu(image)
         if gpu is not None and _cuda_index(dev) == gpu:
-            return _filter_gpu(image, spec, int(ndim), mode, float(cval), gpu, prec)
+            ndim = min(len(image.shape), 3) if ndim is None else ndim
+            return _filter_gpu(image, spec, ndim, mode, float(cval), gpu, prec)
         a, src = _as_numpy(image)
+        ndim = min(a.ndim, 3) if ndim is None else ndim
         out, info = _core.filter(a, spec, int(ndim), mode, float(cval), dev, prec)
         _warn_note(json.loads(info))
         return _like(out, src)
@@ -615,7 +692,9 @@ filters = _Filters()
 
 def febds(image, method="dog", *, device=None, precision=None, backend=None):
     """The FEBDS micro-calcification mask (0/1, float32) of 2D images `[..., y, x]` with 12-bit
-    intensities; method "dog", "log" or "fft". Equal to `augscope filter --febds` bit for bit.
+    intensities: one image `(Y, X)` or a stack of them (any leading axes, each image segmented
+    alone); method "dog", "log" or "fft". Equal to `augscope filter --febds` bit for bit, image
+    by image.
     `device`: as for the filters (a GPU tensor is segmented where it lives, every step on the
     GPU). FEBDS computes in f32 whatever the precision."""
     dev = _device(device if device is not None else backend, image)

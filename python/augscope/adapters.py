@@ -11,6 +11,11 @@ nnU-Net hand them to numpy. MONAI's `LoadImage` and TorchIO keep nibabel's `(i, 
 (x first), so both adapters reverse the spatial axes around augscope's call by default
 (`spatial_order="xyz"`): a preset's "axis 0" is the same anatomical axis in the explorer and in
 training. Pass `spatial_order="zyx"` for arrays that are already augscope's order.
+
+Records. Each transformed sample carries what was drawn as JSON text, one string per sample, so
+that a DataLoader batches samples whose draws differ (torch's collate makes a list of strings):
+`augscope_done` (the done list) and, for MONAI, `augscope_plan` (the plan, replayed by
+`augscope.apply(x, json.loads(plan))`). `json.loads` gives back the lists and dicts.
 """
 import json
 
@@ -96,10 +101,13 @@ class RandAugscoped(_Keyed):
     Seeding: `set_random_state(seed)` (MONAI's Compose and DataLoader call it) sets the seed of
     the draws; each call then takes the next sample index. With `index_key`, the sample's index
     is read from the dictionary instead, so sample j of epoch `epoch` gets the same draw in any
-    worker (`augscope.Augment`'s rule). The done list goes to `data["augscope_done"]`.
+    worker (`augscope.Augment`'s rule). The done list goes to `data["augscope_done"]` and the
+    plan to `data["augscope_plan"]`, each as JSON text (one string per sample, so that MONAI's
+    and torch's collate batch samples of different draws; `json.loads` reads them back). Both
+    keys are always set ("[]" and "{}", the identity, when no key was present).
 
-    `spacing`: voxel size in mm per axis in the arrays' order (for presets in mm space); by
-    default a MetaTensor's `pixdim`.
+    `spacing`: voxel size in mm per axis in the arrays' order (for presets in mm space or with
+    translations in mm); by default a MetaTensor's `pixdim`. The draw and the apply use it.
     """
 
     backend = ["torch", "numpy"]
@@ -155,6 +163,8 @@ class RandAugscoped(_Keyed):
             raise KeyError(f"keys {missing} are not in the data (allow_missing_keys=True skips "
                            f"them)")
         if not present:
+            d["augscope_done"] = "[]"
+            d["augscope_plan"] = "{}"
             return d
         first = d[present[0]]
         index = None
@@ -163,12 +173,12 @@ class RandAugscoped(_Keyed):
         else:
             index = self.aug._counter
             self.aug._counter += 1
-        plan, done = self.aug.draw(self._grid(first), index, self.epoch)
         spacing = self._spacing(self.spacing if self.spacing is not None
                                 else _meta_pixdim(first, self.ndim))
+        plan, done = self.aug.draw(self._grid(first), index, self.epoch, spacing)
         for k in present:
             d[k] = _rewrap(d[k], self._run(_unwrap(d[k]), plan, spacing, k in self.label_keys))
-        d["augscope_done"] = done
+        d["augscope_done"] = json.dumps(done)
         d["augscope_plan"] = json.dumps(plan)
         return d
 
@@ -241,7 +251,9 @@ class AugscopeTransform(_Keyed):
     `include`/`exclude`: image names to transform or to leave alone. `p`: probability of the
     whole transform (drawn from the sample's seed, so a replay agrees). Seeding and indices as
     `augscope.Augment`: call `transform(subject, index=j, epoch=e)` for the draw of sample j, or
-    let the transform count calls. The done list is stored in `subject["augscope_done"]`.
+    let the transform count calls. The done list is stored in `subject["augscope_done"]` as
+    JSON text (one string per subject, so that a DataLoader batches subjects of different draws;
+    "[]" when the transform did not fire). The draw uses the first transformed image's spacing.
     """
 
     def __init__(self, preset="nnunet-v2", *, seed=0, ndim=3, device=None, precision=None,
@@ -265,12 +277,14 @@ class AugscopeTransform(_Keyed):
             index = self.aug._counter
             self.aug._counter += 1
         seed = self.aug.seed_for(index, epoch)
+        subject["augscope_done"] = "[]"
         if self.p < 1.0 and np.random.default_rng([seed, 1]).random() >= self.p:
             return subject
         if not names:
             return subject
         first = images[names[0]]
-        plan, done = self.aug.draw(self._grid(first.data), index, epoch)
+        plan, done = self.aug.draw(self._grid(first.data), index, epoch,
+                                   self._spacing(first.spacing))
         for n in names:
             img = images[n]
             label = type(img).__name__ == "LabelMap" or getattr(img, "type", "") == "label"
@@ -278,7 +292,7 @@ class AugscopeTransform(_Keyed):
             new = copy.copy(img)
             new.set_data(out)
             subject[n] = new
-        subject["augscope_done"] = done
+        subject["augscope_done"] = json.dumps(done)
         return subject
 
 

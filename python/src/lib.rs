@@ -3,6 +3,10 @@
 //! module takes float32 numpy arrays and plans as JSON, and runs the library's engine, filters
 //! and FEBDS, with the GIL released.
 //!
+//! Every entry point checks its input first (`checks`: shapes, plans, voxel sizes, memory) and
+//! runs its body under `checks::guard`, so that bad input is a `ValueError` or `MemoryError`
+//! line, never a `PanicException` or an aborted interpreter.
+//!
 //! Device memory: torch (or CuPy) tensors on a GPU come in as DLPack capsules (`__dlpack__`,
 //! asked to order the producer's stream before augscope's, [`cuda_stream`]); the engine reads and
 //! writes them where they are, with no copy through the host.
@@ -11,6 +15,9 @@
 //! call runs in a pool of this process, built again in a forked child. A CUDA context does not
 //! survive `fork` either: a CUDA request in a child of a process that used CUDA is refused with
 //! a clear error (use the `spawn` start method).
+
+mod checks;
+mod dlpack;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -27,6 +34,9 @@ use augscope::engine::{self, BackendSpec, EngineError, Job, Precision};
 use augscope::export::preview::{self, Model};
 use augscope::filter::{self as filters, Boundary, Filter};
 use augscope::{Mode, Volume};
+
+use checks::guard;
+use dlpack::{device_array, same_device};
 
 pyo3::create_exception!(
     _augscope,
@@ -104,38 +114,38 @@ fn host_values<'a>(a: &'a PyReadonlyArrayDyn<'_, f32>) -> std::borrow::Cow<'a, [
     }
 }
 
-/// A volume from a C-order float32 array: `channels` first axis is channels.
-fn volume(
-    a: &PyReadonlyArrayDyn<'_, f32>,
-    channels: bool,
-    spacing: Option<Vec<f64>>,
-) -> PyResult<Volume> {
-    let shape = a.shape().to_vec();
-    let data: Vec<f32> = match a.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => a.as_array().iter().copied().collect(),
-    };
+/// The channel count and the spatial grid of an array of `shape` (`channels`: the first axis is
+/// channels): a non-empty 2D or 3D grid.
+fn grid_of(shape: &[usize], channels: bool) -> PyResult<(usize, Vec<usize>)> {
     let (c, spatial) = if channels {
-        if shape.len() < 2 {
-            return Err(PyValueError::new_err("channels=True needs (C, ...) arrays"));
+        match shape.split_first() {
+            Some((&c, g)) if !g.is_empty() => (c, g.to_vec()),
+            _ => return Err(PyValueError::new_err("channels=True needs (C, ...) arrays")),
         }
-        (shape[0], shape[1..].to_vec())
     } else {
-        (1, shape)
+        (1, shape.to_vec())
     };
     if !(2..=3).contains(&spatial.len()) {
         return Err(PyValueError::new_err(format!(
             "augscope transforms 2D and 3D grids; got spatial shape {spatial:?}"
         )));
     }
-    let mut v = Volume::new(data, spatial.clone(), c);
+    checks::non_empty(shape, "the array")?;
+    Ok((c, spatial))
+}
+
+/// A volume of a float32 array's values (copied; a `MemoryError` when they cannot be) on `grid`
+/// with `c` channels and the voxel size `spacing` (checked by the caller).
+fn volume(
+    a: &PyReadonlyArrayDyn<'_, f32>,
+    c: usize,
+    grid: &[usize],
+    spacing: Option<&[f64]>,
+) -> PyResult<Volume> {
+    let data = checks::copy(&host_values(a))?;
+    let mut v = Volume::new(data, grid.to_vec(), c);
     if let Some(s) = spacing {
-        if s.len() != spatial.len() || s.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
-            return Err(PyValueError::new_err(format!(
-                "spacing {s:?} must hold one positive voxel size (mm) per spatial axis {spatial:?}"
-            )));
-        }
-        v.spacing_mm = s;
+        v.spacing_mm = s.to_vec();
     }
     Ok(v)
 }
@@ -151,8 +161,39 @@ fn array<'py>(py: Python<'py>, v: Volume, channels: bool) -> PyResult<Bound<'py,
     Ok(a.into_pyarray(py))
 }
 
-fn plan_from(json: &str) -> PyResult<Plan> {
-    serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("not a plan: {e}")))
+/// A plan (JSON) made ready for an image of `c` channels on `grid` (and a label map when
+/// `label`) with the voxel size `spacing`: keys known, values valid, and, with `host_memory`,
+/// the host memory of the apply (input copies, outputs, the elastic field and scratch: DESIGN
+/// §6's budget) within the machine's. Returns the plan and its output grid.
+fn plan_for(
+    json: &str,
+    c: usize,
+    grid: &[usize],
+    label: bool,
+    spacing: Option<&[f64]>,
+    host_memory: bool,
+) -> PyResult<(Plan, Vec<usize>)> {
+    if let Some(s) = spacing {
+        checks::spacing(s, grid.len(), "spacing")?;
+    }
+    let plan = checks::plan(json)?;
+    let plan = checks::ready_plan(plan, grid.len(), spacing, &vec![1.0; grid.len()])?;
+    let out_grid = plan.out_shape.clone().unwrap_or_else(|| grid.to_vec());
+    if !host_memory {
+        return Ok((plan, out_grid));
+    }
+    let lab = usize::from(label);
+    let (n_in, n_out) = (checks::count(grid, 1), checks::count(&out_grid, 1));
+    let values = n_in.zip(n_out).and_then(|(i, o)| {
+        let io = i.checked_mul((c + lab) as u64)?;
+        let oo = o.checked_mul((c + lab) as u64)?;
+        io.checked_add(oo)?.checked_add(i.max(o).checked_mul(4)?)
+    });
+    checks::memory(
+        values,
+        &format!("a plan writing {out_grid:?} from {grid:?}"),
+    )?;
+    Ok((plan, out_grid))
 }
 
 type Outputs<'py> = (
@@ -163,7 +204,9 @@ type Outputs<'py> = (
 
 /// Applies a plan (JSON, the `plan` of a report or manifest line) to an image (and a label map,
 /// order 0) on `backend`; returns (image, label, info JSON: backend, note, done, timings, model,
-/// model steps). `model` other than augscope runs that library's model on the CPU engine.
+/// model steps, and the plan that ran). `spacing` is the scan's voxel size in mm; in mm space it
+/// is the plan's (replacing the plan's `spacing_mm`). `model` other than augscope runs that
+/// library's model on the CPU engine.
 #[pyfunction]
 #[pyo3(signature = (image, plan, label=None, channels=false, spacing=None, backend="cpu", precision="f32", model="augscope"))]
 #[allow(clippy::too_many_arguments)]
@@ -178,69 +221,95 @@ fn apply<'py>(
     precision: &str,
     model: &str,
 ) -> PyResult<Outputs<'py>> {
-    let img = volume(&image, channels, spacing.clone())?;
-    let lab = match &label {
-        Some(l) => {
-            let l = volume(l, false, spacing)?;
-            if l.shape != img.shape {
-                return Err(PyValueError::new_err(format!(
-                    "label shape {:?} differs from the image's spatial shape {:?}",
-                    l.shape, img.shape
-                )));
-            }
-            Some(l)
+    guard(|| {
+        let (c, grid) = grid_of(image.shape(), channels)?;
+        if let Some(l) = &label
+            && l.shape() != grid.as_slice()
+        {
+            return Err(PyValueError::new_err(format!(
+                "label shape {:?} differs from the image's spatial shape {grid:?}",
+                l.shape()
+            )));
         }
-        None => None,
-    };
-    let mut plan = plan_from(plan)?;
-    if plan.space == augscope::augment::Space::Mm && plan.spacing_mm.is_empty() {
-        plan.spacing_mm = img.spacing_mm.clone();
-    }
-    plan.validate(img.ndim())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let model: Model = model.parse().map_err(PyValueError::new_err)?;
-    let spec = backend_spec(backend)?;
-    let prec = self::precision(precision)?;
-    let pool = pool()?;
-    let result = py.detach(|| {
-        pool.install(|| -> Result<_, String> {
-            if !model.is_own() {
-                let p = preview::preview(model, &img, lab.as_ref(), &plan)
-                    .map_err(|e| e.to_string())?;
+        let (plan, _) = plan_for(plan, c, &grid, label.is_some(), spacing.as_deref(), true)?;
+        let model: Model = model.parse().map_err(PyValueError::new_err)?;
+        let spec = backend_spec(backend)?;
+        let prec = self::precision(precision)?;
+        let img = volume(&image, c, &grid, spacing.as_deref())?;
+        let lab = match &label {
+            Some(l) => Some(volume(l, 1, &grid, spacing.as_deref())?),
+            None => None,
+        };
+        let pool = pool()?;
+        let result = py.detach(|| {
+            pool.install(|| -> Result<_, String> {
+                if !model.is_own() {
+                    let p = preview::preview(model, &img, lab.as_ref(), &plan)
+                        .map_err(|e| e.to_string())?;
+                    let info = serde_json::json!({
+                        "backend": "cpu", "note": null, "done": plan.done_list(),
+                        "model": p.model.id(), "model_steps": p.steps,
+                        "displacement_vox": p.displacement, "plan": plan,
+                    });
+                    return Ok((p.image, p.label, info));
+                }
+                let selected = engine::select::select(&spec, prec);
+                let (out, out_lab, timings, oom) = engine::select::apply_new_with_fallback(
+                    selected.backend.as_ref(),
+                    &plan,
+                    &img,
+                    lab.as_ref(),
+                )
+                .map_err(|e| e.to_string())?;
+                let used = if oom.is_some() {
+                    "cpu".to_string()
+                } else {
+                    selected.backend.name()
+                };
                 let info = serde_json::json!({
-                    "backend": "cpu", "note": null, "done": plan.done_list(),
-                    "model": p.model.id(), "model_steps": p.steps,
-                    "displacement_vox": p.displacement,
+                    "backend": used, "note": oom.or(selected.note), "done": plan.done_list(),
+                    "timings_ms": timings, "model": model.id(),
+                    "model_steps": preview::own_step(model).into_iter().collect::<Vec<_>>(),
+                    "plan": plan,
                 });
-                return Ok((p.image, p.label, info));
-            }
-            let selected = engine::select::select(&spec, prec);
-            let (out, out_lab, timings, oom) = engine::select::apply_new_with_fallback(
-                selected.backend.as_ref(),
-                &plan,
-                &img,
-                lab.as_ref(),
-            )
-            .map_err(|e| e.to_string())?;
-            let used = if oom.is_some() {
-                "cpu".to_string()
-            } else {
-                selected.backend.name()
-            };
-            let info = serde_json::json!({
-                "backend": used, "note": oom.or(selected.note), "done": plan.done_list(),
-                "timings_ms": timings, "model": model.id(),
-                "model_steps": preview::own_step(model).into_iter().collect::<Vec<_>>(),
-            });
-            Ok((out, out_lab, info))
-        })
-    });
-    let (out, out_lab, info) = result.map_err(PyValueError::new_err)?;
-    let out_lab = match out_lab {
-        Some(l) => Some(array(py, l, false)?),
-        None => None,
-    };
-    Ok((array(py, out, channels)?, out_lab, info.to_string()))
+                Ok((out, out_lab, info))
+            })
+        });
+        let (out, out_lab, info) = result.map_err(PyValueError::new_err)?;
+        let out_lab = match out_lab {
+            Some(l) => Some(array(py, l, false)?),
+            None => None,
+        };
+        Ok((array(py, out, channels)?, out_lab, info.to_string()))
+    })
+}
+
+/// Checks a plan (JSON) for an array of `shape` (`channels`: its first axis is channels) with the
+/// voxel size `spacing`, as `apply` and `apply_cuda` do before any work (keys, values, and with
+/// `host_memory` the host memory of `apply`); returns the plan that would run, as JSON. Callers
+/// that allocate the outputs themselves check first.
+#[pyfunction]
+#[pyo3(signature = (plan, shape, channels=false, label=false, spacing=None, host_memory=true))]
+fn check_plan(
+    plan: &str,
+    shape: Vec<usize>,
+    channels: bool,
+    label: bool,
+    spacing: Option<Vec<f64>>,
+    host_memory: bool,
+) -> PyResult<String> {
+    guard(|| {
+        let (c, grid) = grid_of(&shape, channels)?;
+        let (plan, _) = plan_for(plan, c, &grid, label, spacing.as_deref(), host_memory)?;
+        serde_json::to_string(&plan).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    })
+}
+
+/// Refuses (`MemoryError`) work of `values` float32 values in all beyond the machine's memory;
+/// the package asks before converting an array to float32.
+#[pyfunction]
+fn check_memory(values: u64, what: &str) -> PyResult<()> {
+    guard(|| checks::memory(Some(values), what))
 }
 
 /// A preset from a bundled name, a TOML file path, TOML text, or JSON text of a dict.
@@ -263,12 +332,14 @@ fn load_preset(spec: &str) -> PyResult<Preset> {
 /// Checks a preset; returns it as JSON (what the sampler reads).
 #[pyfunction]
 fn preset(spec: &str) -> PyResult<String> {
-    let p = load_preset(spec)?;
-    serde_json::to_string(&p).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    guard(|| {
+        let p = load_preset(spec)?;
+        serde_json::to_string(&p).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    })
 }
 
-/// One draw of a preset, as `augscope preset sample` and `augscope batch` draw it: (plan JSON,
-/// done list JSON, drawn values JSON).
+/// One draw of a preset, as `augscope preset sample` and `augscope batch` draw it for a scan of
+/// voxel size `spacing` (mm; ones by default): (plan JSON, done list JSON, drawn values JSON).
 #[pyfunction]
 #[pyo3(signature = (preset, seed, ndim=3, spacing=None, space=None))]
 fn sample(
@@ -278,20 +349,35 @@ fn sample(
     spacing: Option<Vec<f64>>,
     space: Option<&str>,
 ) -> PyResult<(String, String, String)> {
-    let mut p = load_preset(preset)?;
-    if let Some(s) = space {
-        p.space = s.parse().map_err(PyValueError::new_err)?;
-    }
-    let spacing = spacing.unwrap_or_else(|| vec![1.0; ndim]);
-    let s = p
-        .sample(seed, ndim, &spacing)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let j = |v: serde_json::Result<String>| v.map_err(|e| PyRuntimeError::new_err(e.to_string()));
-    Ok((
-        j(serde_json::to_string(&s.plan))?,
-        j(serde_json::to_string(&s.done))?,
-        j(serde_json::to_string(&s.drawn))?,
-    ))
+    guard(|| {
+        let ndim = checks::ndim(ndim)?;
+        let spacing = spacing.unwrap_or_else(|| vec![1.0; ndim]);
+        checks::spacing(&spacing, ndim, "spacing")?;
+        let mut p = load_preset(preset)?;
+        if let Some(s) = space {
+            p.space = s.parse().map_err(PyValueError::new_err)?;
+        }
+        let s = p
+            .sample(seed, ndim, &spacing)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let j =
+            |v: serde_json::Result<String>| v.map_err(|e| PyRuntimeError::new_err(e.to_string()));
+        Ok((
+            j(serde_json::to_string(&s.plan))?,
+            j(serde_json::to_string(&s.done))?,
+            j(serde_json::to_string(&s.drawn))?,
+        ))
+    })
+}
+
+/// The memory check of a filter over `full` (input borrowed; output and the filter's scratch).
+fn filter_memory(full: &[usize]) -> PyResult<()> {
+    checks::non_empty(full, "the array")?;
+    let n = checks::count(full, 1);
+    checks::memory(
+        n.and_then(|n| n.checked_mul(4)),
+        &format!("filtering an array of shape {full:?}"),
+    )
 }
 
 /// An intensity filter (`augscope filter` names: "gaussian:2", "log:1.5", "dog:1,2",
@@ -310,35 +396,38 @@ fn filter<'py>(
     backend: &str,
     precision: &str,
 ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, String)> {
-    let f: Filter = spec.parse().map_err(PyValueError::new_err)?;
-    let mode: Mode = mode.parse().map_err(PyValueError::new_err)?;
-    let full = image.shape().to_vec();
-    if ndim == 0 || ndim > full.len() {
-        return Err(PyValueError::new_err(format!(
-            "ndim {ndim} spatial axes in an array of shape {full:?}"
-        )));
-    }
-    let shape = full[full.len() - ndim..].to_vec();
-    let data = host_values(&image);
-    let count = data.len() / shape.iter().product::<usize>().max(1);
-    let f = f
-        .resolved(ndim, count)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let spec = backend_spec(backend)?;
-    let prec = self::precision(precision)?;
-    let pool = pool()?;
-    let b = Boundary { mode, cval };
-    let run = py
-        .detach(|| pool.install(|| filters::run(&f, b, &data, &shape, &spec, prec)))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let info = serde_json::json!({ "backend": run.backend, "note": run.note });
-    let a = ArrayD::from_shape_vec(IxDyn(&full), run.out)
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((a.into_pyarray(py), info.to_string()))
+    guard(|| {
+        let f: Filter = spec.parse().map_err(PyValueError::new_err)?;
+        let mode: Mode = mode.parse().map_err(PyValueError::new_err)?;
+        let full = image.shape().to_vec();
+        if ndim == 0 || ndim > full.len() {
+            return Err(PyValueError::new_err(format!(
+                "ndim {ndim} spatial axes in an array of shape {full:?}"
+            )));
+        }
+        filter_memory(&full)?;
+        let shape = full[full.len() - ndim..].to_vec();
+        let data = host_values(&image);
+        let count = data.len() / shape.iter().product::<usize>().max(1);
+        let f = f
+            .resolved(ndim, count)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let spec = backend_spec(backend)?;
+        let prec = self::precision(precision)?;
+        let pool = pool()?;
+        let b = Boundary { mode, cval };
+        let run = py
+            .detach(|| pool.install(|| filters::run(&f, b, &data, &shape, &spec, prec)))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let info = serde_json::json!({ "backend": run.backend, "note": run.note });
+        let a = ArrayD::from_shape_vec(IxDyn(&full), run.out)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok((a.into_pyarray(py), info.to_string()))
+    })
 }
 
 /// The FEBDS mask (0/1) of 2D images `[..., y, x]` (12-bit intensities) with `method` dog, log
-/// or fft.
+/// or fft: a stack (any leading axes) is segmented image by image.
 #[pyfunction]
 #[pyo3(signature = (image, method="dog", backend="cpu", precision="f32"))]
 fn febds<'py>(
@@ -348,166 +437,77 @@ fn febds<'py>(
     backend: &str,
     precision: &str,
 ) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, String)> {
-    let m: filters::FebdsMethod = method.parse().map_err(PyValueError::new_err)?;
-    let full = image.shape().to_vec();
-    if full.len() < 2 {
-        return Err(PyValueError::new_err("FEBDS takes 2D images [..., y, x]"));
-    }
-    let shape = full[full.len() - 2..].to_vec();
-    let data = host_values(&image);
-    let spec = backend_spec(backend)?;
-    let prec = self::precision(precision)?;
-    let pool = pool()?;
-    let b = Boundary {
-        mode: Mode::Reflect,
-        cval: 0.0,
-    };
-    let f = Filter::Febds(m);
-    let run = py
-        .detach(|| pool.install(|| filters::run(&f, b, &data, &shape, &spec, prec)))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let info = serde_json::json!({ "backend": run.backend, "note": run.note });
-    let a = ArrayD::from_shape_vec(IxDyn(&full), run.out)
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((a.into_pyarray(py), info.to_string()))
+    guard(|| {
+        let m: filters::FebdsMethod = method.parse().map_err(PyValueError::new_err)?;
+        let full = image.shape().to_vec();
+        if full.len() < 2 {
+            return Err(PyValueError::new_err("FEBDS takes 2D images [..., y, x]"));
+        }
+        filter_memory(&full)?;
+        let shape = full[full.len() - 2..].to_vec();
+        let per = shape[0] * shape[1];
+        let data = host_values(&image);
+        let spec = backend_spec(backend)?;
+        let prec = self::precision(precision)?;
+        let pool = pool()?;
+        let b = Boundary {
+            mode: Mode::Reflect,
+            cval: 0.0,
+        };
+        let f = Filter::Febds(m);
+        let (out, run_backend, note) = py
+            .detach(|| {
+                pool.install(|| -> Result<_, String> {
+                    let mut out = Vec::new();
+                    out.try_reserve_exact(data.len()).map_err(|_| {
+                        format!("cannot allocate the mask of {} values", data.len())
+                    })?;
+                    let (mut used, mut note) = (String::from("cpu"), None);
+                    for one in data.chunks(per) {
+                        let run = filters::run(&f, b, one, &shape, &spec, prec)
+                            .map_err(|e| e.to_string())?;
+                        out.extend_from_slice(&run.out);
+                        used = run.backend;
+                        note = note.or(run.note);
+                    }
+                    Ok((out, used, note))
+                })
+            })
+            .map_err(PyValueError::new_err)?;
+        let info = serde_json::json!({ "backend": run_backend, "note": note });
+        let a = ArrayD::from_shape_vec(IxDyn(&full), out)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok((a.into_pyarray(py), info.to_string()))
+    })
 }
 
 /// Threads of augscope's pool in this process (0: one per core); takes effect for the next
 /// pool (a new process, or now when `rebuild`).
 #[pyfunction]
 #[pyo3(signature = (n, rebuild=true))]
-fn set_threads(n: usize, rebuild: bool) {
-    *THREADS.lock().unwrap_or_else(|p| p.into_inner()) = n;
-    if rebuild {
-        *POOL.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
+fn set_threads(n: usize, rebuild: bool) -> PyResult<()> {
+    guard(|| {
+        if n > checks::MAX_THREADS {
+            return Err(PyValueError::new_err(format!(
+                "{n} threads: at most {}",
+                checks::MAX_THREADS
+            )));
+        }
+        *THREADS.lock().unwrap_or_else(|p| p.into_inner()) = n;
+        if rebuild {
+            *POOL.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        Ok(())
+    })
 }
 
 /// The CUDA devices, as `augscope devices --json`.
 #[pyfunction]
 fn devices() -> PyResult<String> {
-    serde_json::to_string(&augscope::gpu::device::discover())
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
-}
-
-// --- device memory through DLPack ----------------------------------------------------------------
-
-/// DLPack's C structures (dlpack.h, the unversioned `dltensor` capsule).
-#[repr(C)]
-struct DlDevice {
-    device_type: i32,
-    device_id: i32,
-}
-
-#[repr(C)]
-struct DlDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-struct DlTensor {
-    data: *mut std::ffi::c_void,
-    device: DlDevice,
-    ndim: i32,
-    dtype: DlDataType,
-    shape: *const i64,
-    strides: *const i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-struct DlManagedTensor {
-    dl_tensor: DlTensor,
-    manager_ctx: *mut std::ffi::c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
-}
-
-const DL_CUDA: i32 = 2;
-const DL_FLOAT: u8 = 2;
-
-/// A dense float32 array in the memory of one CUDA device.
-struct DeviceArray {
-    ptr: u64,
-    shape: Vec<usize>,
-    device: usize,
-}
-
-impl DeviceArray {
-    fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
-
-/// The array behind a DLPack capsule (`tensor.__dlpack__(stream=...)`), checked: on a CUDA
-/// device, float32, C order without gaps. The capsule is only read: its producer keeps the
-/// memory until the capsule is collected, which the caller's reference outlives this call.
-fn device_array(capsule: &Bound<'_, PyAny>, what: &str) -> PyResult<DeviceArray> {
-    let py = capsule.py();
-    // SAFETY: PyCapsule_GetPointer checks that the object is a capsule named "dltensor" and
-    // returns its pointer, or NULL with an exception set (taken below); the GIL is held.
-    let p = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dltensor".as_ptr()) };
-    if p.is_null() {
-        let _ = PyErr::take(py);
-        return Err(PyValueError::new_err(format!(
-            "{what}: not an unconsumed DLPack capsule (pass tensor.__dlpack__())"
-        )));
-    }
-    // SAFETY: a "dltensor" capsule holds a DLManagedTensor (DLPack's contract), alive while the
-    // capsule is; `shape` and `strides` (or NULL) hold `ndim` values each.
-    let t = unsafe { &(*(p as *const DlManagedTensor)).dl_tensor };
-    if t.device.device_type != DL_CUDA {
-        return Err(PyValueError::new_err(format!(
-            "{what}: DLPack device type {} is not CUDA",
-            t.device.device_type
-        )));
-    }
-    if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (DL_FLOAT, 32, 1) {
-        return Err(PyValueError::new_err(format!(
-            "{what}: must be float32 (DLPack code {}, {} bits)",
-            t.dtype.code, t.dtype.bits
-        )));
-    }
-    let ndim = usize::try_from(t.ndim).unwrap_or(0);
-    let raw_shape: &[i64] = if ndim == 0 {
-        &[]
-    } else {
-        // SAFETY: `shape` holds `ndim` values (DLPack's contract).
-        unsafe { std::slice::from_raw_parts(t.shape, ndim) }
-    };
-    let shape: Vec<usize> = raw_shape.iter().map(|&n| n.max(0) as usize).collect();
-    if !t.strides.is_null() && ndim > 0 {
-        // SAFETY: non-NULL `strides` holds `ndim` values.
-        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-        let mut want = 1i64;
-        for a in (0..ndim).rev() {
-            if shape[a] > 1 && strides[a] != want {
-                return Err(PyValueError::new_err(format!(
-                    "{what}: must be contiguous in C order (strides {strides:?} for shape \
-                     {shape:?}); pass tensor.contiguous()"
-                )));
-            }
-            want *= raw_shape[a].max(1);
-        }
-    }
-    Ok(DeviceArray {
-        ptr: t.data as u64 + t.byte_offset,
-        shape,
-        device: usize::try_from(t.device.device_id).unwrap_or(0),
+    guard(|| {
+        serde_json::to_string(&augscope::gpu::device::discover())
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     })
-}
-
-fn same_device(arrays: &[&DeviceArray], device: usize) -> PyResult<()> {
-    for a in arrays {
-        if a.device != device {
-            return Err(PyValueError::new_err(format!(
-                "arrays on cuda:{} and cuda:{device}: augscope works on one device per call",
-                a.device
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The CUDA engine of one device, after the fork check.
@@ -521,7 +521,7 @@ fn cuda_backend(device: usize, precision: &str) -> PyResult<CudaBackend> {
 /// `tensor.__dlpack__(stream=...)`, so the tensor's pending work is ordered before augscope's.
 #[pyfunction]
 fn cuda_stream(device: usize) -> PyResult<u64> {
-    Ok(cuda_backend(device, "f32")?.stream_handle())
+    guard(|| Ok(cuda_backend(device, "f32")?.stream_handle()))
 }
 
 /// Applies a plan to arrays on a CUDA device, given as DLPack capsules: `image` `(C, *grid)` with
@@ -543,98 +543,78 @@ fn apply_cuda(
     device: usize,
     precision: &str,
 ) -> PyResult<String> {
-    let img = device_array(image, "image")?;
-    let out = device_array(out, "out")?;
-    let lab = label.map(|l| device_array(l, "label")).transpose()?;
-    let lab_out = label_out
-        .map(|l| device_array(l, "label_out"))
-        .transpose()?;
-    if lab.is_some() != lab_out.is_some() {
-        return Err(PyValueError::new_err("label and label_out come together"));
-    }
-    let mut all = vec![&img, &out];
-    all.extend(lab.iter());
-    all.extend(lab_out.iter());
-    same_device(&all, device)?;
-    let (c, grid) = if channels {
-        match img.shape.split_first() {
-            Some((&c, g)) => (c, g.to_vec()),
-            None => return Err(PyValueError::new_err("channels=True needs (C, ...) arrays")),
+    guard(|| {
+        let img = device_array(image, "image")?;
+        let out = device_array(out, "out")?;
+        let lab = label.map(|l| device_array(l, "label")).transpose()?;
+        let lab_out = label_out
+            .map(|l| device_array(l, "label_out"))
+            .transpose()?;
+        if lab.is_some() != lab_out.is_some() {
+            return Err(PyValueError::new_err("label and label_out come together"));
         }
-    } else {
-        (1, img.shape.clone())
-    };
-    if !(2..=3).contains(&grid.len()) {
-        return Err(PyValueError::new_err(format!(
-            "augscope transforms 2D and 3D grids; got spatial shape {grid:?}"
-        )));
-    }
-    let mut grid_vol = augscope::Volume::grid(grid.clone(), c);
-    if let Some(s) = spacing {
-        if s.len() != grid.len() || s.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+        let mut all = vec![&img, &out];
+        all.extend(lab.iter());
+        all.extend(lab_out.iter());
+        same_device(&all, device)?;
+        let (c, grid) = grid_of(&img.shape, channels)?;
+        // The outputs exist already, in device memory: no host memory to check.
+        let (plan, out_grid) = plan_for(plan, c, &grid, false, spacing.as_deref(), false)?;
+        let mut grid_vol = augscope::Volume::grid(grid.clone(), c);
+        if let Some(s) = spacing {
+            grid_vol.spacing_mm = s;
+        }
+        let mut want_out = out_grid.clone();
+        if channels {
+            want_out.insert(0, c);
+        }
+        if out.shape != want_out {
             return Err(PyValueError::new_err(format!(
-                "spacing {s:?} must hold one positive voxel size (mm) per spatial axis {grid:?}"
+                "out has shape {:?}; this plan writes {want_out:?}",
+                out.shape
             )));
         }
-        grid_vol.spacing_mm = s;
-    }
-    let mut plan = plan_from(plan)?;
-    if plan.space == augscope::augment::Space::Mm && plan.spacing_mm.is_empty() {
-        plan.spacing_mm = grid_vol.spacing_mm.clone();
-    }
-    plan.validate(grid.len())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let out_grid = plan.out_shape.clone().unwrap_or_else(|| grid.clone());
-    let mut want_out = out_grid.clone();
-    if channels {
-        want_out.insert(0, c);
-    }
-    if out.shape != want_out {
-        return Err(PyValueError::new_err(format!(
-            "out has shape {:?}; this plan writes {want_out:?}",
-            out.shape
-        )));
-    }
-    if let (Some(l), Some(lo)) = (&lab, &lab_out)
-        && (l.shape != grid || lo.shape != out_grid)
-    {
-        return Err(PyValueError::new_err(format!(
-            "label {:?} and label_out {:?} must be the grids {grid:?} and {out_grid:?}",
-            l.shape, lo.shape
-        )));
-    }
-    let lab_vol = lab.as_ref().map(|_| {
-        let mut v = augscope::Volume::grid(grid.clone(), 1);
-        v.spacing_mm = grid_vol.spacing_mm.clone();
-        v
-    });
-    let backend = cuda_backend(device, precision)?;
-    let arrays = DeviceArrays {
-        image: img.ptr,
-        label: lab.as_ref().map(|l| l.ptr),
-        out: out.ptr,
-        label_out: lab_out.as_ref().map(|l| l.ptr),
-    };
-    let timings = py
-        .detach(|| {
-            let job = Job {
-                plan: &plan,
-                image: &grid_vol,
-                label: lab_vol.as_ref(),
-            };
-            // SAFETY: the four arrays were read from DLPack capsules the caller holds for this
-            // call, checked above to be dense float32 on this device with the lengths the job's
-            // grids need; the producer ordered its stream before augscope's (cuda_stream), and
-            // the call returns only when the engine's stream is done with them.
-            unsafe { backend.apply_device(job, arrays) }
-        })
-        .map_err(engine_err)?;
-    let info = serde_json::json!({
-        "backend": format!("cuda:{device}"), "note": null, "done": plan.done_list(),
-        "timings_ms": timings, "model": "augscope", "model_steps": [],
-        "host_bytes_copied": 0,
-    });
-    Ok(info.to_string())
+        if let (Some(l), Some(lo)) = (&lab, &lab_out)
+            && (l.shape != grid || lo.shape != out_grid)
+        {
+            return Err(PyValueError::new_err(format!(
+                "label {:?} and label_out {:?} must be the grids {grid:?} and {out_grid:?}",
+                l.shape, lo.shape
+            )));
+        }
+        let lab_vol = lab.as_ref().map(|_| {
+            let mut v = augscope::Volume::grid(grid.clone(), 1);
+            v.spacing_mm = grid_vol.spacing_mm.clone();
+            v
+        });
+        let backend = cuda_backend(device, precision)?;
+        let arrays = DeviceArrays {
+            image: img.ptr,
+            label: lab.as_ref().map(|l| l.ptr),
+            out: out.ptr,
+            label_out: lab_out.as_ref().map(|l| l.ptr),
+        };
+        let timings = py
+            .detach(|| {
+                let job = Job {
+                    plan: &plan,
+                    image: &grid_vol,
+                    label: lab_vol.as_ref(),
+                };
+                // SAFETY: the four arrays were read from DLPack capsules the caller holds for this
+                // call, checked above to be dense float32 on this device with the lengths the job's
+                // grids need; the producer ordered its stream before augscope's (cuda_stream), and
+                // the call returns only when the engine's stream is done with them.
+                unsafe { backend.apply_device(job, arrays) }
+            })
+            .map_err(engine_err)?;
+        let info = serde_json::json!({
+            "backend": format!("cuda:{device}"), "note": null, "done": plan.done_list(),
+            "timings_ms": timings, "model": "augscope", "model_steps": [],
+            "host_bytes_copied": 0,
+        });
+        Ok(info.to_string())
+    })
 }
 
 /// An intensity filter (as `filter`) over arrays on a CUDA device, given as DLPack capsules of
@@ -654,85 +634,95 @@ fn filter_cuda(
     device: usize,
     precision: &str,
 ) -> PyResult<String> {
-    let img = device_array(image, "image")?;
-    let out = device_array(out, "out")?;
-    same_device(&[&img, &out], device)?;
-    if out.shape != img.shape {
-        return Err(PyValueError::new_err(format!(
-            "out has shape {:?}, the image {:?}",
-            out.shape, img.shape
-        )));
-    }
-    let febds = spec.strip_prefix("febds:");
-    let f: Filter = match febds {
-        Some(m) => Filter::Febds(m.parse().map_err(PyValueError::new_err)?),
-        None => spec.parse().map_err(PyValueError::new_err)?,
-    };
-    let ndim = if febds.is_some() { 2 } else { ndim };
-    let mode: Mode = mode.parse().map_err(PyValueError::new_err)?;
-    let full = img.shape.clone();
-    if ndim == 0 || ndim > full.len() {
-        return Err(PyValueError::new_err(format!(
-            "ndim {ndim} spatial axes in an array of shape {full:?}"
-        )));
-    }
-    let shape = full[full.len() - ndim..].to_vec();
-    let n = img.len();
-    let per: usize = shape.iter().product();
-    if n == 0 || per == 0 {
-        return Err(PyValueError::new_err("empty array"));
-    }
-    let count = n / per;
-    if febds.is_some() && count != 1 {
-        return Err(PyValueError::new_err(
-            "FEBDS on the device takes one image per call",
-        ));
-    }
-    let f = f
-        .resolved(ndim, count)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    cuda_backend(device, precision)?;
-    let prec = self::precision(precision)?;
-    let b = Boundary { mode, cval };
-    let (src, dst) = (img.ptr, out.ptr);
-    let t = py
-        .detach(|| {
-            // SAFETY: both arrays come from DLPack capsules the caller holds for this call,
-            // checked to be dense float32 of `n` values on this device; the producer ordered its
-            // stream before augscope's, and the call returns when the work is done.
-            let arrays = filters::cuda::Arrays::Device {
-                image: src,
-                out: dst,
-                len: n,
-            };
-            unsafe { filters::cuda::apply_arrays(&f, b, arrays, &shape, device, prec) }
-        })
-        .map_err(engine_err)?
-        .1;
-    let info = serde_json::json!({
-        "backend": format!("cuda:{device}"), "note": null,
-        "timings_ms": {"upload": t.upload_ms, "compute": t.compute_ms, "download": t.download_ms},
-    });
-    Ok(info.to_string())
+    guard(|| {
+        let img = device_array(image, "image")?;
+        let out = device_array(out, "out")?;
+        same_device(&[&img, &out], device)?;
+        if out.shape != img.shape {
+            return Err(PyValueError::new_err(format!(
+                "out has shape {:?}, the image {:?}",
+                out.shape, img.shape
+            )));
+        }
+        let febds = spec.strip_prefix("febds:");
+        let f: Filter = match febds {
+            Some(m) => Filter::Febds(m.parse().map_err(PyValueError::new_err)?),
+            None => spec.parse().map_err(PyValueError::new_err)?,
+        };
+        let ndim = if febds.is_some() { 2 } else { ndim };
+        let mode: Mode = mode.parse().map_err(PyValueError::new_err)?;
+        let full = img.shape.clone();
+        if ndim == 0 || ndim > full.len() {
+            return Err(PyValueError::new_err(format!(
+                "ndim {ndim} spatial axes in an array of shape {full:?}"
+            )));
+        }
+        let shape = full[full.len() - ndim..].to_vec();
+        let n = img.len();
+        let per: usize = shape.iter().product();
+        if n == 0 || per == 0 {
+            return Err(PyValueError::new_err("empty array"));
+        }
+        let count = n / per;
+        if febds.is_some() && count != 1 {
+            return Err(PyValueError::new_err(
+                "FEBDS on the device takes one image per call",
+            ));
+        }
+        let f = f
+            .resolved(ndim, count)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        cuda_backend(device, precision)?;
+        let prec = self::precision(precision)?;
+        let b = Boundary { mode, cval };
+        let (src, dst) = (img.ptr, out.ptr);
+        let t = py
+            .detach(|| {
+                // SAFETY: both arrays come from DLPack capsules the caller holds for this call,
+                // checked to be dense float32 of `n` values on this device; the producer ordered its
+                // stream before augscope's, and the call returns when the work is done.
+                let arrays = filters::cuda::Arrays::Device {
+                    image: src,
+                    out: dst,
+                    len: n,
+                };
+                unsafe { filters::cuda::apply_arrays(&f, b, arrays, &shape, device, prec) }
+            })
+            .map_err(engine_err)?
+            .1;
+        let info = serde_json::json!({
+            "backend": format!("cuda:{device}"), "note": null,
+            "timings_ms": {"upload": t.upload_ms, "compute": t.compute_ms, "download": t.download_ms},
+        });
+        Ok(info.to_string())
+    })
 }
 
 /// augscope's memory on every CUDA device it has opened, as JSON: the driver's free and total,
 /// what augscope reserves (caches included), uses now, its peak, and its pinned host memory.
 #[pyfunction]
 fn memory_stats() -> PyResult<String> {
-    serde_json::to_string(&engine::cuda::mem_stats())
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    guard(|| {
+        serde_json::to_string(&engine::cuda::mem_stats())
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    })
 }
 
 /// Frees augscope's GPU caches (the elastic field, work buffers, pinned staging) on every device.
 #[pyfunction]
-fn free_caches() {
-    engine::cuda::free_caches();
+fn free_caches() -> PyResult<()> {
+    guard(|| {
+        engine::cuda::free_caches();
+        Ok(())
+    })
 }
 
 #[pymodule]
 fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    checks::quiet_panics();
     m.add_function(wrap_pyfunction!(apply, m)?)?;
+    m.add_function(wrap_pyfunction!(check_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(check_memory, m)?)?;
     m.add_function(wrap_pyfunction!(preset, m)?)?;
     m.add_function(wrap_pyfunction!(sample, m)?)?;
     m.add_function(wrap_pyfunction!(filter, m)?)?;

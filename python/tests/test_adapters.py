@@ -96,6 +96,77 @@ def test_monai_dictionary_transform_in_compose():
         [16, 18, 20], 7)[0])
 
 
+def test_monai_records_batch_in_a_dataloader():
+    """Samples of different draws (done lists of different lengths and keys) batch: each
+    record is one JSON string per sample."""
+    pytest.importorskip("monai")
+    from monai.data import DataLoader as MonaiLoader
+    from monai.data import Dataset
+    from torch.utils.data import DataLoader
+
+    data = [{"image": scan((1, 10, 9, 8), i), "id": i} for i in range(4)]
+    for loader in (DataLoader, MonaiLoader):
+        t = RandAugscoped(keys="image", preset=PRESET, index_key="id", seed=1)
+        batches = list(loader(Dataset(data, transform=t), batch_size=2, num_workers=0))
+        assert len(batches) == 2 and batches[0]["image"].shape == (2, 1, 10, 9, 8)
+        # MONAI's loader seeds the transform: the draws are those of its seed now.
+        want = [t.aug.draw([8, 9, 10], i) for i in range(4)]
+        assert len({json.dumps(sorted(d["transform"] for d in w[1])) for w in want}) > 1, \
+            "the draws must differ for this test to mean something"
+        dones = [json.loads(s) for b in batches for s in b["augscope_done"]]
+        plans = [json.loads(s) for b in batches for s in b["augscope_plan"]]
+        assert dones == [w[1] for w in want]
+        assert plans == [w[0] for w in want]
+
+
+MM_PRESET = {
+    "version": 1,
+    "name": "mm space",
+    "space": "mm",
+    "rotate": {"p": 1.0, "range_deg": [[12.0, 12.0], [0.0, 0.0], [0.0, 0.0]]},
+    "translate": {"p": 1.0, "range": [[3.0, 3.0], [-2.0, -2.0], [1.5, 1.5]], "unit": "mm"},
+    "sampling": {"order": 1, "mode": "constant", "cval": 0.0, "label_order": 0},
+}
+
+
+def test_the_voxel_size_of_metatensors_and_torchio_images_reaches_the_draw():
+    """MONAI's pixdim and TorchIO's spacing (x first) are the scan's voxel size in the draw and
+    the apply: augscope's transform of the scan with that spacing."""
+    img = scan((1, 16, 14, 12), 2)  # (C, x, y, z)
+    affine = np.diag([0.5, 1.0, 2.0, 1.0])
+    spacing_zyx = [2.0, 1.0, 0.5]
+    want = augscope.Augment(MM_PRESET, seed=4)(zyx(img), index=0, spacing=spacing_zyx)
+    want_xyz = want.image.transpose(0, 3, 2, 1)
+    iso = augscope.Augment(MM_PRESET, seed=4)(zyx(img), index=0).image.transpose(0, 3, 2, 1)
+    assert not np.array_equal(want_xyz, iso)
+    got = []
+    if _has("monai"):
+        from monai.data import MetaTensor
+        t = RandAugscoped(keys="image", preset=MM_PRESET, seed=4, index_key="id")
+        out = t({"image": MetaTensor(torch.from_numpy(img), affine=torch.from_numpy(affine)),
+                 "id": 0})
+        assert json.loads(out["augscope_plan"])["spacing_mm"] == spacing_zyx
+        got.append(out["image"].numpy())
+    if _has("torchio"):
+        import torchio as tio
+        subject = tio.Subject(t1=tio.ScalarImage(tensor=torch.from_numpy(img), affine=affine))
+        out = AugscopeTransform(MM_PRESET, seed=4)(subject, index=0)
+        assert json.loads(out["augscope_done"]) == want.done
+        got.append(out["t1"].data.numpy())
+    if not got:
+        pytest.skip("neither MONAI nor TorchIO is installed")
+    for g in got:
+        assert np.array_equal(g, want_xyz)
+
+
+def _has(module):
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def test_monai_transform_survives_pickling_for_spawned_workers():
     pytest.importorskip("monai")
     import pickle
@@ -124,7 +195,7 @@ def test_torchio_subject_images_and_label_maps():
     t = AugscopeTransform(PRESET, seed=3)
     out = tio.Compose([t])(subject)
     plan, done = t.aug.draw([14, 16, 18], 0)
-    assert out["augscope_done"] == done
+    assert json.loads(out["augscope_done"]) == done
     want_img, want_lab = expected(img, lab, plan)
     assert np.array_equal(out["t1"].data.numpy(), want_img)
     assert np.array_equal(out["seg"].data.numpy(), want_lab.astype(np.int64))
