@@ -271,3 +271,30 @@ fn a_batch_as_a_library_names_the_model_in_every_manifest_line() {
         assert_eq!(l["backend"], "cpu");
     }
 }
+
+/// A library's model on an output grid other than the input's: the elastic field is made on the
+/// output grid (the patch), as the library makes it, for every model.
+#[test]
+fn models_with_an_elastic_field_run_on_a_larger_output_grid() {
+    use augscope::export::preview::{Model, preview};
+    let shape = vec![9, 8, 10];
+    let n: usize = shape.iter().product();
+    let image = Volume::new((0..n).map(|i| (i % 17) as f32).collect(), shape.clone(), 1);
+    let label = Volume::new((0..n).map(|i| (i % 3) as f32).collect(), shape, 1);
+    let plan = augscope::Plan {
+        elastic: Some(augscope::Elastic {
+            alpha: 3.0,
+            sigma: 2.0,
+            seed: 5,
+        }),
+        out_shape: Some(vec![13, 11, 14]),
+        ..augscope::Plan::default()
+    };
+    for model in [Model::Nnunet, Model::Monai, Model::TorchIo] {
+        let p = preview(model, &image, Some(&label), &plan)
+            .unwrap_or_else(|e| panic!("{model:?}: {e}"));
+        assert_eq!(p.image.shape, vec![13, 11, 14], "{model:?}");
+        assert_eq!(p.label.expect("a label map").shape, vec![13, 11, 14]);
+        assert!(p.image.data.iter().all(|v| v.is_finite()), "{model:?}");
+    }
+}

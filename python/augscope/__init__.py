@@ -25,6 +25,7 @@ Seeds: sample `index` of epoch `epoch` uses seed `seed + index + epoch * 2**32` 
 DataLoader gives every sample the same draw whatever its worker count; `augscope batch --seed S`
 draws sample j with seed S + j, the same plans as epoch 0 here.
 """
+import atexit
 import contextlib
 import json
 import warnings
@@ -33,6 +34,10 @@ from collections import namedtuple
 import numpy as np
 
 from . import _augscope as _core
+
+# Kernel compiles started ahead on other threads must end before the interpreter does: NVRTC torn
+# down under a running compile crashes the process after its work is done.
+atexit.register(_core.finish_background_compiles)
 
 __version__ = _core.__version__
 __all__ = ["Augment", "Output", "apply", "sample", "preset", "filters", "febds", "devices",
@@ -343,6 +348,72 @@ def _preset_text(preset):
     return str(preset)
 
 
+# --- label maps beyond float32's exact integers ---------------------------------------------------
+
+_F32_EXACT = 1 << 24
+
+
+def _encode_label(lab):
+    """`(label, table)`: a label map that float32 holds exactly is itself (`table` None); an
+    integer map with values beyond 2^24 (which float32 would round: 16777217 -> 16777216) becomes
+    codes 0, 1, 2, ... into `table`, its exact values, of the label's own kind (numpy, torch,
+    CuPy) and on its device. Code 0 is the value 0, the background written outside the grid. The
+    engine copies the codes (order 0); `_decode_label` turns them back into the values."""
+    if lab is None:
+        return None, None
+    dt = _dtype_of(lab)
+    if dt.kind not in "iu" or dt.itemsize < 4 or 0 in tuple(lab.shape):
+        return lab, None
+    torch_like = _is_torch(lab)
+    if torch_like or type(lab).__module__.split(".")[0] == "cupy":
+        lib = _array_lib(lab)
+    else:
+        lib, lab = np, np.asarray(lab)
+    big = bool(lab.max() > _F32_EXACT) or bool(lab.min() < -_F32_EXACT)
+    if not big:
+        return lab, None
+    if torch_like:
+        values, inverse = lib.unique(lab, sorted=True, return_inverse=True)
+        nonzero = values != 0
+        rank = lib.cumsum(nonzero.to(lib.int64), 0) * nonzero
+        table = lib.cat([values[:1] * 0, values[nonzero]])
+        codes = rank[inverse].to(lib.float32)
+    else:
+        values, inverse = lib.unique(lab.reshape(-1), return_inverse=True)
+        nonzero = values != 0
+        rank = lib.cumsum(nonzero.astype(np.int64)) * nonzero
+        table = lib.concatenate([values[:1] * 0, values[nonzero]])
+        codes = rank[inverse.reshape(-1)].reshape(lab.shape).astype(np.float32)
+    if int(nonzero.sum()) >= _F32_EXACT:
+        raise ValueError(f"the label map has {int(nonzero.sum()) + 1} distinct values; at most "
+                         f"{_F32_EXACT} can be carried exactly")
+    return codes, table
+
+
+def _decode_label(lab_out, table):
+    """The exact values of a label map of codes (see `_encode_label`), of `lab_out`'s kind."""
+    if table is None or lab_out is None:
+        return lab_out
+    if _is_torch(lab_out):
+        import torch
+        if not _is_torch(table):
+            table = torch.from_numpy(np.asarray(table))
+        return table.to(lab_out.device)[lab_out.round().to(torch.int64)]
+    if isinstance(lab_out, np.ndarray):
+        if _is_torch(table):
+            table = np.from_dlpack(table.detach().cpu())
+        elif not isinstance(table, np.ndarray):
+            table = table.get()
+        return table[np.rint(lab_out).astype(np.int64)]
+    lib = _array_lib(lab_out)
+    return lib.asarray(table)[lib.rint(lab_out).astype(lib.int64)]
+
+
+def _labels_exact(out, table):
+    """`out` (an `Output`) with its label map's codes turned back into the exact values."""
+    return out if table is None else out._replace(label=_decode_label(out.label, table))
+
+
 # --- one plan -----------------------------------------------------------------------------------
 
 def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
@@ -357,6 +428,7 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
     "f16", "bf16"; default `get_precision()`). `model`: "augscope" (default), or "monai",
     "torchio", "nnunet" for that library's model ("Preview as", CPU engine). Returns an
     `Output`."""
+    label, table = _encode_label(label)
     dev = _device(device if device is not None else backend, image)
     text = _plan_text(plan)
     try:
@@ -369,8 +441,8 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
         out, out_lab, info = _apply_gpu(image, label, text, channels, spacing, gpu,
                                         _precision(precision), model)
         _warn_note(info)
-        return Output(out, None if out_lab is None else _label_like(out_lab, label),
-                      info.pop("plan"), info.get("done", []), info)
+        return _labels_exact(Output(out, None if out_lab is None else _label_like(out_lab, label),
+                                    info.pop("plan"), info.get("done", []), info), table)
     img, src = _as_numpy(image)
     lab = None
     if label is not None:
@@ -379,9 +451,9 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
                                      _precision(precision), model)
     info = json.loads(info)
     _warn_note(info)
-    return Output(_like(out, src), None if out_lab is None else _like(out_lab, src,
-                                                                      _dtype_of(label)),
-                  info.pop("plan"), info.get("done", []), info)
+    return _labels_exact(Output(_like(out, src),
+                                None if out_lab is None else _like(out_lab, src, _dtype_of(label)),
+                                info.pop("plan"), info.get("done", []), info), table)
 
 
 def sample(preset, seed, ndim=3, spacing=None, space=None):
@@ -505,10 +577,11 @@ class Augment:
         """The transform of sample `index` (else the next of a counter) of `epoch`; `spacing`:
         this scan's voxel size in mm (else the transform's)."""
         spacing = self._spacing_of(spacing)
+        label, table = _encode_label(label)
         dev = _device(self.device, image)
         gpu = _on_gpu(image)
         if gpu is not None and _cuda_index(dev) == gpu:
-            return self._call_gpu(image, label, index, epoch, spacing, gpu)
+            return _labels_exact(self._call_gpu(image, label, index, epoch, spacing, gpu), table)
         img, src = _as_numpy(image)
         lead = self._lead(img.shape)
         lab = None if label is None else _as_numpy(label, what="label")[0]
@@ -531,9 +604,10 @@ class Augment:
                                                                    epoch, spacing)
             if label_out is not None and lab.ndim > self.ndim:
                 label_out = label_out[None]
-        return Output(_like(image_out, src),
-                      None if label_out is None else _like(label_out, src, _dtype_of(label)),
-                      plans, dones, infos)
+        return _labels_exact(Output(
+            _like(image_out, src),
+            None if label_out is None else _like(label_out, src, _dtype_of(label)),
+            plans, dones, infos), table)
 
     def _lead(self, shape):
         lead = len(shape) - self.ndim

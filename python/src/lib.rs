@@ -717,6 +717,14 @@ fn free_caches() -> PyResult<()> {
     })
 }
 
+/// Waits for the kernel compiles started ahead on other threads (registered with `atexit`: the
+/// interpreter must not end while NVRTC runs on another thread).
+#[pyfunction]
+fn finish_background_compiles(py: Python<'_>) -> PyResult<()> {
+    py.detach(augscope::gpu::nvrtc::finish_background_compiles);
+    Ok(())
+}
+
 #[pymodule]
 fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     checks::quiet_panics();
@@ -734,6 +742,7 @@ fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(filter_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(free_caches, m)?)?;
+    m.add_function(wrap_pyfunction!(finish_background_compiles, m)?)?;
     m.add("GpuOutOfMemory", m.py().get_type::<GpuOutOfMemory>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

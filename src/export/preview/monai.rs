@@ -81,12 +81,9 @@ pub(super) fn monai(
             displacement: None,
         });
     };
-    let field = unit_field(
-        &image.shape,
-        e.sigma,
-        e.seed,
-        monai_field(&image.shape, e.sigma, e.seed),
-    );
+    // The field lives on the output grid, where the elastic resample runs.
+    let grid = p.out_shape.clone().unwrap_or_else(|| image.shape.clone());
+    let field = unit_field(&grid, e.sigma, e.seed, monai_field(&grid, e.sigma, e.seed));
     let displacement = Some(field.displacement_stats(e.alpha));
     steps.push(format!(
         "elastic: MONAI's GaussianFilter (erf kernel truncated at 3 sigma, {} taps, not \
@@ -103,7 +100,7 @@ pub(super) fn monai(
         let (mid, mid_lab) = resample_map(image, label, &first, None, sampling, Mode::Constant);
         let mut second = flip_only(&p);
         second.elastic = Some(e);
-        let map = map_with_alpha(&second, &image.shape, e.alpha)?;
+        let map = map_with_alpha(&second, &mid.shape, e.alpha)?;
         resample_map(
             &mid,
             mid_lab.as_ref(),

@@ -364,14 +364,14 @@ pub(super) fn nnunet(
     let mut field = None;
     let mut displacement = None;
     if let Some(e) = elastic {
-        let magnitude = nnunet_magnitude(e.alpha, e.sigma, &image.shape);
-        let comps = nnunet_field(&image.shape, e.sigma, magnitude, e.seed);
+        let magnitude = nnunet_magnitude(e.alpha, e.sigma, &map.out_shape);
+        let comps = nnunet_field(&map.out_shape, e.sigma, magnitude, e.seed);
         steps.push(format!(
             "elastic: normal noise, FFT gaussian sigma {} voxels (periodic), each component \
              scaled to max |displacement| {magnitude:.3} voxels, mean removed",
             e.sigma
         ));
-        let f = unit_field(&image.shape, e.sigma, e.seed, comps);
+        let f = unit_field(&map.out_shape, e.sigma, e.seed, comps);
         displacement = Some(f.displacement_stats(1.0));
         field = Some(f);
     }

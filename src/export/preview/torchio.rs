@@ -333,7 +333,8 @@ pub(super) fn torchio(
     let elastic = live_elastic(p);
     let affine = has_affine(p);
     let (mut cur, mut cur_lab) = (None::<Volume>, None::<Volume>);
-    if affine || elastic.is_none() {
+    // A grid of another shape comes from the first resample (TorchIO's elastic keeps its grid).
+    if affine || elastic.is_none() || p.out_shape.is_some() {
         let first = if elastic.is_some() {
             affine_only(p)
         } else {
@@ -348,16 +349,16 @@ pub(super) fn torchio(
     let mut displacement = None;
     if let Some(e) = elastic {
         let src = cur.take().unwrap_or_else(|| image.clone());
-        let src_lab = if affine {
+        let src_lab = if affine || p.out_shape.is_some() {
             cur_lab.take()
         } else {
             label.cloned()
         };
         let two_d = ndim == 2;
         let shape3 = if two_d {
-            [1, image.shape[0], image.shape[1]]
+            [1, src.shape[0], src.shape[1]]
         } else {
-            [image.shape[0], image.shape[1], image.shape[2]]
+            [src.shape[0], src.shape[1], src.shape[2]]
         };
         let spacing3: Vec<f64> = if two_d {
             let mut v = vec![1.0];
@@ -402,9 +403,9 @@ pub(super) fn torchio(
         } else {
             steps.push("the elastic resample pads with the image's minimum".into());
         }
-        let field = unit_field(&image.shape, e.sigma, e.seed, comps);
+        let field = unit_field(&src.shape, e.sigma, e.seed, comps);
         displacement = Some(field.displacement_stats(1.0));
-        let map = map_with_alpha(&flip_only(p), &image.shape, 1.0)?;
+        let map = map_with_alpha(&flip_only(p), &src.shape, 1.0)?;
         let (a, b) = itk_resample(
             &src,
             src_lab.as_ref(),
