@@ -181,7 +181,10 @@ pub fn plan(json: &str) -> PyResult<Plan> {
             "not a plan: a plan is a JSON object (a dict)",
         ));
     };
-    known_keys(obj, &keys_of(serde_json::to_value(Plan::default())), "plan")?;
+    let mut keys = keys_of(serde_json::to_value(Plan::default()));
+    // Written only when a plan has intensity steps.
+    keys.push("intensity".into());
+    known_keys(obj, &keys, "plan")?;
     if let Some(serde_json::Value::Object(e)) = obj.get("elastic") {
         let unit = Elastic {
             alpha: 0.0,

@@ -83,6 +83,18 @@ impl DoneList for Plan {
                 values,
             });
         }
+        // The intensity steps, after the resample, in their order, with their values per
+        // channel (`null`: a channel left out).
+        for step in &self.intensity {
+            let values = match serde_json::to_value(step) {
+                Ok(serde_json::Value::Object(m)) => m.into_iter().next().map(|(_, v)| v),
+                _ => None,
+            };
+            done.push(Done {
+                transform: step.name().into(),
+                values: values.unwrap_or(serde_json::Value::Null),
+            });
+        }
         done
     }
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::augment::DoneList;
-use crate::core::Volume;
+use crate::core::{GammaValue, IntensityStep, Volume};
 use crate::engine::Backend;
 
 pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
@@ -12,6 +12,14 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let rounded = rounded_integers_note(&a, &image);
     let t_read = t0.elapsed().as_secs_f64() * 1e3;
     let plan = plan_of(&a, &image)?;
+    if !plan.intensity.is_empty() && !a.model.is_own() && a.model != Model::Nnunet {
+        return Err(usage(format!(
+            "--as {}: {} has no model of intensity steps yet (its own transforms differ from \
+             batchgeneratorsv2's); preview the spatial part, or preview as nnunet",
+            a.model.id(),
+            a.model.label()
+        )));
+    }
 
     if !a.model.is_own() {
         apply_as(&a, &image, label.as_ref(), &plan, t0, t_read)?;
@@ -206,9 +214,46 @@ fn plan_of(a: &ApplyArgs, image: &Volume) -> anyhow::Result<Plan> {
             Space::Mm => image.spacing_mm.clone(),
             Space::Voxel => vec![],
         },
+        intensity: intensity_of(a),
     };
     plan.validate(image.ndim())?;
+    for step in &plan.intensity {
+        step.validate(Some(image.channels))
+            .map_err(|why| usage(format!("--{why}")))?;
+    }
     Ok(plan)
+}
+
+/// The intensity steps of the command line, in the order they act: brightness, contrast, gamma
+/// (nnU-Net's order).
+fn intensity_of(a: &ApplyArgs) -> Vec<IntensityStep> {
+    let values = |n: &Numbers| n.0.iter().map(|&v| Some(v)).collect::<Vec<_>>();
+    let mut steps = vec![];
+    if let Some(m) = &a.brightness {
+        steps.push(IntensityStep::Brightness {
+            multipliers: values(m),
+        });
+    }
+    if let Some(f) = &a.contrast {
+        steps.push(IntensityStep::Contrast {
+            factors: values(f),
+            preserve_range: !a.contrast_unclipped,
+        });
+    }
+    if let Some(g) = &a.gamma {
+        let channels =
+            g.0.iter()
+                .map(|&gamma| {
+                    Some(GammaValue {
+                        gamma,
+                        invert: a.gamma_invert,
+                        retain_stats: a.gamma_retain_stats,
+                    })
+                })
+                .collect();
+        steps.push(IntensityStep::Gamma { channels });
+    }
+    steps
 }
 
 /// The readouts beside the outputs, when asked for: the displacement and the Jacobian of the

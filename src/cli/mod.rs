@@ -235,6 +235,39 @@ struct ApplyArgs {
     /// mm (physical, from the header's spacing: anisotropic volumes rotate without shearing).
     #[arg(long, default_value = "voxel", value_parser = |s: &str| s.parse::<Space>())]
     space: Space,
+    /// After the resample, multiply the image by M (one value, or one per channel), as
+    /// batchgeneratorsv2's MultiplicativeBrightnessTransform.
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
+    brightness: Option<Numbers>,
+    /// Contrast F (one value, or one per channel): (x - mean) * F + mean, clipped to the channel's
+    /// range as batchgeneratorsv2's ContrastTransform with preserve_range.
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
+    contrast: Option<Numbers>,
+    /// --contrast without the clip to the channel's range (preserve_range off).
+    #[arg(
+        long,
+        requires = "contrast",
+        help_heading = "Intensity (after the resample, image only, in this order)"
+    )]
+    contrast_unclipped: bool,
+    /// Gamma G > 0 (one value, or one per channel) on the channel's range, as
+    /// batchgeneratorsv2's GammaTransform.
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
+    gamma: Option<Numbers>,
+    /// --gamma on the inverted image (p_invert_image).
+    #[arg(
+        long,
+        requires = "gamma",
+        help_heading = "Intensity (after the resample, image only, in this order)"
+    )]
+    gamma_invert: bool,
+    /// --gamma keeping the mean and standard deviation of before (p_retain_stats).
+    #[arg(
+        long,
+        requires = "gamma",
+        help_heading = "Intensity (after the resample, image only, in this order)"
+    )]
+    gamma_retain_stats: bool,
     /// Seed of the elastic noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,

@@ -6,6 +6,7 @@
 
 pub mod field;
 pub mod gaussian;
+pub mod intensity;
 pub mod labels;
 pub mod mode;
 pub mod plan;
@@ -13,6 +14,7 @@ pub mod spec;
 pub mod volume;
 
 pub use field::FieldSpec;
+pub use intensity::{GammaValue, IntensityStep};
 pub use labels::LabelValues;
 pub use mode::Mode;
 pub use plan::{CoordMap, Elastic, Order, Plan, PlanError, Space};

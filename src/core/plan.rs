@@ -9,6 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::field::FieldSpec;
+use super::intensity::IntensityStep;
 use super::mode::Mode;
 
 /// Interpolation order: 0 nearest, 1 linear, 3 cubic B-spline (scipy prefilter).
@@ -202,6 +203,10 @@ pub struct Plan {
     /// Voxel size per axis in millimetres, `[z, y, x]`; needed in [`Space::Mm`], ignored in
     /// [`Space::Voxel`] (empty there).
     pub spacing_mm: Vec<f64>,
+    /// What happens to the image's values after the resample, in order (docs/design.md §9); the
+    /// label map never receives these.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intensity: Vec<IntensityStep>,
 }
 
 impl Default for Plan {
@@ -218,6 +223,7 @@ impl Default for Plan {
             out_shape: None,
             space: Space::Voxel,
             spacing_mm: vec![],
+            intensity: vec![],
         }
     }
 }
@@ -225,6 +231,9 @@ impl Default for Plan {
 /// A plan that does not fit the data it is applied to.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PlanError {
+    /// An intensity step whose values cannot act (see [`IntensityStep::validate`]).
+    #[error("{0}")]
+    Intensity(String),
     #[error("only 2D and 3D grids can be transformed, got {0} dimensions")]
     Dimensions(usize),
     #[error("--flip axis {axis} does not exist in a {ndim}D grid")]
@@ -301,6 +310,9 @@ impl Plan {
 
     /// Checks the plan against a grid of `ndim` dimensions.
     pub fn validate(&self, ndim: usize) -> Result<(), PlanError> {
+        for step in &self.intensity {
+            step.validate(None).map_err(PlanError::Intensity)?;
+        }
         if !(2..=3).contains(&ndim) {
             return Err(PlanError::Dimensions(ndim));
         }
@@ -440,8 +452,13 @@ impl Plan {
         })
     }
 
-    /// Whether the plan moves no voxel.
-    pub fn is_identity(&self) -> bool {
+    /// Whether the plan does nothing at all: it moves no voxel and changes no value.
+    pub fn does_nothing(&self) -> bool {
+        self.is_spatial_identity() && self.intensity.is_empty()
+    }
+
+    /// Whether the plan moves no voxel (its intensity steps may still change values).
+    pub fn is_spatial_identity(&self) -> bool {
         self.flip.is_empty()
             && self.rotate_rad.iter().all(|&a| a == 0.0)
             && self.scale.iter().all(|&s| s == 1.0)

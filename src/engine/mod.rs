@@ -291,6 +291,35 @@ pub(crate) fn output_volume(src: &Volume, shape: &[usize], data: Vec<f32>) -> Vo
     v
 }
 
+/// Checks that the plan's intensity steps can act on an image of `channels` channels.
+pub(crate) fn check_intensity(plan: &Plan, channels: usize) -> Result<(), EngineError> {
+    for step in &plan.intensity {
+        step.validate(Some(channels))
+            .map_err(|why| EngineError::Plan(PlanError::Intensity(why)))?;
+    }
+    Ok(())
+}
+
+/// The plan's intensity steps on an image output of `channels` channels, in order, after the
+/// resample (docs/design.md §9); the label map never receives them.
+pub(crate) fn intensity_after(plan: &Plan, image_out: &mut [f32], channels: usize) {
+    for step in &plan.intensity {
+        step.apply(image_out, channels);
+    }
+}
+
+/// A plane of a plan with intensity steps: pointwise steps act on the plane; a step that reads
+/// statistics of the whole channel (contrast, gamma) cannot be computed from a plane.
+pub(crate) fn check_plane_intensity(plan: &Plan) -> Result<(), EngineError> {
+    match plan.intensity.iter().find(|s| s.needs_whole_channel()) {
+        Some(s) => Err(EngineError::Shape(format!(
+            "the {} step reads statistics of the whole volume: apply the whole grid, not a plane",
+            s.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Applies a plan on a backend into freshly allocated volumes that keep the input's header.
 pub fn apply_new(
     backend: &dyn Backend,

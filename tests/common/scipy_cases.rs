@@ -89,6 +89,7 @@ impl CasePlan {
                 .as_deref()
                 .map_or(Space::Voxel, |s| s.parse::<Space>().expect("voxel or mm")),
             spacing_mm: self.spacing_mm.clone(),
+            intensity: vec![],
         }
     }
 }

@@ -153,7 +153,7 @@ pub fn fill_volume(
     label: Option<&Volume>,
     superseded: &dyn Fn(usize, usize) -> bool,
 ) -> Result<Option<(Volume, Option<Volume>, Timings)>, EngineError> {
-    if image.ndim() != 3 || plan.is_identity() || plan.out_shape.is_some() {
+    if image.ndim() != 3 || plan.is_spatial_identity() || plan.out_shape.is_some() {
         return engine::apply_new(engine, plan, image, label).map(Some);
     }
     let t0 = Instant::now();

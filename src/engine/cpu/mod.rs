@@ -91,7 +91,7 @@ impl CpuBackend {
         let out_shape = check_job(job, out)?;
         let img = job.image;
         let map = job.plan.compose(&img.shape)?;
-        if job.plan.is_identity() && out_shape == img.shape {
+        if job.plan.is_spatial_identity() && out_shape == img.shape {
             out.image.copy_from_slice(&img.data);
             if let (Some(l), Some(o)) = (job.label, out.label.as_deref_mut()) {
                 o.copy_from_slice(&l.data);
@@ -288,14 +288,10 @@ impl CpuBackend {
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
     }
-}
 
-impl Backend for CpuBackend {
-    fn name(&self) -> String {
-        "cpu".into()
-    }
-
-    fn apply(&self, job: Job<'_>, mut out: Outputs<'_>) -> Result<Timings, EngineError> {
+    /// [`Backend::apply`] without the intensity steps: the resample (or the copy of a plan that
+    /// moves nothing).
+    fn apply_spatial(&self, job: Job<'_>, mut out: Outputs<'_>) -> Result<Timings, EngineError> {
         let t0 = Instant::now();
         let mut timings = Timings::default();
         let Some((map, out_shape)) = self.begin(&job, &mut out)? else {
@@ -313,6 +309,26 @@ impl Backend for CpuBackend {
         let sampled = self.sample((job.plan, job.label), &map, field.as_deref(), &coef, out);
         timings.resample_ms = sampled;
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(timings)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
+        super::check_intensity(job.plan, job.image.channels)?;
+        let Outputs { image, label } = out;
+        let timings = self.apply_spatial(
+            job,
+            Outputs {
+                image: &mut *image,
+                label,
+            },
+        )?;
+        super::intensity_after(job.plan, image, job.image.channels);
         Ok(timings)
     }
 
@@ -335,12 +351,13 @@ impl Backend for CpuBackend {
             label,
         };
         let checked = check_grids(&job).and_then(|out_shape| {
+            super::check_intensity(plan, image.channels)?;
             let map = plan.compose(&image.shape)?;
             Ok((map, out_shape))
         });
         // Where apply reads the voxels themselves (orders 0 and 1, or nothing moves).
         let reads_voxels = |out_shape: &[usize]| {
-            plan.order != Order::Cubic || (plan.is_identity() && out_shape == image.shape)
+            plan.order != Order::Cubic || (plan.is_spatial_identity() && out_shape == image.shape)
         };
         let (map, out_shape) = match checked {
             Ok((_, out_shape)) if reads_voxels(&out_shape) => {
@@ -369,6 +386,7 @@ impl Backend for CpuBackend {
             label: lab_out.as_deref_mut(),
         };
         timings.resample_ms = self.sample((plan, label), &map, field.as_deref(), &coef, out);
+        super::intensity_after(plan, &mut img_out, header.channels);
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(new_volumes(
             &header, label, &out_shape, img_out, lab_out, timings,
@@ -382,7 +400,19 @@ impl Backend for CpuBackend {
         _resident: Option<u64>,
         out: Outputs<'_>,
     ) -> Result<Timings, EngineError> {
-        self.plane(job, plane, out)
+        super::check_plane_intensity(job.plan)?;
+        super::check_intensity(job.plan, job.image.channels)?;
+        let Outputs { image, label } = out;
+        let t = self.plane(
+            job,
+            plane,
+            Outputs {
+                image: &mut *image,
+                label,
+            },
+        )?;
+        super::intensity_after(job.plan, image, job.image.channels);
+        Ok(t)
     }
 
     fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {

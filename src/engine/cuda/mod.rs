@@ -181,6 +181,12 @@ impl CudaBackend {
         job: Job<'_>,
         arrays: DeviceArrays,
     ) -> Result<Timings, EngineError> {
+        if let Some(s) = job.plan.intensity.first() {
+            return Err(EngineError::Shape(format!(
+                "the {} step runs on arrays in host memory: device arrays take spatial plans only",
+                s.name()
+            )));
+        }
         let region = Region {
             device: Some(arrays),
             ..Region::default()
@@ -244,20 +250,73 @@ fn check_device_job(
         .unwrap_or_else(|| job.image.shape.clone()))
 }
 
+/// A job of a batch with its outputs, held for the intensity steps after the batch.
+type Held<'a> = (Job<'a>, &'a mut [f32], Option<&'a mut [f32]>);
+
 impl Backend for CudaBackend {
     fn name(&self) -> String {
         let ids: Vec<String> = self.ordinals().iter().map(|i| i.to_string()).collect();
         format!("cuda:{}", ids.join(","))
     }
 
+    /// The intensity steps run on the host output after the download (one pass over it).
     fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
+        crate::engine::check_intensity(job.plan, job.image.channels)?;
         // Concurrent callers spread over the devices; one caller uses them in turn.
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
-        self.engines[i].apply(job, out, self.precision)
+        let Outputs { image, label } = out;
+        let t = self.engines[i].apply(
+            job,
+            Outputs {
+                image: &mut *image,
+                label,
+            },
+            self.precision,
+        )?;
+        crate::engine::intensity_after(job.plan, image, job.image.channels);
+        Ok(t)
     }
 
     fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
-        self.apply_batch(jobs)
+        let checks: Vec<Result<(), EngineError>> = jobs
+            .iter()
+            .map(|(j, _)| crate::engine::check_intensity(j.plan, j.image.channels))
+            .collect();
+        if let Some(k) = checks.iter().position(Result::is_err) {
+            return checks
+                .into_iter()
+                .map(|c| {
+                    Err(c.err().unwrap_or_else(|| {
+                        EngineError::Shape(format!(
+                            "not run: job {k} of the batch has intensity steps that cannot act"
+                        ))
+                    }))
+                })
+                .collect();
+        }
+        let mut held: Vec<Held<'_>> = jobs
+            .into_iter()
+            .map(|(j, o)| (j, o.image, o.label))
+            .collect();
+        let batch: Vec<(Job<'_>, Outputs<'_>)> = held
+            .iter_mut()
+            .map(|(j, image, label)| {
+                (
+                    *j,
+                    Outputs {
+                        image,
+                        label: label.as_deref_mut(),
+                    },
+                )
+            })
+            .collect();
+        let results = self.apply_batch(batch);
+        for ((j, image, _), r) in held.iter_mut().zip(&results) {
+            if r.is_ok() {
+                crate::engine::intensity_after(j.plan, image, j.image.channels);
+            }
+        }
+        results
     }
 
     /// On the first device: the kernel runs over the plane only and only the plane comes back;
@@ -269,12 +328,25 @@ impl Backend for CudaBackend {
         resident: Option<u64>,
         out: Outputs<'_>,
     ) -> Result<Timings, EngineError> {
+        crate::engine::check_plane_intensity(job.plan)?;
+        crate::engine::check_intensity(job.plan, job.image.channels)?;
         let region = Region {
             plane: Some((plane.axis, plane.index)),
             resident,
             device: None,
         };
-        self.engines[0].apply_region(job, out, self.precision, region)
+        let Outputs { image, label } = out;
+        let t = self.engines[0].apply_region(
+            job,
+            Outputs {
+                image: &mut *image,
+                label,
+            },
+            self.precision,
+            region,
+        )?;
+        crate::engine::intensity_after(job.plan, image, job.image.channels);
+        Ok(t)
     }
 
     /// From the first device, with its cached field.

@@ -74,7 +74,7 @@ impl DeviceEngine {
         let many = plans.len() > 1 && precision == Precision::F32;
         for plan in plans {
             let out_shape = plan.out_shape.clone().unwrap_or_else(|| in_shape.to_vec());
-            if plan.is_identity() && out_shape == in_shape {
+            if plan.is_spatial_identity() && out_shape == in_shape {
                 continue;
             }
             let field = plan.field_spec(&out_shape);

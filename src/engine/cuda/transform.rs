@@ -232,7 +232,7 @@ impl DeviceEngine {
                 None => check_job_region(job, out, region.plane)?,
                 Some(d) => check_device_job(job, &d, region)?,
             };
-            if job.plan.is_identity() && shape == job.image.shape {
+            if job.plan.is_spatial_identity() && shape == job.image.shape {
                 match caller.as_deref_mut() {
                     Some(c) => self.copy_on_device(c)?,
                     None => copy_identity(job, out, region.plane),

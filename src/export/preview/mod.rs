@@ -157,6 +157,11 @@ pub enum PreviewError {
     Plan(#[from] PlanError),
     #[error("{0} is augscope's own model: run it through the engine")]
     Own(&'static str),
+    #[error(
+        "{0} has no model of intensity steps yet (its own transforms differ from \
+         batchgeneratorsv2's): preview the spatial part, or preview as nnunet"
+    )]
+    Intensity(&'static str),
 }
 
 /// Runs a library's model of `plan` on the CPU. For [`Model::is_own`] models, use the engine.
@@ -167,6 +172,35 @@ pub fn preview(
     plan: &Plan,
 ) -> Result<Preview, PreviewError> {
     plan.validate(image.ndim())?;
+    if !plan.intensity.is_empty() {
+        if model != Model::Nnunet {
+            return Err(PreviewError::Intensity(model.label()));
+        }
+        for step in &plan.intensity {
+            step.validate(Some(image.channels))
+                .map_err(|why| PreviewError::Plan(PlanError::Intensity(why)))?;
+        }
+        // nnU-Net's intensity steps are batchgeneratorsv2's, whose formulas the steps follow:
+        // the spatial model, then the steps on its image.
+        let spatial = Plan {
+            intensity: vec![],
+            ..plan.clone()
+        };
+        let mut p = nnunet::nnunet(image, label, &spatial)?;
+        for step in &plan.intensity {
+            step.apply(&mut p.image.data, p.image.channels);
+            p.steps.push(format!(
+                "{}: batchgeneratorsv2's {}, as augscope's",
+                step.name(),
+                match step.name() {
+                    "brightness" => "MultiplicativeBrightnessTransform",
+                    "contrast" => "ContrastTransform",
+                    _ => "GammaTransform",
+                }
+            ));
+        }
+        return Ok(p);
+    }
     match model {
         Model::Augscope | Model::Batchgenerators => Err(PreviewError::Own(model.label())),
         Model::Monai => monai::monai(image, label, plan),
