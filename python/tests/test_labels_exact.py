@@ -61,3 +61,22 @@ def test_augment_keeps_large_label_values_of_tensors():
     values = set(np.unique(got.label.numpy()).tolist())
     assert values <= set(table.tolist())
     assert any(abs(v) > (1 << 24) for v in values)
+
+
+def test_intensity_steps_act_on_the_image_only():
+    image = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE) / 10
+    big, _, _ = maps(np.int64)
+    plan = {"rotate_rad": [0.2, 0.0, 0.0],
+            "intensity": [{"brightness": {"multipliers": [2.0]}},
+                          {"gamma": {"channels": [{"gamma": 1.5, "retain_stats": True}]}}]}
+    spatial = augscope.apply(image, {"rotate_rad": [0.2, 0.0, 0.0]}, label=big, device="cpu")
+    got = augscope.apply(image, plan, label=big, device="cpu")
+    np.testing.assert_array_equal(got.label, spatial.label)
+    assert [d["transform"] for d in got.done][-2:] == ["brightness", "gamma"]
+    x = spatial.image.astype(np.float64) * 2
+    lo, hi = x.min(), x.max()
+    y = ((x - lo) / (hi - lo)) ** 1.5 * (hi - lo) + lo
+    y = (y - y.mean()) * (x.std(ddof=1) / y.std(ddof=1)) + x.mean()
+    np.testing.assert_allclose(got.image, y, atol=1e-4 * (hi - lo))
+    with pytest.raises(ValueError, match="gamma"):
+        augscope.apply(image, {"intensity": [{"gamma": {"channels": [{"gamma": 0.0}]}}]})
