@@ -330,7 +330,7 @@ fn sample_from_a_bundled_preset() {
     h.get_by_label("Sample from preset").click();
     settle(&mut h);
     let app = h.state();
-    let (params, done) = app.rt.sampled.as_ref().expect("a sample");
+    let (params, done, _) = app.rt.sampled.as_ref().expect("a sample");
     assert_eq!(*params, app.state.params);
     // The done list names only transforms the plan holds.
     let plan = app.plan();
@@ -1001,6 +1001,10 @@ fn copy_puts_exactly_the_preset_export_text_on_the_clipboard() {
         .set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
     open_from_file_menu(&mut h, "Export code…");
     assert!(h.state().rt.code.open, "the window opens");
+    // The preset in use is the default; these are the parameters on screen.
+    h.get_by_label("current parameters").click();
+    h.run_steps(2);
+    assert!(!h.state().rt.code.from_preset);
     for (tab, flag) in [
         ("TorchIO", "torchio"),
         ("MONAI", "monai"),

@@ -286,7 +286,7 @@ fn clicking_a_tile_puts_its_draw_into_the_views() {
     let want = Params::from_plan(&sample.plan, 3, &before);
     assert_eq!(app.state.params, want);
     assert_ne!(app.state.params, before, "the draw changed the parameters");
-    let (params, done) = app.rt.sampled.as_ref().expect("recorded as a sample");
+    let (params, done, _) = app.rt.sampled.as_ref().expect("recorded as a sample");
     assert_eq!(*params, want);
     assert_eq!(*done, sample.done);
 }

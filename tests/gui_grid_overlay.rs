@@ -244,7 +244,11 @@ fn the_preset_editor_states_the_realised_displacement_of_its_elastic_extremes() 
     let strongest = stats(400.0, 2.0);
     assert!(strongest.0 > weakest.0 && strongest.1 > weakest.1);
     let line = |which: &str, (max, rms): (f64, f64)| {
-        format!("realised ({which}): max {} RMS {} vox", num(max), num(rms))
+        format!(
+            "realised length ({which}): max {} RMS {} vox",
+            num(max),
+            num(rms)
+        )
     };
     let (w, s) = (line("weakest", weakest), line("strongest", strongest));
     let start = Instant::now();

@@ -16,28 +16,53 @@ use super::{Runtime, State};
 use crate::augment::preset::Preset;
 use crate::export::interop::{Target, verified_against};
 
-/// The tabs of the code window, in order.
-pub const TARGETS: &[(Target, &str)] = &[
-    (Target::Monai, "MONAI"),
-    (Target::TorchIo, "TorchIO"),
-    (Target::Batchgenerators, "batchgenerators"),
-    (Target::Nnunet, "nnU-Net v2 trainer"),
-    (Target::MonaiBundle, "MONAI bundle config"),
-    (Target::Python, "augscope (Python)"),
+/// The tabs of the code window, in order, with the file name each suggests.
+pub const TARGETS: &[(Target, &str, &str)] = &[
+    (Target::Monai, "MONAI", "monai_aug.py"),
+    (Target::TorchIo, "TorchIO", "torchio_aug.py"),
+    (
+        Target::Batchgenerators,
+        "batchgenerators",
+        "batchgenerators_aug.py",
+    ),
+    (Target::Nnunet, "nnU-Net v2 trainer", "nnunet_trainer.py"),
+    (
+        Target::MonaiBundle,
+        "MONAI bundle config",
+        "monai_bundle.json",
+    ),
+    (Target::Python, "augscope (Python)", "augscope_aug.py"),
 ];
 
 /// The code window and the save-preset window (not persisted).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CodeRuntime {
     pub open: bool,
     /// Index into [`TARGETS`].
     pub tab: usize,
-    /// The preset chosen in the controls instead of the parameters on screen.
+    /// The preset in use (being edited, or chosen in the controls) rather than the parameters on
+    /// screen: what training draws from, so it is the default.
     pub from_preset: bool,
-    /// Where Save writes the code.
-    pub path: String,
+    /// Where Save writes the code, one path per tab.
+    pub paths: [String; TARGETS.len()],
+    /// An existing file that Save would replace, shown with Overwrite and Cancel.
+    pub confirm: Option<PathBuf>,
     pub status: Option<Result<String, String>>,
     pub save: SavePreset,
+}
+
+impl Default for CodeRuntime {
+    fn default() -> Self {
+        CodeRuntime {
+            open: false,
+            tab: 0,
+            from_preset: true,
+            paths: Default::default(),
+            confirm: None,
+            status: None,
+            save: SavePreset::default(),
+        }
+    }
 }
 
 /// File → Save preset….
@@ -48,6 +73,8 @@ pub struct SavePreset {
     pub name: String,
     pub description: String,
     pub path: String,
+    /// An existing file that Save would replace, shown with Overwrite and Cancel.
+    pub confirm: Option<PathBuf>,
     pub status: Option<Result<String, String>>,
 }
 
@@ -85,21 +112,46 @@ pub fn preset_to_save(state: &State, rt: &Runtime) -> Result<Preset, String> {
     Ok(p)
 }
 
-fn write_text(path: &str, what: &'static str, text: &str) -> Result<PathBuf, String> {
+/// What Save comes to: written, or held until the user agrees to replace an existing file.
+#[derive(Debug, PartialEq)]
+pub enum Written {
+    Saved(PathBuf),
+    Exists(PathBuf),
+}
+
+/// Writes `text` to `path`, unless the file exists and `replace` is not that file.
+pub fn write_text(
+    path: &str,
+    what: &'static str,
+    text: &str,
+    replace: Option<&Path>,
+) -> Result<Written, String> {
     let path = PathBuf::from(path.trim());
     if path.as_os_str().is_empty() {
         return Err("type a file name first".into());
     }
+    if path.exists() && replace != Some(path.as_path()) {
+        return Ok(Written::Exists(path));
+    }
+    write_file(path, what, text).map(Written::Saved)
+}
+
+fn write_file(path: PathBuf, what: &'static str, text: &str) -> Result<PathBuf, String> {
     crate::io::atomic_write(&path, what, |w| w.write_all(text.as_bytes()))
         .map_err(|e| e.to_string())?;
     Ok(path)
 }
 
-/// Writes the save-preset window's preset; on success it becomes the preset of the controls and
-/// the first of the recent presets.
-pub fn save_preset(state: &mut State, rt: &mut Runtime) -> Result<PathBuf, String> {
+/// Writes the save-preset window's preset (an existing file only once the user agreed to
+/// replace it); on success it becomes the preset of the controls and the first of the recent
+/// presets.
+pub fn save_preset(state: &mut State, rt: &mut Runtime) -> Result<Written, String> {
     let p = preset_to_save(state, rt)?;
-    let path = write_text(&rt.code.save.path, "preset", &p.to_toml())?;
+    let s = &rt.code.save;
+    let path = match write_text(&s.path, "preset", &p.to_toml(), s.confirm.as_deref())? {
+        Written::Saved(path) => path,
+        exists @ Written::Exists(_) => return Ok(exists),
+    };
     let shown = path.display().to_string();
     state.push_recent_preset(shown.clone());
     state.preset = shown;
@@ -108,7 +160,7 @@ pub fn save_preset(state: &mut State, rt: &mut Runtime) -> Result<PathBuf, Strin
         rt.editor.baseline = Some(p.clone());
         state.draft = Some(p);
     }
-    Ok(path)
+    Ok(Written::Saved(path))
 }
 
 /// Colours Python (or JSON) for display: comments, strings, numbers and keywords. A tokenizer of
@@ -224,17 +276,54 @@ pub fn notes(text: &str) -> Vec<&str> {
         .collect()
 }
 
-fn source_choice(ui: &mut egui::Ui, from_preset: &mut bool, preset: &str) {
+/// The preset in use, in words: the one being edited (with its name, and whether it holds
+/// unsaved edits), else the one chosen in the controls.
+pub fn preset_in_use(state: &State, rt: &Runtime) -> String {
+    match &state.draft {
+        Some(d) => format!(
+            "the edited preset \u{201c}{}\u{201d}{}",
+            d.name,
+            if rt.editor.unsaved(state) {
+                " (unsaved edits)"
+            } else {
+                ""
+            }
+        ),
+        None => {
+            let preset = if state.preset.is_empty() {
+                "nnunet-v2"
+            } else {
+                state.preset.as_str()
+            };
+            let name = Path::new(preset)
+                .file_name()
+                .map_or_else(|| preset.to_string(), |n| n.to_string_lossy().into_owned());
+            format!("preset {name}")
+        }
+    }
+}
+
+/// The choice between the preset in use and the parameters on screen, and a line that says
+/// which one is used.
+fn source_choice(ui: &mut egui::Ui, from_preset: &mut bool, in_use: &str, verb: &str) {
     ui.horizontal(|ui| {
         ui.label("from");
+        ui.radio_value(from_preset, true, in_use).on_hover_text(
+            "the preset in use (being edited, else chosen in the controls), with its ranges and \
+             probabilities: what training draws from",
+        );
         ui.radio_value(from_preset, false, "current parameters")
-            .on_hover_text("every transform as on screen, p = 1");
-        let name = Path::new(preset)
-            .file_name()
-            .map_or_else(|| preset.to_string(), |n| n.to_string_lossy().into_owned());
-        ui.radio_value(from_preset, true, format!("preset {name}"))
-            .on_hover_text("the preset chosen in the controls, with its ranges and probabilities");
+            .on_hover_text("one fixed transform: every transform as on screen, p = 1");
     });
+    let what = if *from_preset {
+        format!("{verb} {in_use}, with its ranges and probabilities")
+    } else {
+        format!(
+            "{verb} the parameters on screen as one fixed transform: every transform p = 1, \
+             ranges of one value"
+        )
+    };
+    ui.label(egui::RichText::new(what).strong());
 }
 
 fn status_line(ui: &mut egui::Ui, status: &Option<Result<String, String>>) {
@@ -258,18 +347,21 @@ pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
         .default_size([760.0, 620.0])
         .default_pos([300.0, 80.0])
         .show(ui.ctx(), |ui| {
+            let in_use = preset_in_use(state, rt);
             let c = &mut rt.code;
-            source_choice(ui, &mut c.from_preset, &state.preset);
+            source_choice(ui, &mut c.from_preset, &in_use, "Exporting");
             ui.horizontal(|ui| {
-                for (k, (_, name)) in TARGETS.iter().enumerate() {
+                for (k, (_, name, _)) in TARGETS.iter().enumerate() {
                     if ui.selectable_label(c.tab == k, *name).clicked() {
                         c.tab = k;
                         c.status = None;
+                        c.confirm = None;
                     }
                 }
             });
             ui.separator();
-            let target = TARGETS[c.tab.min(TARGETS.len() - 1)].0;
+            c.tab = c.tab.min(TARGETS.len() - 1);
+            let (target, _, suggested) = TARGETS[c.tab];
             let text = match code_text(state, ndim, c.from_preset, target) {
                 Ok(t) => t,
                 Err(e) => {
@@ -277,6 +369,43 @@ pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                     return;
                 }
             };
+            // The buttons first: their place does not move with the number of NOTE lines.
+            ui.horizontal(|ui| {
+                if ui
+                    .button("Copy")
+                    .on_hover_text("put the whole text on the clipboard")
+                    .clicked()
+                {
+                    ui.ctx().copy_text(text.clone());
+                    c.status = Some(Ok("copied to the clipboard".into()));
+                }
+                let l = ui.label("file");
+                if ui
+                    .add(
+                        egui::TextEdit::singleline(&mut c.paths[c.tab])
+                            .id_salt(("code-path", c.tab))
+                            .hint_text(suggested)
+                            .desired_width(280.0),
+                    )
+                    .labelled_by(l.id)
+                    .changed()
+                {
+                    c.confirm = None;
+                }
+                if ui.button("Save").clicked() {
+                    // Save asks again; only Overwrite replaces a file.
+                    c.confirm = None;
+                    c.status = save_code(&c.paths[c.tab], &text, &mut c.confirm);
+                }
+            });
+            if let Some(path) = c.confirm.clone() {
+                match confirm_ui(ui, &path) {
+                    Some(true) => c.status = save_code(&c.paths[c.tab], &text, &mut c.confirm),
+                    Some(false) => c.confirm = None,
+                    None => {}
+                }
+            }
+            status_line(ui, &c.status);
             ui.label(format!(
                 "{ndim}D · verified against {} · the text of `augscope preset export --to {} \
                  --ndim {ndim}`",
@@ -293,30 +422,6 @@ pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                         }
                     });
             }
-            ui.horizontal(|ui| {
-                if ui
-                    .button("Copy")
-                    .on_hover_text("put the whole text on the clipboard")
-                    .clicked()
-                {
-                    ui.ctx().copy_text(text.clone());
-                    c.status = Some(Ok("copied to the clipboard".into()));
-                }
-                let l = ui.label("file");
-                ui.add(
-                    egui::TextEdit::singleline(&mut c.path)
-                        .hint_text("augment.py")
-                        .desired_width(280.0),
-                )
-                .labelled_by(l.id);
-                if ui.button("Save").clicked() {
-                    c.status = Some(
-                        write_text(&c.path, "code", &text)
-                            .map(|p| format!("saved {}", p.display())),
-                    );
-                }
-            });
-            status_line(ui, &c.status);
             ui.separator();
             let job = highlight(&text, ui.visuals().dark_mode);
             egui::ScrollArea::both()
@@ -328,6 +433,47 @@ pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
     if !open {
         rt.code.open = false;
     }
+}
+
+/// Save of the code window: writes `text`, or asks first when the file exists (`confirm` holds
+/// it until the user answers; an agreed replacement is written).
+fn save_code(
+    path: &str,
+    text: &str,
+    confirm: &mut Option<PathBuf>,
+) -> Option<Result<String, String>> {
+    match write_text(path, "code", text, confirm.as_deref()) {
+        Ok(Written::Saved(p)) => {
+            *confirm = None;
+            Some(Ok(format!("saved {}", p.display())))
+        }
+        Ok(Written::Exists(p)) => {
+            *confirm = Some(p);
+            None
+        }
+        Err(e) => {
+            *confirm = None;
+            Some(Err(e))
+        }
+    }
+}
+
+/// "FILE exists: Overwrite / Cancel"; `Some(true)` once Overwrite is clicked.
+fn confirm_ui(ui: &mut egui::Ui, path: &Path) -> Option<bool> {
+    let mut answer = None;
+    ui.horizontal_wrapped(|ui| {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!("{} exists: replace it?", path.display()),
+        );
+        if ui.button("Overwrite").clicked() {
+            answer = Some(true);
+        }
+        if ui.button("Cancel").clicked() {
+            answer = Some(false);
+        }
+    });
+    answer
 }
 
 /// The `--to` name of a target.
@@ -347,13 +493,14 @@ pub fn target_flag(t: Target) -> &'static str {
 pub fn save_preset_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
     let mut open = rt.code.save.open;
     let mut save = false;
+    let in_use = preset_in_use(state, rt);
     egui::Window::new("Save preset")
         .open(&mut open)
         .resizable(false)
         .default_pos([420.0, 140.0])
         .show(ui.ctx(), |ui| {
             let s = &mut rt.code.save;
-            source_choice(ui, &mut s.from_preset, &state.preset);
+            source_choice(ui, &mut s.from_preset, &in_use, "Saving");
             egui::Grid::new("save-preset")
                 .num_columns(2)
                 .show(ui, |ui| {
@@ -370,22 +517,48 @@ pub fn save_preset_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime
                     .labelled_by(l.id);
                     ui.end_row();
                     let l = ui.label("file");
-                    ui.add(
-                        egui::TextEdit::singleline(&mut s.path)
-                            .hint_text("my_preset.toml")
-                            .desired_width(300.0),
-                    )
-                    .labelled_by(l.id);
+                    if ui
+                        .add(
+                            egui::TextEdit::singleline(&mut s.path)
+                                .hint_text("my_preset.toml")
+                                .desired_width(300.0),
+                        )
+                        .labelled_by(l.id)
+                        .changed()
+                    {
+                        s.confirm = None;
+                    }
                     ui.end_row();
                 });
             if ui.button("Save").clicked() {
+                // Save asks again; only Overwrite replaces a file.
+                s.confirm = None;
                 save = true;
+            }
+            if let Some(path) = s.confirm.clone() {
+                match confirm_ui(ui, &path) {
+                    Some(true) => save = true,
+                    Some(false) => s.confirm = None,
+                    None => {}
+                }
             }
             status_line(ui, &s.status);
         });
     if save {
-        rt.code.save.status =
-            Some(save_preset(state, rt).map(|p| format!("saved {}", p.display())));
+        match save_preset(state, rt) {
+            Ok(Written::Saved(p)) => {
+                rt.code.save.confirm = None;
+                rt.code.save.status = Some(Ok(format!("saved {}", p.display())));
+            }
+            Ok(Written::Exists(p)) => {
+                rt.code.save.confirm = Some(p);
+                rt.code.save.status = None;
+            }
+            Err(e) => {
+                rt.code.save.confirm = None;
+                rt.code.save.status = Some(Err(e));
+            }
+        }
     }
     if !open {
         rt.code.save.open = false;

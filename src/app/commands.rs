@@ -214,8 +214,9 @@ fn sample_preset(state: &mut State, rt: &mut Runtime) {
     });
     match sampled {
         Ok(s) => {
+            let from = super::code::preset_in_use(state, rt);
             state.params = Params::from_plan(&s.plan, nd, &state.params);
-            rt.sampled = Some((state.params.clone(), s.done));
+            rt.sampled = Some((state.params.clone(), s.done, from));
             state.preset_seed = state.preset_seed.wrapping_add(1);
         }
         Err(e) => rt.error = Some(e),
@@ -225,6 +226,7 @@ fn sample_preset(state: &mut State, rt: &mut Runtime) {
 /// Opens File → Save preset…, named after the preset being edited if there is one.
 fn open_save_preset(state: &State, rt: &mut Runtime) {
     let save = &mut rt.code.save;
+    save.confirm = None;
     if let Some(d) = &state.draft {
         save.from_preset = true;
         save.name = d.name.clone();

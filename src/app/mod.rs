@@ -147,6 +147,9 @@ pub struct Runtime {
     pub sent: Option<(u64, Vec<usize>, Instant)>,
     pub full: Option<FullResult>,
     pub shown: Option<SliceSet>,
+    /// Whether the planes on screen were cut from the whole volume of their generation (else
+    /// they are the worker's planes, shown until the whole volume is there).
+    pub shown_full: bool,
     pub original: Vec<Arc<DisplaySlice>>,
     pub original_label: Vec<Option<Arc<DisplaySlice>>>,
     pub original_cursor: Vec<usize>,
@@ -155,13 +158,17 @@ pub struct Runtime {
     pub comparison: Option<Comparison>,
     pub compare_sent: Option<u64>,
     pub applied: Option<Params>,
+    /// The parameters of the last generations (oldest first, a few kept): what the planes on
+    /// screen, which may be older than the sliders, were computed with.
+    pub applied_log: Vec<(u64, Params)>,
     pub nav: Vec<Nav>,
     pub active_view: usize,
     pub latency: Latency,
     pub has_wgpu: bool,
     pub dialogs: (Sender<Command>, Receiver<Command>),
-    /// The last preset sample: the parameters it set, its done list and drawn values.
-    pub sampled: Option<(Params, Vec<crate::augment::Done>)>,
+    /// The last preset sample: the parameters it set, its done list and drawn values, and the
+    /// preset it was drawn from, in words ([`code::preset_in_use`]).
+    pub sampled: Option<(Params, Vec<crate::augment::Done>, String)>,
     /// Show no timings (snapshot tests: they differ from run to run).
     pub hide_timings: bool,
     /// The generation whose whole volume the worker is filling in.
@@ -202,6 +209,18 @@ pub struct Runtime {
     pub quit: bool,
     /// Wakes the UI when a background thread (a save, a screenshot) has sent its answer.
     pub egui_ctx: egui::Context,
+}
+
+/// [`App::params_on_screen`].
+pub fn params_on_screen<'a>(state: &'a State, rt: &'a Runtime) -> &'a Params {
+    let generation = rt
+        .shown
+        .as_ref()
+        .map(|s| s.generation)
+        .or(rt.full.as_ref().map(|f| f.generation));
+    generation
+        .and_then(|g| rt.applied_log.iter().rev().find(|(k, _)| *k == g))
+        .map_or(&state.params, |(_, p)| p)
 }
 
 /// How far the whole-volume fill is.
@@ -254,6 +273,15 @@ impl App {
             .storage
             .and_then(|s| eframe::get_value(s, eframe::APP_KEY))
             .unwrap_or_default();
+        Self::with_state(cc, state, open)
+    }
+
+    /// Builds the app on a state saved before (what [`App::new`] reads from the storage).
+    pub fn with_state(
+        cc: &eframe::CreationContext<'_>,
+        state: State,
+        open: Option<(PathBuf, Option<PathBuf>)>,
+    ) -> Self {
         let has_wgpu = match &cc.wgpu_render_state {
             Some(rs) => {
                 render::SliceRenderer::install(rs);
@@ -280,6 +308,7 @@ impl App {
                 sent: None,
                 full: None,
                 shown: None,
+                shown_full: false,
                 original: vec![],
                 original_label: vec![],
                 original_cursor: vec![],
@@ -288,6 +317,7 @@ impl App {
                 comparison: None,
                 compare_sent: None,
                 applied: None,
+                applied_log: vec![],
                 nav: vec![],
                 active_view: 0,
                 latency: Latency::default(),
@@ -318,6 +348,15 @@ impl App {
                 egui_ctx,
             },
         };
+        // The preset being edited was saved before: it has unsaved edits only where it differs
+        // from the preset it came from, as read now.
+        if app.state.draft.is_some() {
+            let name = match app.state.preset.as_str() {
+                "" => "nnunet-v2",
+                p => p,
+            };
+            app.rt.editor.baseline = crate::augment::preset::load_or_bundled(Path::new(name)).ok();
+        }
         if let Some((image, label)) = open {
             app.apply(Command::Open(image, label));
         }
@@ -367,6 +406,12 @@ impl App {
             && !comparing
             && !rt.export.running()
             && !self.masks_pending()
+    }
+
+    /// The parameters the augmented views show: those of the generation on screen, which lag
+    /// the sliders while the worker computes; the sliders' own before anything is shown.
+    pub fn params_on_screen(&self) -> &Params {
+        params_on_screen(&self.state, &self.rt)
     }
 
     /// The loaded scan's (min, max); (0, 1) with none.

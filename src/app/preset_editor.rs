@@ -184,16 +184,20 @@ pub fn realised_keys(
 pub fn realised_text(which: &str, stats: Option<(f64, f64)>, mean_mm: Option<f64>) -> String {
     let f = super::format::num;
     match stats {
-        None => format!("realised ({which}): measuring…"),
+        None => format!("realised length ({which}): measuring…"),
         Some((max, rms)) => match mean_mm {
             Some(mm) => format!(
-                "realised ({which}): max {} vox ({} mm) RMS {} vox ({} mm)",
+                "realised length ({which}): max {} vox ({} mm) RMS {} vox ({} mm)",
                 f(max),
                 f(max * mm),
                 f(rms),
                 f(rms * mm)
             ),
-            None => format!("realised ({which}): max {} RMS {} vox", f(max), f(rms)),
+            None => format!(
+                "realised length ({which}): max {} RMS {} vox",
+                f(max),
+                f(rms)
+            ),
         },
     }
 }
@@ -210,6 +214,44 @@ impl EditorRuntime {
     pub fn unsaved_draft(&self, draft: Option<&Preset>) -> bool {
         draft.is_some() && draft != self.baseline.as_ref()
     }
+}
+
+/// Whether two presets draw the same transforms (name, description and source aside).
+pub fn same_transforms(a: &Preset, b: &Preset) -> bool {
+    let bare = |p: &Preset| Preset {
+        name: String::new(),
+        description: String::new(),
+        source: String::new(),
+        ..p.clone()
+    };
+    bare(a) == bare(b)
+}
+
+/// Once `draft` draws other transforms than `base` (the preset it was opened from) while still
+/// carrying `base`'s description and source, those are no longer true: the description is
+/// prefixed `Derived from FROM: ` and the source becomes `edited in augscope from SOURCE`. A
+/// description or source the user typed is kept, and a preset augscope wrote (its source says
+/// so) is the user's own: it is not marked again.
+pub fn mark_derived(draft: &mut Preset, base: &Preset, from: &str) {
+    let own = base.source.starts_with("augscope") || base.source.starts_with("edited in augscope");
+    if own
+        || same_transforms(draft, base)
+        || draft.description != base.description
+        || draft.source != base.source
+    {
+        return;
+    }
+    let from = if from.is_empty() { &base.name } else { from };
+    draft.description = if base.description.is_empty() {
+        format!("Derived from {from}")
+    } else {
+        format!("Derived from {from}: {}", base.description)
+    };
+    draft.source = if base.source.is_empty() {
+        format!("edited in augscope from {from}")
+    } else {
+        format!("edited in augscope from {}", base.source)
+    };
 }
 
 /// A preset centred on the parameters on screen: every transform that acts fires (p = 1) with a
@@ -342,12 +384,28 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &Realis
     egui::Grid::new("preset-meta")
         .num_columns(2)
         .show(ui, |ui| {
+            // Ids of their own: a line that comes or goes above them keeps the focus and the
+            // cursor of the field being typed in.
             let l = ui.label("name");
-            ui.text_edit_singleline(&mut p.name).labelled_by(l.id);
+            ui.add(egui::TextEdit::singleline(&mut p.name).id_salt("preset-name"))
+                .labelled_by(l.id);
             ui.end_row();
             let l = ui.label("description");
-            ui.add(egui::TextEdit::multiline(&mut p.description).desired_rows(2))
-                .labelled_by(l.id);
+            ui.add(
+                egui::TextEdit::multiline(&mut p.description)
+                    .id_salt("preset-description")
+                    .desired_rows(2),
+            )
+            .labelled_by(l.id);
+            ui.end_row();
+            let l = ui.label("source");
+            ui.add(
+                egui::TextEdit::multiline(&mut p.source)
+                    .id_salt("preset-source")
+                    .desired_rows(1),
+            )
+            .labelled_by(l.id)
+            .on_hover_text("where the preset's values come from (written to the TOML and the header of every exported file)");
             ui.end_row();
             let l = ui.label("space");
             egui::ComboBox::from_id_salt("preset-space")
@@ -468,12 +526,18 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &Realis
             // The weakest and the strongest setting: small alpha with wide sigma, and back.
             let lo = elastic_rms_vox(e.alpha[0], e.sigma[1].max(1e-3), ndim);
             let hi = elastic_rms_vox(e.alpha[1], e.sigma[0].max(1e-3), ndim);
+            let root = (ndim as f64).sqrt();
             ui.weak(format!(
-                "RMS displacement {lo:.2} to {hi:.2}{len_unit} away from the border"
+                "expected RMS per axis {lo:.2} to {hi:.2}{len_unit} (length {:.2} to \
+                 {:.2}{len_unit}) away from the border",
+                lo * root,
+                hi * root
             ))
             .on_hover_text(
-                "alpha / sqrt(3) · (2 sqrt(pi) sigma)^(-ndim/2): what alpha · G_sigma(U(-1, 1)) \
-                 gives inside the volume; the main view shows the realised figure of its plan",
+                "per axis: alpha / sqrt(3) · (2 sqrt(pi) sigma)^(-ndim/2), what one component of \
+                 alpha · G_sigma(U(-1, 1)) gives inside the volume; the length of the vector is \
+                 sqrt(ndim) times that. The realised figures below and in the main view are \
+                 lengths",
             );
             for line in realised.iter().flatten() {
                 ui.label(line).on_hover_text(
@@ -534,6 +598,18 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
         .map_or(3, |s| s.loaded.image.ndim().clamp(2, 3));
     let mut open = rt.editor.open;
     let unsaved = rt.editor.unsaved(state);
+    // What an edited preset says it was derived from: the bundled name, else the preset's name.
+    let from = if crate::augment::preset::BUNDLED
+        .iter()
+        .any(|(n, _)| *n == state.preset)
+    {
+        state.preset.clone()
+    } else {
+        rt.editor
+            .baseline
+            .as_ref()
+            .map_or_else(String::new, |b| b.name.clone())
+    };
     let realised: RealisedLines = match (&rt.scan, state.draft.as_ref()) {
         (Some(scan), Some(p)) => {
             let img = &scan.loaded.image;
@@ -586,12 +662,19 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                 ui.label("no preset is being edited");
                 return;
             };
-            if unsaved {
-                ui.weak("unsaved edits");
-            }
+            // Always one line: a line that appeared with the first edit would move every widget
+            // below it while the user types.
+            ui.weak(if unsaved {
+                "unsaved edits"
+            } else {
+                "no unsaved edits"
+            });
             egui::ScrollArea::vertical()
                 .max_height(560.0)
                 .show(ui, |ui| editor_body(ui, p, ndim, &realised));
+            if let Some(base) = &rt.editor.baseline {
+                mark_derived(p, base, &from);
+            }
             ui.separator();
             match p.validate().and_then(|()| p.check_ndim(ndim)) {
                 Ok(()) => {

@@ -37,6 +37,7 @@ impl App {
                         }
                         rt.latency.slice_compute_ms = Some(s.elapsed_ms);
                         rt.shown = Some(s);
+                        rt.shown_full = false;
                     }
                 }
                 Reply::Filling(g) => rt.filling = Some(g),
@@ -73,7 +74,9 @@ impl App {
                             .clone()
                             .or_else(|| rt.scan.as_ref().and_then(|s| s.loaded.note.clone()));
                         rt.full = Some(f);
-                        rt.shown = None;
+                        // The planes on screen stay until this frame's sync cuts the new ones
+                        // from the whole volume: no blank frame between the two.
+                        rt.shown_full = false;
                     }
                 }
                 Reply::Compared(c) => rt.comparison = Some(c),

@@ -9,6 +9,9 @@ use super::App;
 use super::slices::{self, DisplaySlice};
 use super::worker::{Compute, FilterStep, MaskRequest, SliceSet};
 
+/// Generations whose parameters are kept: more than the worker can have in flight.
+const APPLIED_KEPT: usize = 16;
+
 impl App {
     /// The FEBDS planes the views want masks of (original and augmented planes on screen), when
     /// the overlay is on.
@@ -48,6 +51,12 @@ impl App {
                 rt.generation += 1;
             }
             rt.applied = Some(state.params.clone());
+        }
+        // A new generation (new parameters, or a scan loaded): what it is computed with.
+        if rt.applied_log.last().map(|(g, _)| *g) != Some(rt.generation) {
+            rt.applied_log.push((rt.generation, state.params.clone()));
+            let extra = rt.applied_log.len().saturating_sub(APPLIED_KEPT);
+            rt.applied_log.drain(..extra);
         }
         if rt.work_started.is_none_or(|(g, _)| g != rt.generation) {
             rt.work_started = Some((rt.generation, Instant::now()));
@@ -89,10 +98,11 @@ impl App {
             });
         match &rt.full {
             Some(f) if f.generation == rt.generation => {
-                let fresh = rt
-                    .shown
-                    .as_ref()
-                    .is_some_and(|s| s.generation == f.generation && s.cursor == scan.cursor);
+                let fresh = rt.shown_full
+                    && rt
+                        .shown
+                        .as_ref()
+                        .is_some_and(|s| s.generation == f.generation && s.cursor == scan.cursor);
                 if !fresh {
                     let image = scan
                         .views
@@ -128,6 +138,9 @@ impl App {
                         filter: f.filter.clone(),
                         unfiltered: false,
                     });
+                    rt.shown_full = true;
+                    // They are drawn in the next frame.
+                    rt.egui_ctx.request_repaint();
                 }
             }
             _ => {

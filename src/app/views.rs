@@ -520,11 +520,18 @@ fn error_banner(ui: &mut egui::Ui, rt: &mut Runtime) {
         .fill(Color32::from_rgb(90, 20, 20))
         .inner_margin(8.0)
         .show(ui, |ui| {
-            ui.horizontal(|ui| {
-                ui.label(egui::RichText::new(format!("Error: {e}")).color(Color32::WHITE));
+            // The button first and the message wrapped: a long message keeps the button on
+            // screen.
+            ui.horizontal_top(|ui| {
                 if ui.button("Dismiss").clicked() {
                     rt.error = None;
                 }
+                ui.add(
+                    egui::Label::new(
+                        egui::RichText::new(format!("Error: {e}")).color(Color32::WHITE),
+                    )
+                    .wrap(),
+                );
             });
         });
 }

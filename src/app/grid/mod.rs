@@ -365,11 +365,12 @@ impl GridRuntime {
 /// Puts draw `k`'s plan into the main views, as "Sample from preset" does.
 pub fn pick(state: &mut State, rt: &mut Runtime, k: usize) {
     let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
+    let from = super::code::preset_in_use(state, rt);
     let Some(s) = rt.grid.samples.get(k) else {
         return;
     };
     state.params = Params::from_plan(&s.plan, nd, &state.params);
-    rt.sampled = Some((state.params.clone(), s.done.clone()));
+    rt.sampled = Some((state.params.clone(), s.done.clone(), from));
 }
 
 /// A grayscale (or RGB) image of a display slice through the window `[lo, hi]`.
