@@ -325,6 +325,8 @@ impl Params {
                 Space::Mm => spacing_mm.iter().map(|s| s.abs()).collect(),
                 Space::Voxel => vec![],
             },
+            // The explorer has no intensity controls yet.
+            intensity: vec![],
         }
     }
 
