@@ -206,6 +206,61 @@ fn the_units_switch_to_mm_and_back() {
     assert_eq!(p.translate_vox, [2.0, -4.0, 1.0]);
 }
 
+/// The realised displacement is read out in the plan's own unit: in mm space the engine's figure
+/// is millimetres and says so, with voxels beside it, never millimetres labelled as voxels.
+#[test]
+fn the_displacement_readout_names_the_plans_unit() {
+    use augscope::engine::Backend;
+    use egui_kittest::kittest::NodeT;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (p, _) = scan(dir.path(), "aniso.nii", [8, 12, 10], 1);
+    let mut h = harness(p);
+    settle(&mut h);
+    {
+        let params = &mut h.state_mut().state.params;
+        params.elastic = true;
+        params.alpha = 40.0;
+        params.sigma_vox = 3.0;
+    }
+    settle(&mut h);
+    for (space, unit, other) in [(Space::Voxel, "vox", "mm"), (Space::Mm, "mm", "vox")] {
+        if h.state().state.params.space != space {
+            h.get_by_label(if space == Space::Mm { "mm" } else { "voxels" })
+                .click();
+        }
+        settle(&mut h);
+        let plan = h.state().plan();
+        assert_eq!(plan.space, space);
+        let (max, _) = augscope::engine::cpu::CpuBackend::new()
+            .displacement_stats(&plan, &[8, 12, 10])
+            .expect("stats")
+            .expect("a field");
+        let node = h
+            .query_all_by_label_contains("realised displacement")
+            .next()
+            .expect("a readout");
+        let line = node
+            .accesskit_node()
+            .label()
+            .or_else(|| node.value())
+            .unwrap_or_default();
+        assert!(
+            line.contains(&format!(" {unit} (≈ ")) && line.contains(&format!(" {other})")),
+            "{space:?}: {line}"
+        );
+        let shown: f64 = line
+            .split("max ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .expect("a number after max");
+        assert!(
+            (shown - max).abs() <= 0.006 * max.max(1.0),
+            "{space:?}: {line} vs {max}"
+        );
+    }
+}
+
 /// The whole-volume fill on the CPU reports how far it is (after its first plane, then a few
 /// times a second), and the status bar draws the progress with the share done.
 #[test]

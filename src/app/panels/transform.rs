@@ -241,18 +241,26 @@ pub(super) fn elastic_ui(
         let h = 2.0 * line + ui.spacing().item_spacing.y;
         ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
             ui.set_min_height(h);
+            // The engines give the readout in the plan's own unit (mm in mm space); the other
+            // unit is an estimate through the mean voxel size.
+            let (unit, other, to_other) = match p.space {
+                Space::Mm => ("mm", "vox", 1.0 / mean_mm),
+                Space::Voxel => ("vox", "mm", mean_mm),
+            };
             match readout {
                 Some((max, rms)) => {
                     ui.label(format!(
-                        "realised displacement{whose}:\nmax {} vox ({} mm) · RMS {} vox ({} mm)",
+                        "realised displacement{whose}:\nmax {} {unit} (≈ {} {other}) · RMS {} \
+                         {unit} (≈ {} {other})",
                         num2(max),
-                        num2(max * mean_mm),
+                        num2(max * to_other),
                         num2(rms),
-                        num2(rms * mean_mm)
+                        num2(rms * to_other)
                     ))
-                    .on_hover_text(
-                        "length of alpha·G_sigma(noise) over the grid; mm with the mean voxel spacing",
-                    );
+                    .on_hover_text(format!(
+                        "length of alpha·G_sigma(noise) over the grid, in {unit}; the {other} \
+                         figure goes through the mean voxel size"
+                    ));
                 }
                 None if p.elastic => {
                     ui.weak("realised displacement:\ncomputing…");
