@@ -196,31 +196,35 @@ fn array_with(h: Header, body: &[u8], exact: bool) -> (NpyArray, Option<Vec<i128
     (a, wide)
 }
 
+/// The values of type `$t` stored in `$b` (big-endian when `$big`), each converted `as $out`.
+macro_rules! values_as {
+    ($b:expr, $big:expr, $t:ty, $out:ty) => {{
+        const N: usize = std::mem::size_of::<$t>();
+        $b.chunks_exact(N)
+            .map(|c| {
+                let a: [u8; N] = c.try_into().unwrap_or([0; N]);
+                (if $big {
+                    <$t>::from_be_bytes(a)
+                } else {
+                    <$t>::from_le_bytes(a)
+                }) as $out
+            })
+            .collect()
+    }};
+}
+
 /// The values of a 32- or 64-bit integer array, exactly (`None` for other types, which f32
 /// holds exactly or which are floats).
 fn decode_wide(b: &[u8], d: Descr) -> Option<Vec<i128>> {
-    macro_rules! conv {
-        ($t:ty, $n:expr) => {
-            b.chunks_exact($n)
-                .map(|c| {
-                    let a: [u8; $n] = c.try_into().unwrap_or([0; $n]);
-                    (if d.big_endian {
-                        <$t>::from_be_bytes(a)
-                    } else {
-                        <$t>::from_le_bytes(a)
-                    }) as i128
-                })
-                .collect()
-        };
-    }
     if d.is_bool {
         return None;
     }
+    let big = d.big_endian;
     Some(match d.dtype {
-        DType::U32 => conv!(u32, 4),
-        DType::I32 => conv!(i32, 4),
-        DType::U64 => conv!(u64, 8),
-        DType::I64 => conv!(i64, 8),
+        DType::U32 => values_as!(b, big, u32, i128),
+        DType::I32 => values_as!(b, big, i32, i128),
+        DType::U64 => values_as!(b, big, u64, i128),
+        DType::I64 => values_as!(b, big, i64, i128),
         _ => return None,
     })
 }
@@ -247,34 +251,21 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<NpyArray, IoError> {
 }
 
 fn decode(b: &[u8], d: Descr) -> Vec<f32> {
-    macro_rules! conv {
-        ($t:ty, $n:expr) => {
-            b.chunks_exact($n)
-                .map(|c| {
-                    let a: [u8; $n] = c.try_into().unwrap_or([0; $n]);
-                    (if d.big_endian {
-                        <$t>::from_be_bytes(a)
-                    } else {
-                        <$t>::from_le_bytes(a)
-                    }) as f32
-                })
-                .collect()
-        };
-    }
+    let big = d.big_endian;
     if d.is_bool {
         return b.iter().map(|&v| (v != 0) as u8 as f32).collect();
     }
     match d.dtype {
         DType::U8 => b.iter().map(|&v| v as f32).collect(),
         DType::I8 => b.iter().map(|&v| v as i8 as f32).collect(),
-        DType::U16 => conv!(u16, 2),
-        DType::I16 => conv!(i16, 2),
-        DType::U32 => conv!(u32, 4),
-        DType::I32 => conv!(i32, 4),
-        DType::U64 => conv!(u64, 8),
-        DType::I64 => conv!(i64, 8),
-        DType::F32 => conv!(f32, 4),
-        DType::F64 => conv!(f64, 8),
+        DType::U16 => values_as!(b, big, u16, f32),
+        DType::I16 => values_as!(b, big, i16, f32),
+        DType::U32 => values_as!(b, big, u32, f32),
+        DType::I32 => values_as!(b, big, i32, f32),
+        DType::U64 => values_as!(b, big, u64, f32),
+        DType::I64 => values_as!(b, big, i64, f32),
+        DType::F32 => values_as!(b, big, f32, f32),
+        DType::F64 => values_as!(b, big, f64, f32),
     }
 }
 
