@@ -1,5 +1,6 @@
 //! CPU engine benchmarks on the README's benchmark workload (48x240x240 float32): the full
-//! elastic + rotate + scale pipeline at order 1, its parts, and rotation alone.
+//! elastic + rotate + scale pipeline at order 1, its parts, rotation alone, and the intensity
+//! steps beside a copy of the volume.
 //! `cargo bench --bench apply`. The scipy comparison on the same workload is
 //! `benches/scipy_compare.py`.
 
@@ -190,5 +191,51 @@ fn slices(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, slices);
+/// The intensity steps on the workload's volume (11 MB of f32), beside a copy of it: the floor of
+/// a pointwise step is one read and one write of the volume.
+fn intensity(c: &mut Criterion) {
+    use augscope::core::{GammaValue, IntensityStep};
+    let vol = volume();
+    let mut g = c.benchmark_group("intensity_48x240x240");
+    g.sample_size(20);
+    let mut out = vec![0f32; vol.data.len()];
+    g.bench_function("copy (the floor)", |b| {
+        b.iter(|| out.copy_from_slice(&vol.data))
+    });
+    let gamma = |invert, retain_stats| IntensityStep::Gamma {
+        channels: vec![Some(GammaValue {
+            gamma: 1.3,
+            invert,
+            retain_stats,
+        })],
+    };
+    let steps = [
+        (
+            "brightness",
+            IntensityStep::Brightness {
+                multipliers: vec![Some(1.2)],
+            },
+        ),
+        (
+            "contrast (preserve_range)",
+            IntensityStep::Contrast {
+                factors: vec![Some(0.8)],
+                preserve_range: true,
+            },
+        ),
+        ("gamma", gamma(false, false)),
+        ("gamma (invert, retain_stats)", gamma(true, true)),
+    ];
+    for (name, step) in steps {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                out.copy_from_slice(&vol.data);
+                step.apply(&mut out, 1);
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, slices, intensity);
 criterion_main!(benches);
