@@ -12,14 +12,6 @@ pub(super) fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let rounded = rounded_integers_note(&a, &image);
     let t_read = t0.elapsed().as_secs_f64() * 1e3;
     let plan = plan_of(&a, &image)?;
-    if !plan.intensity.is_empty() && !a.model.is_own() && a.model != Model::Nnunet {
-        return Err(usage(format!(
-            "--as {}: {} has no model of intensity steps yet (its own transforms differ from \
-             batchgeneratorsv2's); preview the spatial part, or preview as nnunet",
-            a.model.id(),
-            a.model.label()
-        )));
-    }
 
     if !a.model.is_own() {
         apply_as(&a, &image, label.as_ref(), &plan, t0, t_read)?;

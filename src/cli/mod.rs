@@ -345,7 +345,8 @@ pub fn main() -> ExitCode {
         Err(e) => {
             let user = e.downcast_ref::<Usage>().is_some()
                 || e.downcast_ref::<io::IoError>().is_some()
-                || e.downcast_ref::<crate::augment::PlanError>().is_some();
+                || e.downcast_ref::<crate::augment::PlanError>().is_some()
+                || e.downcast_ref::<preview::PreviewError>().is_some();
             // One line, and nothing a terminal would act on (an argument or a file may hold
             // escape sequences).
             let msg = escape_controls(&format!("{e:#}")).replace('\n', " ");

@@ -59,16 +59,6 @@ impl LabelValues {
     pub fn decode(&self, codes: &[f32]) -> Vec<i128> {
         codes.iter().map(|&c| self.value(c)).collect()
     }
-
-    /// How many distinct values the map has (the background included).
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    /// Never true: the background value 0 is always in the table.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
 }
 
 #[cfg(test)]

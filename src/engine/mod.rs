@@ -308,16 +308,32 @@ pub(crate) fn intensity_after(plan: &Plan, image_out: &mut [f32], channels: usiz
     }
 }
 
-/// A plane of a plan with intensity steps: pointwise steps act on the plane; a step that reads
-/// statistics of the whole channel (contrast, gamma) cannot be computed from a plane.
-pub(crate) fn check_plane_intensity(plan: &Plan) -> Result<(), EngineError> {
-    match plan.intensity.iter().find(|s| s.needs_whole_channel()) {
-        Some(s) => Err(EngineError::Shape(format!(
+/// Runs the spatial part of `job` (`spatial`, into `out`), then the plan's intensity steps on the
+/// image output alone; checked first. A `plane` of the grid takes pointwise steps only: a step
+/// that reads statistics of the whole channel (contrast, gamma) cannot be computed from a plane.
+pub(crate) fn with_intensity<'a>(
+    job: Job<'a>,
+    out: Outputs<'_>,
+    plane: bool,
+    spatial: impl for<'o> FnOnce(Job<'a>, Outputs<'o>) -> Result<Timings, EngineError>,
+) -> Result<Timings, EngineError> {
+    if plane && let Some(s) = job.plan.intensity.iter().find(|s| s.needs_whole_channel()) {
+        return Err(EngineError::Shape(format!(
             "the {} step reads statistics of the whole volume: apply the whole grid, not a plane",
             s.name()
-        ))),
-        None => Ok(()),
+        )));
     }
+    check_intensity(job.plan, job.image.channels)?;
+    let Outputs { image, label } = out;
+    let t = spatial(
+        job,
+        Outputs {
+            image: &mut *image,
+            label,
+        },
+    )?;
+    intensity_after(job.plan, image, job.image.channels);
+    Ok(t)
 }
 
 /// Applies a plan on a backend into freshly allocated volumes that keep the input's header.

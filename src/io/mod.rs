@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::core::volume::Volume;
+use crate::core::volume::{DType, Volume};
 
 /// A file that could not be read or written. Messages say what failed and why, and end with the
 /// path.
@@ -162,6 +162,62 @@ pub(crate) fn exact_labels(v: &mut Volume, wide: &[i128], path: &Path) -> Result
         }
         Ok(_) => Ok(()),
         Err(why) => Err(IoError::read("label map", why, path)),
+    }
+}
+
+/// The values of 32- or 64-bit integer storage `d` in `b` (big-endian when `big`), exactly
+/// (`None` for other types, which f32 holds exactly or which are floats).
+pub(crate) fn wide_integers(b: &[u8], d: DType, big: bool) -> Option<Vec<i128>> {
+    macro_rules! conv {
+        ($t:ty) => {{
+            const N: usize = std::mem::size_of::<$t>();
+            b.chunks_exact(N)
+                .map(|c| {
+                    let a: [u8; N] = c.try_into().unwrap_or([0; N]);
+                    (if big {
+                        <$t>::from_be_bytes(a)
+                    } else {
+                        <$t>::from_le_bytes(a)
+                    }) as i128
+                })
+                .collect()
+        }};
+    }
+    Some(match d {
+        DType::U32 => conv!(u32),
+        DType::I32 => conv!(i32),
+        DType::U64 => conv!(u64),
+        DType::I64 => conv!(i64),
+        _ => return None,
+    })
+}
+
+/// Little-endian `d` values of exact integers (a label map's, [`crate::core::LabelValues`]),
+/// clamped to the type's range, appended to `out`.
+pub(crate) fn encode_exact(values: &[i128], d: DType, out: &mut Vec<u8>) {
+    macro_rules! put {
+        ($t:ty) => {
+            for &v in values {
+                let q = v.clamp(<$t>::MIN as i128, <$t>::MAX as i128) as $t;
+                out.extend_from_slice(&q.to_le_bytes());
+            }
+        };
+    }
+    match d {
+        DType::U8 => put!(u8),
+        DType::I8 => put!(i8),
+        DType::U16 => put!(u16),
+        DType::I16 => put!(i16),
+        DType::U32 => put!(u32),
+        DType::I32 => put!(i32),
+        DType::U64 => put!(u64),
+        DType::I64 => put!(i64),
+        DType::F32 => values
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&(v as f32).to_le_bytes())),
+        DType::F64 => values
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&(v as f64).to_le_bytes())),
     }
 }
 

@@ -219,14 +219,7 @@ fn decode_wide(b: &[u8], d: Descr) -> Option<Vec<i128>> {
     if d.is_bool {
         return None;
     }
-    let big = d.big_endian;
-    Some(match d.dtype {
-        DType::U32 => values_as!(b, big, u32, i128),
-        DType::I32 => values_as!(b, big, i32, i128),
-        DType::U64 => values_as!(b, big, u64, i128),
-        DType::I64 => values_as!(b, big, i64, i128),
-        _ => return None,
-    })
+    super::wide_integers(b, d.dtype, d.big_endian)
 }
 
 fn truncated(h: &Header, have: u64, path: &Path) -> IoError {
@@ -489,32 +482,7 @@ fn write_exact(path: &Path, values: &[i128], shape: &[usize], dtype: DType) -> R
         let mut buf = Vec::with_capacity(1 << 16);
         for chunk in values.chunks(8192) {
             buf.clear();
-            for &v in chunk {
-                match dtype {
-                    DType::U8 => buf.push(v.clamp(0, u8::MAX as i128) as u8),
-                    DType::I8 => buf.push(v.clamp(i8::MIN as i128, i8::MAX as i128) as i8 as u8),
-                    DType::U16 => {
-                        buf.extend_from_slice(&(v.clamp(0, u16::MAX as i128) as u16).to_le_bytes())
-                    }
-                    DType::I16 => buf.extend_from_slice(
-                        &(v.clamp(i16::MIN as i128, i16::MAX as i128) as i16).to_le_bytes(),
-                    ),
-                    DType::U32 => {
-                        buf.extend_from_slice(&(v.clamp(0, u32::MAX as i128) as u32).to_le_bytes())
-                    }
-                    DType::I32 => buf.extend_from_slice(
-                        &(v.clamp(i32::MIN as i128, i32::MAX as i128) as i32).to_le_bytes(),
-                    ),
-                    DType::U64 => {
-                        buf.extend_from_slice(&(v.clamp(0, u64::MAX as i128) as u64).to_le_bytes())
-                    }
-                    DType::I64 => buf.extend_from_slice(
-                        &(v.clamp(i64::MIN as i128, i64::MAX as i128) as i64).to_le_bytes(),
-                    ),
-                    DType::F32 => buf.extend_from_slice(&(v as f32).to_le_bytes()),
-                    DType::F64 => buf.extend_from_slice(&(v as f64).to_le_bytes()),
-                }
-            }
+            super::encode_exact(chunk, dtype, &mut buf);
             w.write_all(&buf)?;
         }
         Ok(())

@@ -319,17 +319,7 @@ impl Backend for CpuBackend {
     }
 
     fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
-        super::check_intensity(job.plan, job.image.channels)?;
-        let Outputs { image, label } = out;
-        let timings = self.apply_spatial(
-            job,
-            Outputs {
-                image: &mut *image,
-                label,
-            },
-        )?;
-        super::intensity_after(job.plan, image, job.image.channels);
-        Ok(timings)
+        super::with_intensity(job, out, false, |j, o| self.apply_spatial(j, o))
     }
 
     /// Order 3: the coefficients are computed in the image's own buffer (or the image is freed
@@ -400,19 +390,7 @@ impl Backend for CpuBackend {
         _resident: Option<u64>,
         out: Outputs<'_>,
     ) -> Result<Timings, EngineError> {
-        super::check_plane_intensity(job.plan)?;
-        super::check_intensity(job.plan, job.image.channels)?;
-        let Outputs { image, label } = out;
-        let t = self.plane(
-            job,
-            plane,
-            Outputs {
-                image: &mut *image,
-                label,
-            },
-        )?;
-        super::intensity_after(job.plan, image, job.image.channels);
-        Ok(t)
+        super::with_intensity(job, out, true, |j, o| self.plane(j, plane, o))
     }
 
     fn coordinates(&self, plan: &Plan, in_shape: &[usize]) -> Result<Vec<f32>, EngineError> {

@@ -261,20 +261,11 @@ impl Backend for CudaBackend {
 
     /// The intensity steps run on the host output after the download (one pass over it).
     fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
-        crate::engine::check_intensity(job.plan, job.image.channels)?;
         // Concurrent callers spread over the devices; one caller uses them in turn.
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
-        let Outputs { image, label } = out;
-        let t = self.engines[i].apply(
-            job,
-            Outputs {
-                image: &mut *image,
-                label,
-            },
-            self.precision,
-        )?;
-        crate::engine::intensity_after(job.plan, image, job.image.channels);
-        Ok(t)
+        crate::engine::with_intensity(job, out, false, |j, o| {
+            self.engines[i].apply(j, o, self.precision)
+        })
     }
 
     fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
@@ -328,25 +319,14 @@ impl Backend for CudaBackend {
         resident: Option<u64>,
         out: Outputs<'_>,
     ) -> Result<Timings, EngineError> {
-        crate::engine::check_plane_intensity(job.plan)?;
-        crate::engine::check_intensity(job.plan, job.image.channels)?;
         let region = Region {
             plane: Some((plane.axis, plane.index)),
             resident,
             device: None,
         };
-        let Outputs { image, label } = out;
-        let t = self.engines[0].apply_region(
-            job,
-            Outputs {
-                image: &mut *image,
-                label,
-            },
-            self.precision,
-            region,
-        )?;
-        crate::engine::intensity_after(job.plan, image, job.image.channels);
-        Ok(t)
+        crate::engine::with_intensity(job, out, true, |j, o| {
+            self.engines[0].apply_region(j, o, self.precision, region)
+        })
     }
 
     /// From the first device, with its cached field.

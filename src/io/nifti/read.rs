@@ -200,7 +200,9 @@ fn read_data(
             Storage::Scalar(d) => {
                 decode(bytes, d, lay.big_endian, lay.scale, &mut out);
                 if let Some(w) = wide.as_deref_mut() {
-                    decode_wide(bytes, d, lay.big_endian, w);
+                    w.extend(
+                        crate::io::wide_integers(bytes, d, lay.big_endian).unwrap_or_default(),
+                    );
                 }
             }
         }
@@ -211,31 +213,6 @@ fn read_data(
         }
     }
     Ok(out)
-}
-
-/// The values of 32- and 64-bit integer storage, exactly (nothing for other types).
-fn decode_wide(b: &[u8], d: DType, big: bool, out: &mut Vec<i128>) {
-    macro_rules! conv {
-        ($t:ty) => {{
-            const N: usize = std::mem::size_of::<$t>();
-            out.extend(b.chunks_exact(N).map(|c| {
-                let mut a = [0u8; N];
-                a.copy_from_slice(c);
-                (if big {
-                    <$t>::from_be_bytes(a)
-                } else {
-                    <$t>::from_le_bytes(a)
-                }) as i128
-            }))
-        }};
-    }
-    match d {
-        DType::U32 => conv!(u32),
-        DType::I32 => conv!(i32),
-        DType::U64 => conv!(u64),
-        DType::I64 => conv!(i64),
-        _ => {}
-    }
 }
 
 fn decode(b: &[u8], d: DType, big: bool, scale: Option<(f64, f64)>, out: &mut Vec<f32>) {

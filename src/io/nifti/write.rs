@@ -361,7 +361,7 @@ fn write_body(w: &mut impl Write, vol: &Volume, p: &Plan) -> std::io::Result<()>
             // A label map of codes: its exact values (the table came from unscaled storage).
             Some(t) => {
                 for chunk in vol.data.chunks(CHUNK_BYTES / 8) {
-                    encode_exact(&t.decode(chunk), d, &mut buf);
+                    crate::io::encode_exact(&t.decode(chunk), d, &mut buf);
                     flush(&mut buf, w)?;
                 }
             }
@@ -374,34 +374,6 @@ fn write_body(w: &mut impl Write, vol: &Volume, p: &Plan) -> std::io::Result<()>
         },
     }
     flush(&mut buf, w)
-}
-
-/// Little-endian `d` values of exact integers, clamped to the type's range.
-fn encode_exact(values: &[i128], d: DType, out: &mut Vec<u8>) {
-    macro_rules! put {
-        ($t:ty) => {
-            for &v in values {
-                let q = v.clamp(<$t>::MIN as i128, <$t>::MAX as i128) as $t;
-                out.extend_from_slice(&q.to_le_bytes());
-            }
-        };
-    }
-    match d {
-        DType::U8 => put!(u8),
-        DType::I8 => put!(i8),
-        DType::U16 => put!(u16),
-        DType::I16 => put!(i16),
-        DType::U32 => put!(u32),
-        DType::I32 => put!(i32),
-        DType::U64 => put!(u64),
-        DType::I64 => put!(i64),
-        DType::F32 => values
-            .iter()
-            .for_each(|&v| out.extend_from_slice(&(v as f32).to_le_bytes())),
-        DType::F64 => values
-            .iter()
-            .for_each(|&v| out.extend_from_slice(&(v as f64).to_le_bytes())),
-    }
 }
 
 /// Little-endian `d` values of `v` (unscaled by `(v - inter) / slope` first), integers rounded
