@@ -194,7 +194,7 @@ fn slices(c: &mut Criterion) {
 /// The intensity steps on the workload's volume (11 MB of f32), beside a copy of it: the floor of
 /// a pointwise step is one read and one write of the volume.
 fn intensity(c: &mut Criterion) {
-    use augscope::core::{GammaValue, IntensityStep};
+    use augscope::core::IntensityStep;
     let vol = volume();
     let mut g = c.benchmark_group("intensity_48x240x240");
     g.sample_size(20);
@@ -202,35 +202,46 @@ fn intensity(c: &mut Criterion) {
     g.bench_function("copy (the floor)", |b| {
         b.iter(|| out.copy_from_slice(&vol.data))
     });
-    let gamma = |invert, retain_stats| IntensityStep::Gamma {
-        channels: vec![Some(GammaValue {
-            gamma: 1.3,
-            invert,
-            retain_stats,
-        })],
+    let step = |json: &str| -> IntensityStep {
+        serde_json::from_str(json).expect("a step the bench spells right")
     };
     let steps = [
         (
+            "gaussian_noise",
+            step(r#"{"gaussian_noise": {"std": [0.1], "seed": 1}}"#),
+        ),
+        (
+            "gaussian_blur (sigma 1)",
+            step(r#"{"gaussian_blur": {"sigmas": [[1, 1, 1]]}}"#),
+        ),
+        (
             "brightness",
-            IntensityStep::Brightness {
-                multipliers: vec![Some(1.2)],
-            },
+            step(r#"{"brightness": {"multipliers": [1.2]}}"#),
         ),
         (
             "contrast (preserve_range)",
-            IntensityStep::Contrast {
-                factors: vec![Some(0.8)],
-                preserve_range: true,
-            },
+            step(r#"{"contrast": {"factors": [0.8], "preserve_range": true}}"#),
         ),
-        ("gamma", gamma(false, false)),
-        ("gamma (invert, retain_stats)", gamma(true, true)),
+        (
+            "low_resolution (0.5)",
+            step(r#"{"low_resolution": {"scales": [[0.5, 0.5, 0.5]]}}"#),
+        ),
+        (
+            "gamma",
+            step(r#"{"gamma": {"channels": [{"gamma": 1.3}]}}"#),
+        ),
+        (
+            "gamma (invert, retain_stats)",
+            step(
+                r#"{"gamma": {"channels": [{"gamma": 1.3, "invert": true, "retain_stats": true}]}}"#,
+            ),
+        ),
     ];
     for (name, step) in steps {
         g.bench_function(name, |b| {
             b.iter(|| {
                 out.copy_from_slice(&vol.data);
-                step.apply(&mut out, 1);
+                step.apply(&mut out, &vol.shape, 1);
             })
         });
     }

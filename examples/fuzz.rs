@@ -371,7 +371,12 @@ impl Worker {
         let mut vol = augscope::Volume::new((0..n).map(|i| (i % 13) as f32).collect(), shape, 1);
         vol.spacing_mm = [1.0, 1.5, 2.0][..ndim].to_vec();
         for k in 0..2u64 {
-            match p.sample(rng.next().wrapping_add(k), ndim, &vol.spacing_mm) {
+            match p.sample(
+                rng.next().wrapping_add(k),
+                ndim,
+                vol.channels,
+                &vol.spacing_mm,
+            ) {
                 Err(e) => check_message(&e.to_string())?,
                 Ok(s) => {
                     if let Err(e) = apply_new(&CpuBackend::new(), &s.plan, &vol, None) {
@@ -646,7 +651,12 @@ mod hostile {
         vol.spacing_mm = spacing;
         for k in 0..3 {
             let s = p
-                .sample(rng.next().wrapping_add(k), ndim, &vol.spacing_mm)
+                .sample(
+                    rng.next().wrapping_add(k),
+                    ndim,
+                    vol.channels,
+                    &vol.spacing_mm,
+                )
                 .map_err(|e| format!("a preset that fits its grid failed to sample: {e}"))?;
             if let Err(e) = apply_new(&CpuBackend::new(), &s.plan, &vol, None) {
                 check_message(&e.to_string())?;
@@ -686,7 +696,7 @@ mod hostile {
              [elastic]\nalpha = [1.0, 4.0]\nsigma = [2.0, 3.0]\n",
         )
         .map_err(|e| e.to_string())?;
-        match preset.sample(rng.next(), ndim, &vol.spacing_mm) {
+        match preset.sample(rng.next(), ndim, vol.channels, &vol.spacing_mm) {
             Err(e) => check_message(&e.to_string()),
             Ok(s) => match apply_new(&CpuBackend::new(), &s.plan, &vol, None) {
                 Err(e) => check_message(&e.to_string()),

@@ -164,7 +164,7 @@ fn batch_writes_named_samples_and_a_complete_manifest() {
         assert_eq!(l["backend"], "cpu");
         // The recorded plan reproduces the output exactly.
         let seed = l["seed"].as_u64().unwrap();
-        let sample = o.preset.sample(seed, 3, &[2.0, 1.0, 1.0]).unwrap();
+        let sample = o.preset.sample(seed, 3, 1, &[2.0, 1.0, 1.0]).unwrap();
         assert!(
             approx(&serde_json::to_value(&sample.plan).unwrap(), &l["plan"]),
             "{l}"
@@ -179,7 +179,7 @@ fn batch_writes_named_samples_and_a_complete_manifest() {
     let label = io::load(&lab, &LoadOptions::default()).unwrap();
     let plan = o
         .preset
-        .sample(first["seed"].as_u64().unwrap(), 3, &[2.0, 1.0, 1.0])
+        .sample(first["seed"].as_u64().unwrap(), 3, 1, &[2.0, 1.0, 1.0])
         .unwrap()
         .plan;
     let cpu = augscope::engine::cpu::CpuBackend::new();
@@ -379,7 +379,7 @@ fn batch_applies_an_intensity_filter_before_or_after_the_transform() {
             assert!(f["filter"]["gaussian"].is_object(), "{f}");
             let plan = o
                 .preset
-                .sample(l["seed"].as_u64().unwrap(), 3, &[2.0, 1.0, 1.0])
+                .sample(l["seed"].as_u64().unwrap(), 3, 1, &[2.0, 1.0, 1.0])
                 .unwrap()
                 .plan;
             let want = if after {

@@ -1179,7 +1179,7 @@ sigma = [0.77, 0.77]
 "#,
     )
     .expect("preset");
-    let want = preset.sample(5, 3, &[1.0; 3]).expect("sample").plan;
+    let want = preset.sample(5, 3, 1, &[1.0; 3]).expect("sample").plan;
     h.state_mut().state.draft = Some(preset);
     h.state_mut().state.preset_seed = 5;
     h.run_steps(2);

@@ -293,7 +293,9 @@ fn clicking_a_tile_puts_its_draw_into_the_views() {
 
 /// The tile of `seed` computed directly: the preset's draw, then the CPU slice path.
 fn direct_tile(preset: &Preset, image: &Volume, seed: u64, plane: (usize, usize)) -> Vec<f32> {
-    let s = preset.sample(seed, 3, &image.spacing_mm).expect("a draw");
+    let s = preset
+        .sample(seed, 3, 1, &image.spacing_mm)
+        .expect("a draw");
     let (axis, index) = plane;
     let len = image.data.len() / image.shape[axis];
     let mut out = vec![0f32; len];

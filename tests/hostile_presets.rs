@@ -223,7 +223,7 @@ fn preset_ranges_past_the_plan_limits_are_refused_on_loading() {
                 [elastic]\nalpha = [-1e7, 1e7]\nsigma = [0.5, 1000.0]\n";
     let p = Preset::parse(text).unwrap();
     for seed in 0..200 {
-        let s = p.sample(seed, 3, &[1.0; 3]).unwrap();
+        let s = p.sample(seed, 3, 1, &[1.0; 3]).unwrap();
         s.plan.validate(3).unwrap();
     }
 }
@@ -272,16 +272,16 @@ fn mm_values_are_checked_in_voxels_and_spacing_must_be_a_scans() {
         "version = 1\nspace = \"mm\"\n[elastic]\nalpha = [1.0, 2.0]\nsigma = [1.5, 2.0]\n",
     )
     .unwrap();
-    let e = preset.sample(1, 3, &[1e-30, 1.0, 1.0]).unwrap_err();
+    let e = preset.sample(1, 3, 1, &[1e-30, 1.0, 1.0]).unwrap_err();
     assert!(e.to_string().contains("1e-30"), "{e}");
-    let e = preset.sample(1, 3, &[1e-3, 1.0, 1.0]).unwrap_err();
+    let e = preset.sample(1, 3, 1, &[1e-3, 1.0, 1.0]).unwrap_err();
     assert!(e.to_string().contains("voxels"), "{e}");
-    preset.sample(1, 3, &[1.0, 1.0, 1.0]).unwrap();
+    preset.sample(1, 3, 1, &[1.0, 1.0, 1.0]).unwrap();
     // A translation in mm of a voxel-space preset converts too.
     let preset =
         Preset::parse("version = 1\n[translate]\nunit = \"mm\"\nrange = [[-3.0, 3.0]]\n").unwrap();
-    assert!(preset.sample(1, 2, &[1e-6, 1.0]).is_err());
-    assert!(preset.sample(1, 2, &[1.0, 1.0]).is_ok());
+    assert!(preset.sample(1, 2, 1, &[1e-6, 1.0]).is_err());
+    assert!(preset.sample(1, 2, 1, &[1.0, 1.0]).is_ok());
 }
 
 #[test]

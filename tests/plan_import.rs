@@ -97,7 +97,7 @@ fn a_manifest_line_imports_to_a_preset_that_redraws_the_same_sample() {
 
     // The imported preset, drawn with the line's seed, is the same plan and the same voxels.
     let plan: augscope::augment::Plan = serde_json::from_value(record["plan"].clone()).unwrap();
-    let redrawn = p.sample(seed, 3, &[1.0; 3]).unwrap();
+    let redrawn = p.sample(seed, 3, 1, &[1.0; 3]).unwrap();
     assert_eq!(redrawn.plan, plan);
     let again = dir.path().join("again");
     ok(&[
@@ -168,7 +168,7 @@ fn an_apply_report_imports_to_its_plan() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let want: augscope::augment::Plan = serde_json::from_value(want["plan"].clone()).unwrap();
     for seed in [0, 7, 12345] {
-        assert_eq!(p.sample(seed, 3, &[1.0; 3]).unwrap().plan, want);
+        assert_eq!(p.sample(seed, 3, 1, &[1.0; 3]).unwrap().plan, want);
     }
 }
 

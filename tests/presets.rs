@@ -108,10 +108,10 @@ fn hostile_presets_name_the_field() {
 #[test]
 fn sampling_is_reproducible_and_fires_as_asked() {
     let p = Preset::parse(FULL).unwrap();
-    let a = p.sample(7, 3, &[2.0, 1.0, 0.5]).unwrap();
-    let b = p.sample(7, 3, &[2.0, 1.0, 0.5]).unwrap();
+    let a = p.sample(7, 3, 1, &[2.0, 1.0, 0.5]).unwrap();
+    let b = p.sample(7, 3, 1, &[2.0, 1.0, 0.5]).unwrap();
     assert_eq!(a, b);
-    let c = p.sample(8, 3, &[2.0, 1.0, 0.5]).unwrap();
+    let c = p.sample(8, 3, 1, &[2.0, 1.0, 0.5]).unwrap();
     assert_ne!(a.plan, c.plan);
     // Everything at p 1 fires, in docs/design.md §3 order.
     let names: Vec<&str> = a.done.iter().map(|d| d.transform.as_str()).collect();
@@ -139,7 +139,7 @@ fn probabilities_match_their_frequencies() {
     let n = 4000;
     let (mut rot, mut sc, mut fl0) = (0, 0, 0);
     for seed in 0..n {
-        let s = p.sample(seed, 3, &[1.0; 3]).unwrap();
+        let s = p.sample(seed, 3, 1, &[1.0; 3]).unwrap();
         rot += s.done.iter().any(|d| d.transform == "rotate") as usize;
         sc += s.done.iter().any(|d| d.transform == "scale") as usize;
         fl0 += s.plan.flip.contains(&0) as usize;
@@ -158,7 +158,7 @@ fn probabilities_match_their_frequencies() {
     // 2D images take the ±180° range.
     let big = (0..500)
         .filter_map(|s| {
-            p.sample(s, 2, &[1.0; 2])
+            p.sample(s, 2, 1, &[1.0; 2])
                 .unwrap()
                 .plan
                 .rotate_rad
@@ -179,7 +179,7 @@ fn split_scale_draws_both_sides_equally() {
     let mut p1 = p.clone();
     p1.scale.as_mut().unwrap().p = 1.0;
     let below = (0..2000)
-        .filter(|&s| p1.sample(s, 3, &[1.0; 3]).unwrap().plan.scale[0] < 1.0)
+        .filter(|&s| p1.sample(s, 3, 1, &[1.0; 3]).unwrap().plan.scale[0] < 1.0)
         .count();
     assert!((below as f64 / 2000.0 - 0.5).abs() < 0.04, "{below}");
 }
@@ -228,13 +228,15 @@ fn batchgenerators_round_trip() {
         let back = import::import(&py, name).unwrap();
         assert_eq!(transforms(&back), transforms(&p), "{name} via the snippet");
     }
-    // nnU-Net v2 differs exactly where batchgenerators cannot follow: the uniform scale draw
-    // and the separate 2D rotation range.
+    // nnU-Net v2 differs exactly where batchgenerators cannot follow: the uniform scale draw,
+    // the separate 2D rotation range and the intensity steps (batchgeneratorsv2's, which the
+    // batchgenerators dict does not hold).
     let p = bundled("nnunet-v2");
     let back = import::import(&export(&p, Target::BatchgeneratorsJson, 3).unwrap(), "x").unwrap();
     let mut want = transforms(&p);
     want.scale.as_mut().unwrap().distribution = ScaleDistribution::Split;
     want.rotate.as_mut().unwrap().range_deg_2d = None;
+    want.intensity.clear();
     assert_eq!(transforms(&back), want);
     let py = export(&p, Target::Batchgenerators, 3).unwrap();
     assert!(py.contains("# NOTE: batchgenerators draws scales below and above 1"));

@@ -392,7 +392,7 @@ sigma = [4, 4]
 fn preset_space_reaches_the_plan() {
     let p = Preset::parse(MM_PRESET).unwrap();
     assert_eq!(p.space, Space::Mm);
-    let s = p.sample(5, 3, &[3.0, 1.0, 0.5]).unwrap();
+    let s = p.sample(5, 3, 1, &[3.0, 1.0, 0.5]).unwrap();
     assert_eq!(s.plan.space, Space::Mm);
     assert_eq!(s.plan.spacing_mm, vec![3.0, 1.0, 0.5]);
     // 2 voxels become millimetres in the plan.
@@ -403,7 +403,7 @@ fn preset_space_reaches_the_plan() {
     let vox = Preset::parse(&MM_PRESET.replace("space = \"mm\"\n", "")).unwrap();
     assert_eq!(vox.space, Space::Voxel);
     assert!(!vox.to_toml().contains("space"));
-    let s = vox.sample(5, 3, &[3.0, 1.0, 0.5]).unwrap();
+    let s = vox.sample(5, 3, 1, &[3.0, 1.0, 0.5]).unwrap();
     assert_eq!((s.plan.space, s.plan.spacing_mm.len()), (Space::Voxel, 0));
     assert_eq!(s.plan.translate, vec![2.0; 3]);
 }

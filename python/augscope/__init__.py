@@ -456,13 +456,15 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
                                 info.pop("plan"), info.get("done", []), info), table)
 
 
-def sample(preset, seed, ndim=3, spacing=None, space=None):
+def sample(preset, seed, ndim=3, spacing=None, space=None, channels=1):
     """One draw of a preset, as `augscope preset sample --seed SEED` (and `augscope batch` for a
-    scan of voxel size `spacing`, mm per axis, ones by default) draws it: (plan, done list, drawn
-    values), dicts and lists."""
+    scan of voxel size `spacing`, mm per axis, ones by default, and `channels` channels: the
+    intensity steps draw per channel) draws it: (plan, done list, drawn values), dicts and
+    lists."""
     ndim = _int_in("ndim", ndim, 2, 3)
+    channels = _int_in("channels", channels, 1, 4096)
     plan, done, drawn = _core.sample(_preset_text(preset), int(seed) % (1 << 64), ndim,
-                                     _floats("spacing", spacing), space)
+                                     _floats("spacing", spacing), space, channels)
     return json.loads(plan), json.loads(done), json.loads(drawn)
 
 
@@ -541,13 +543,14 @@ class Augment:
             return _floats("spacing", spacing, self.ndim)
         return self.spacing or [1.0] * self.ndim
 
-    def draw(self, shape, index, epoch=0, spacing=None):
+    def draw(self, shape, index, epoch=0, spacing=None, channels=1):
         """The plan (dict) and done list of sample `index` of `epoch` on a grid of `shape`
-        (spatial) with the voxel size `spacing` (else the transform's), patch and centre
+        (spatial) with the voxel size `spacing` (else the transform's), for an image of
+        `channels` channels (the intensity steps draw per channel), patch and centre
         included."""
         seed = self.seed_for(index, epoch)
         spacing = self._spacing_of(spacing)
-        plan, done, _ = sample(self.preset, seed, self.ndim, spacing, self.space)
+        plan, done, _ = sample(self.preset, seed, self.ndim, spacing, self.space, channels)
         if self.patch_size is not None:
             shape = [int(n) for n in shape]
             ctr_in = [(n - 1) / 2 for n in shape]
@@ -631,7 +634,7 @@ class Augment:
 
         def item(img, lab, channels, j):
             spatial = tuple(img.shape[1:]) if channels else tuple(img.shape)
-            plan, done = self.draw(spatial, j, epoch, spacing)
+            plan, done = self.draw(spatial, j, epoch, spacing, img.shape[0] if channels else 1)
             out, lab_out, info = _apply_gpu(img, lab, json.dumps(plan), channels, spacing, gpu,
                                             prec, self.model)
             _warn_note(info)
@@ -657,7 +660,7 @@ class Augment:
 
     def _one(self, img, lab, channels, index, epoch, spacing):
         spatial = img.shape[1:] if channels else img.shape
-        plan, done = self.draw(spatial, index, epoch, spacing)
+        plan, done = self.draw(spatial, index, epoch, spacing, img.shape[0] if channels else 1)
         dev = _device(self.device)
         out, out_lab, info = _core.apply(img, json.dumps(plan), lab, channels, spacing, dev,
                                          _precision(self.precision), self.model)

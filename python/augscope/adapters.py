@@ -36,10 +36,12 @@ def _reverse_spatial(x, ndim):
 
 
 def _label_plan(plan):
-    """The plan of a label map: order 0, background 0 (what augscope does to labels)."""
+    """The plan of a label map: order 0, background 0, and no intensity step (what augscope does
+    to labels)."""
     p = dict(plan)
     p["order"] = 0
     p["cval"] = 0.0
+    p.pop("intensity", None)
     return p
 
 

@@ -106,7 +106,7 @@ def _build():
             grid = list(data.shape[2:])
             imgs, segs = [], []
             for b in range(data.shape[0]):
-                plan, _ = aug.draw(grid, self._augscope_seen + b, epoch)
+                plan, _ = aug.draw(grid, self._augscope_seen + b, epoch, channels=data.shape[1])
                 imgs.append(apply(data[b], plan, channels=True, device=aug.device,
                                   precision=aug.precision).image)
                 lab = apply(target[b].float(), _label_plan(plan), channels=True,

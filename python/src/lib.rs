@@ -339,15 +339,17 @@ fn preset(spec: &str) -> PyResult<String> {
 }
 
 /// One draw of a preset, as `augscope preset sample` and `augscope batch` draw it for a scan of
-/// voxel size `spacing` (mm; ones by default): (plan JSON, done list JSON, drawn values JSON).
+/// voxel size `spacing` (mm; ones by default) and `channels` channels (1 to 4096): (plan JSON,
+/// done list JSON, drawn values JSON).
 #[pyfunction]
-#[pyo3(signature = (preset, seed, ndim=3, spacing=None, space=None))]
+#[pyo3(signature = (preset, seed, ndim=3, spacing=None, space=None, channels=1))]
 fn sample(
     preset: &str,
     seed: u64,
     ndim: usize,
     spacing: Option<Vec<f64>>,
     space: Option<&str>,
+    channels: usize,
 ) -> PyResult<(String, String, String)> {
     guard(|| {
         let ndim = checks::ndim(ndim)?;
@@ -358,7 +360,7 @@ fn sample(
             p.space = s.parse().map_err(PyValueError::new_err)?;
         }
         let s = p
-            .sample(seed, ndim, &spacing)
+            .sample(seed, ndim, channels, &spacing)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let j =
             |v: serde_json::Result<String>| v.map_err(|e| PyRuntimeError::new_err(e.to_string()));

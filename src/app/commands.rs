@@ -205,11 +205,12 @@ impl App {
 /// Draws one plan from the preset in use with the preset seed into the parameters, and steps the
 /// seed.
 fn sample_preset(state: &mut State, rt: &mut Runtime) {
-    let (nd, spacing) = rt.scan.as_ref().map_or((3, vec![1.0; 3]), |s| {
-        (s.loaded.image.ndim(), s.loaded.image.spacing_mm.clone())
+    let (nd, channels, spacing) = rt.scan.as_ref().map_or((3, 1, vec![1.0; 3]), |s| {
+        let im = &s.loaded.image;
+        (im.ndim(), im.channels, im.spacing_mm.clone())
     });
     let sampled = export::chosen_preset(state, nd, true).and_then(|p| {
-        p.sample(state.preset_seed, nd, &spacing)
+        p.sample(state.preset_seed, nd, channels, &spacing)
             .map_err(|e| format!("preset {}: {e}", p.name))
     });
     match sampled {

@@ -84,10 +84,17 @@ impl ExportRuntime {
 pub fn preset_from_params(p: &Params, ndim: usize) -> Preset {
     let nd = ndim.clamp(2, 3);
     // The preset keeps the values and their unit; the spacing comes from the scan it is used on.
-    let mut preset = Preset::reproducing(&p.to_plan(nd, &vec![1.0; nd]), nd);
+    let plan = p.to_plan(nd, &vec![1.0; nd]);
+    let mut description =
+        "the parameters on screen; the elastic noise seed is the sample's".to_string();
+    let mut preset = Preset::reproducing(&plan, nd).unwrap_or_else(|e| {
+        // Values per channel cannot be drawn by a preset: the steps are left out, and said so.
+        description.push_str(&format!("; the intensity steps are left out ({e})"));
+        Preset::reproducing_spatial(&plan, nd)
+    });
     preset.name = "current parameters".into();
     preset.source = "augscope explorer".into();
-    preset.description = "the parameters on screen; the elastic noise seed is the sample's".into();
+    preset.description = description;
     preset
 }
 

@@ -21,8 +21,9 @@ mod validate;
 /// The only preset format version this build reads.
 pub const PRESET_VERSION: u32 = 1;
 
-/// A `[lo, hi]` range.
-pub type Range = [f64; 2];
+pub use crate::core::draws::Range;
+use crate::core::draws::SplitMix64;
+use crate::core::intensity::IntensitySpec;
 
 /// A preset: what may happen to a sample, and how likely.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,6 +54,11 @@ pub struct Preset {
     pub elastic: Option<ElasticSpec>,
     #[serde(default)]
     pub sampling: SamplingSpec,
+    /// The intensity steps after the spatial transform, in order (`[[intensity]]` entries named
+    /// by `step`; docs/presets.md). Each draws from its own stream, keyed by its place in the
+    /// list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intensity: Vec<IntensitySpec>,
 }
 
 /// Mirroring: each axis flips independently with its own probability.
@@ -82,17 +88,7 @@ pub struct RotateSpec {
 }
 
 /// How a scale factor is drawn from `[lo, hi]`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ScaleDistribution {
-    /// Uniform on `[lo, hi]`.
-    #[default]
-    Uniform,
-    /// batchgenerators `augment_spatial`: with probability 0.5 uniform on `[lo, 1]` (when
-    /// `lo < 1`), else uniform between `max(lo, 1)` and `hi`, so shrinking and enlarging are
-    /// equally likely (for `hi < 1` the second branch lies in `[hi, 1]`, as batchgenerators draws).
-    Split,
-}
+pub use crate::core::draws::Distribution as ScaleDistribution;
 
 /// Scaling (`s > 1` samples a larger region: content looks smaller, as in batchgenerators).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -255,45 +251,13 @@ pub struct Sample {
     pub drawn: serde_json::Value,
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast and fully specified, so draws are the same
-/// on every machine.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64, stream: u64) -> Self {
-        let mut s = SplitMix64(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        s.next_u64();
-        s
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform on [0, 1) with 53 bits.
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-    /// Uniform on `[r[0], r[1]]`, never past either end (which rounding could otherwise reach),
-    /// so a draw of a range whose ends a plan may hold is one too.
-    fn range(&mut self, r: Range) -> f64 {
-        let v = r[0] + (r[1] - r[0]) * self.uniform();
-        v.max(r[0].min(r[1])).min(r[0].max(r[1]))
-    }
-    /// Whether an event of probability `p` happens. Always draws, so the stream does not depend
-    /// on `p`.
-    fn chance(&mut self, p: f64) -> bool {
-        self.uniform() < p
-    }
-}
-
 const STREAM_FLIP: u64 = 1;
 const STREAM_ROTATE: u64 = 2;
 const STREAM_SCALE: u64 = 3;
 const STREAM_TRANSLATE: u64 = 4;
 const STREAM_ELASTIC: u64 = 5;
+/// The stream of the intensity step at place `i` is `STREAM_INTENSITY + i`.
+const STREAM_INTENSITY: u64 = 64;
 
 /// The value for `axis` from a list holding one value for every axis or one for all.
 fn per_axis<T: Copy>(v: &[T], axis: usize) -> Option<T> {
@@ -357,12 +321,14 @@ impl Preset {
         toml::to_string(self).unwrap_or_default()
     }
 
-    /// Draws one sample for a grid of `ndim` axes with voxel size `spacing_mm` (used by
-    /// translations in millimetres, and carried into the plan in mm space).
+    /// Draws one sample for an image of `channels` channels on a grid of `ndim` axes with voxel
+    /// size `spacing_mm` (used by translations in millimetres, and carried into the plan in mm
+    /// space). The channel count only matters to the intensity steps, which draw per channel.
     pub fn sample(
         &self,
         seed: u64,
         ndim: usize,
+        channels: usize,
         spacing_mm: &[f64],
     ) -> Result<Sample, PresetError> {
         self.check_ndim(ndim)?;
@@ -430,14 +396,7 @@ impl Preset {
             let mut factors = Vec::with_capacity(n);
             for axis in 0..n {
                 let g = per_axis(&sc.range, axis).unwrap_or([1.0, 1.0]);
-                let below = rng.chance(0.5);
-                let v = match sc.distribution {
-                    ScaleDistribution::Uniform => rng.range(g),
-                    // batchgenerators' branches to the letter, also for ranges below 1 (where
-                    // the second one is U(1, hi), i.e. U(hi, 1)).
-                    ScaleDistribution::Split if below && g[0] < 1.0 => rng.range([g[0], 1.0]),
-                    ScaleDistribution::Split => rng.range([g[0].max(1.0), g[1]]),
-                };
+                let v = rng.draw(g, sc.distribution);
                 factors.push(v);
             }
             if fire {
@@ -503,6 +462,18 @@ impl Preset {
             );
         }
 
+        if !self.intensity.is_empty() {
+            let mut steps = vec![];
+            for (i, spec) in self.intensity.iter().enumerate() {
+                let mut rng = SplitMix64::new(seed, STREAM_INTENSITY + i as u64);
+                let (step, mut d) = spec.sample(&mut rng, channels.max(1), ndim);
+                d["step"] = spec.name().into();
+                steps.push(d);
+                plan.intensity.extend(step);
+            }
+            drawn.insert("intensity".into(), steps.into());
+        }
+
         plan.validate(ndim)
             .map_err(|e| invalid(format!("the drawn plan is not valid: {e}")))?;
         Ok(Sample {
@@ -552,8 +523,31 @@ impl Preset {
     /// acts fires (p = 1) with a range of one value, with the plan's order, mode, cval and space;
     /// the elastic noise is the sample seed's. `ndim` sizes the flip list (one entry would mean
     /// every axis). The plan's output shape, if any, is not kept: a preset keeps the input's
-    /// grid. Name and description are left empty.
-    pub fn reproducing(plan: &Plan, ndim: usize) -> Preset {
+    /// grid. Name and description are left empty. Intensity steps become sections that always
+    /// draw their values (see [`IntensitySpec::fixed`]); a step with values per channel cannot
+    /// be drawn by a preset and is refused.
+    pub fn reproducing(plan: &Plan, ndim: usize) -> Result<Preset, PresetError> {
+        let intensity = plan
+            .intensity
+            .iter()
+            .map(|step| {
+                IntensitySpec::fixed(step).ok_or_else(|| {
+                    invalid(format!(
+                        "the plan's {} step holds values per channel, which a preset cannot draw",
+                        step.name()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Preset {
+            intensity,
+            ..Preset::reproducing_spatial(plan, ndim)
+        })
+    }
+
+    /// [`Preset::reproducing`] of the plan's spatial part alone: its intensity steps are left
+    /// out.
+    pub fn reproducing_spatial(plan: &Plan, ndim: usize) -> Preset {
         let one = |v: f64| [v, v];
         let flip = (!plan.flip.is_empty()).then(|| FlipSpec {
             p: (0..ndim)
@@ -609,6 +603,7 @@ impl Preset {
                 cval: f64::from(plan.cval),
                 label_order: 0,
             },
+            intensity: vec![],
         }
     }
 }
@@ -652,13 +647,5 @@ mod tests {
             assert_eq!(p.version, 1);
             assert!(!p.source.is_empty(), "{name} cites its source");
         }
-    }
-
-    #[test]
-    fn splitmix_is_stable() {
-        // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
-        let mut r = SplitMix64(0);
-        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
-        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
     }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::augment::DoneList;
+use crate::core::intensity::{Blur, Brightness, Contrast, Gamma, LowResolution, Noise};
 use crate::core::{GammaValue, IntensityStep, Volume};
 use crate::engine::Backend;
 
@@ -206,31 +207,51 @@ fn plan_of(a: &ApplyArgs, image: &Volume) -> anyhow::Result<Plan> {
             Space::Mm => image.spacing_mm.clone(),
             Space::Voxel => vec![],
         },
-        intensity: intensity_of(a),
+        intensity: intensity_of(a, image.ndim()),
     };
     plan.validate(image.ndim())?;
     for step in &plan.intensity {
-        step.validate(Some(image.channels))
+        step.validate(Some(image.channels), Some(image.ndim()))
             .map_err(|why| usage(format!("--{why}")))?;
     }
     Ok(plan)
 }
 
-/// The intensity steps of the command line, in the order they act: brightness, contrast, gamma
-/// (nnU-Net's order).
-fn intensity_of(a: &ApplyArgs) -> Vec<IntensityStep> {
+/// The intensity steps of the command line, in the order they act (nnU-Net's): noise, blur,
+/// brightness, contrast, low resolution, gamma. `ndim` spreads one sigma or factor over the axes.
+fn intensity_of(a: &ApplyArgs, ndim: usize) -> Vec<IntensityStep> {
     let values = |n: &Numbers| n.0.iter().map(|&v| Some(v)).collect::<Vec<_>>();
+    let per_axis = |n: &Numbers| match n.0[..] {
+        [v] => vec![Some(vec![v; ndim])],
+        _ => vec![Some(n.0.clone())],
+    };
     let mut steps = vec![];
+    if let Some(s) = &a.noise {
+        steps.push(IntensityStep::GaussianNoise(Noise {
+            std: values(s),
+            seed: a.seed,
+        }));
+    }
+    if let Some(s) = &a.blur {
+        steps.push(IntensityStep::GaussianBlur(Blur {
+            sigmas: per_axis(s),
+        }));
+    }
     if let Some(m) = &a.brightness {
-        steps.push(IntensityStep::Brightness {
+        steps.push(IntensityStep::Brightness(Brightness {
             multipliers: values(m),
-        });
+        }));
     }
     if let Some(f) = &a.contrast {
-        steps.push(IntensityStep::Contrast {
+        steps.push(IntensityStep::Contrast(Contrast {
             factors: values(f),
             preserve_range: !a.contrast_unclipped,
-        });
+        }));
+    }
+    if let Some(s) = &a.lowres {
+        steps.push(IntensityStep::LowResolution(LowResolution {
+            scales: per_axis(s),
+        }));
     }
     if let Some(g) = &a.gamma {
         let channels =
@@ -243,7 +264,7 @@ fn intensity_of(a: &ApplyArgs) -> Vec<IntensityStep> {
                     })
                 })
                 .collect();
-        steps.push(IntensityStep::Gamma { channels });
+        steps.push(IntensityStep::Gamma(Gamma { channels }));
     }
     steps
 }

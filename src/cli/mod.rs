@@ -235,6 +235,15 @@ struct ApplyArgs {
     /// mm (physical, from the header's spacing: anisotropic volumes rotate without shearing).
     #[arg(long, default_value = "voxel", value_parser = |s: &str| s.parse::<Space>())]
     space: Space,
+    /// After the resample, add normal noise of standard deviation STD (one value, or one per
+    /// channel), as batchgeneratorsv2's GaussianNoiseTransform; the noise comes from counters
+    /// keyed by --seed, the same on every engine.
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
+    noise: Option<Numbers>,
+    /// Gaussian blur of SIGMA voxels (one value, or one per axis) on every channel, as
+    /// batchgeneratorsv2's GaussianBlurTransform (about ±3 sigma, mirrored edges).
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
+    blur: Option<Numbers>,
     /// After the resample, multiply the image by M (one value, or one per channel), as
     /// batchgeneratorsv2's MultiplicativeBrightnessTransform.
     #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
@@ -250,6 +259,11 @@ struct ApplyArgs {
         help_heading = "Intensity (after the resample, image only, in this order)"
     )]
     contrast_unclipped: bool,
+    /// Simulated low resolution: down by factor S in (0, 1] (one value, or one per axis) with
+    /// nearest-exact, back up linearly, on every channel, as batchgeneratorsv2's
+    /// SimulateLowResolutionTransform.
+    #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
+    lowres: Option<Numbers>,
     /// Gamma G > 0 (one value, or one per channel) on the channel's range, as
     /// batchgeneratorsv2's GammaTransform.
     #[arg(long, value_parser = parse_numbers, allow_hyphen_values = true, help_heading = "Intensity (after the resample, image only, in this order)")]
@@ -268,7 +282,7 @@ struct ApplyArgs {
         help_heading = "Intensity (after the resample, image only, in this order)"
     )]
     gamma_retain_stats: bool,
-    /// Seed of the elastic noise.
+    /// Seed of the elastic noise and of --noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Interpolation order: 0, 1 or 3.
@@ -478,6 +492,10 @@ enum PresetCmd {
         #[arg(long, default_value_t = 3,
               value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=3))]
         ndim: usize,
+        /// Channels of the image (the intensity steps draw per channel).
+        #[arg(long, default_value_t = 1,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+        channels: usize,
         preset: PathBuf,
     },
 }

@@ -66,12 +66,15 @@ pub(super) fn preset_cmd(c: PresetCmd) -> anyhow::Result<()> {
             seed,
             count,
             ndim,
+            channels,
             preset: p,
         } => {
             let pr = preset::load_or_bundled(&p).map_err(preset_error)?;
             let spacing = vec![1.0; ndim];
             let Some(count) = count else {
-                let s = pr.sample(seed, ndim, &spacing).map_err(preset_error)?;
+                let s = pr
+                    .sample(seed, ndim, channels, &spacing)
+                    .map_err(preset_error)?;
                 let text = serde_json::to_string_pretty(&s).context("cannot encode the sample")?;
                 return write_text(None, &format!("{text}\n"), "sample");
             };
@@ -80,7 +83,7 @@ pub(super) fn preset_cmd(c: PresetCmd) -> anyhow::Result<()> {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for j in 0..count {
                 let s = pr
-                    .sample(seed.wrapping_add(j), ndim, &spacing)
+                    .sample(seed.wrapping_add(j), ndim, channels, &spacing)
                     .map_err(preset_error)?;
                 let line = serde_json::to_string(&s).context("cannot encode the sample")?;
                 let written = std::io::Write::write_all(&mut out, line.as_bytes())

@@ -4,17 +4,19 @@
 //!
 //! This folder imports nothing else of the crate.
 
+pub mod draws;
 pub mod field;
 pub mod gaussian;
 pub mod intensity;
 pub mod labels;
 pub mod mode;
+pub mod philox;
 pub mod plan;
 pub mod spec;
 pub mod volume;
 
 pub use field::FieldSpec;
-pub use intensity::{GammaValue, IntensityStep};
+pub use intensity::{GammaValue, IntensitySpec, IntensityStep};
 pub use labels::LabelValues;
 pub use mode::Mode;
 pub use plan::{CoordMap, Elastic, Order, Plan, PlanError, Space};

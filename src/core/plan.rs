@@ -311,7 +311,8 @@ impl Plan {
     /// Checks the plan against a grid of `ndim` dimensions.
     pub fn validate(&self, ndim: usize) -> Result<(), PlanError> {
         for step in &self.intensity {
-            step.validate(None).map_err(PlanError::Intensity)?;
+            step.validate(None, Some(ndim))
+                .map_err(PlanError::Intensity)?;
         }
         if !(2..=3).contains(&ndim) {
             return Err(PlanError::Dimensions(ndim));

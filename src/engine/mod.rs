@@ -291,20 +291,32 @@ pub(crate) fn output_volume(src: &Volume, shape: &[usize], data: Vec<f32>) -> Vo
     v
 }
 
-/// Checks that the plan's intensity steps can act on an image of `channels` channels.
-pub(crate) fn check_intensity(plan: &Plan, channels: usize) -> Result<(), EngineError> {
+/// Checks that the plan's intensity steps can act on an image of `channels` channels and `ndim`
+/// spatial axes.
+pub(crate) fn check_intensity(
+    plan: &Plan,
+    channels: usize,
+    ndim: usize,
+) -> Result<(), EngineError> {
     for step in &plan.intensity {
-        step.validate(Some(channels))
+        step.validate(Some(channels), Some(ndim))
             .map_err(|why| EngineError::Plan(PlanError::Intensity(why)))?;
     }
     Ok(())
 }
 
 /// The plan's intensity steps on an image output of `channels` channels, in order, after the
-/// resample (docs/design.md §9); the label map never receives them.
-pub(crate) fn intensity_after(plan: &Plan, image_out: &mut [f32], channels: usize) {
+/// resample (docs/design.md §9); the label map never receives them. `input_shape` is the input's
+/// spatial shape (the output's unless the plan sets `out_shape`).
+pub(crate) fn intensity_after(
+    plan: &Plan,
+    image_out: &mut [f32],
+    input_shape: &[usize],
+    channels: usize,
+) {
+    let shape = plan.out_shape.as_deref().unwrap_or(input_shape);
     for step in &plan.intensity {
-        step.apply(image_out, channels);
+        step.apply(image_out, shape, channels);
     }
 }
 
@@ -323,7 +335,7 @@ pub(crate) fn with_intensity<'a>(
             s.name()
         )));
     }
-    check_intensity(job.plan, job.image.channels)?;
+    check_intensity(job.plan, job.image.channels, job.image.shape.len())?;
     let Outputs { image, label } = out;
     let t = spatial(
         job,
@@ -332,7 +344,7 @@ pub(crate) fn with_intensity<'a>(
             label,
         },
     )?;
-    intensity_after(job.plan, image, job.image.channels);
+    intensity_after(job.plan, image, &job.image.shape, job.image.channels);
     Ok(t)
 }
 

@@ -179,7 +179,7 @@ fn from_plan(
     plan.validate(grid)
         .map_err(|e| bad(format!("the \"plan\" cannot be applied: {e}")))?;
     // Without flips the number of axes is not needed.
-    let mut preset = Preset::reproducing(&plan, ndim.unwrap_or(3));
+    let mut preset = Preset::reproducing(&plan, ndim.unwrap_or(3))?;
     let mut description = format!(
         "Reproduces one plan exactly: every transform fires (p = 1) with the plan's values{}",
         ndim.map_or(String::new(), |n| format!(" ({n}D)"))
@@ -277,6 +277,7 @@ pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetE
         translate: None,
         elastic,
         sampling,
+        intensity: vec![],
     };
     preset.validate()?;
     Ok(preset)

@@ -298,7 +298,12 @@ fn run_job(
     let samples: Result<Vec<Sample>, String> = (0..job.n)
         .map(|k| {
             job.preset
-                .sample(job.first_seed.wrapping_add(k as u64), nd, &image.spacing_mm)
+                .sample(
+                    job.first_seed.wrapping_add(k as u64),
+                    nd,
+                    image.channels,
+                    &image.spacing_mm,
+                )
                 .map_err(|e| format!("preset {}: {e}", job.preset.name))
         })
         .collect();

@@ -6,6 +6,9 @@ use super::{PRESET_VERSION, Preset, PresetError, Range, Space, Unit, invalid, pe
 use crate::augment::{Mode, Order, limits};
 use crate::core::plan::{brief, brief_list};
 
+/// The most intensity steps a preset may list (a pipeline has a handful).
+pub const MAX_INTENSITY_STEPS: usize = 32;
+
 impl Preset {
     /// Checks ranges, probabilities and names; the message names the field.
     pub fn validate(&self) -> Result<(), PresetError> {
@@ -133,6 +136,16 @@ impl Preset {
             .map_err(|e| invalid(format!("sampling.mode: {e}")))?;
         if !s.cval.is_finite() {
             return Err(invalid("sampling.cval must be finite"));
+        }
+        if self.intensity.len() > MAX_INTENSITY_STEPS {
+            return Err(invalid(format!(
+                "{} intensity steps: at most {MAX_INTENSITY_STEPS}",
+                self.intensity.len()
+            )));
+        }
+        for (i, step) in self.intensity.iter().enumerate() {
+            step.validate()
+                .map_err(|why| invalid(format!("intensity[{i}]: {why}")))?;
         }
         Ok(())
     }

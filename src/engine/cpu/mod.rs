@@ -341,7 +341,7 @@ impl Backend for CpuBackend {
             label,
         };
         let checked = check_grids(&job).and_then(|out_shape| {
-            super::check_intensity(plan, image.channels)?;
+            super::check_intensity(plan, image.channels, image.shape.len())?;
             let map = plan.compose(&image.shape)?;
             Ok((map, out_shape))
         });
@@ -376,7 +376,7 @@ impl Backend for CpuBackend {
             label: lab_out.as_deref_mut(),
         };
         timings.resample_ms = self.sample((plan, label), &map, field.as_deref(), &coef, out);
-        super::intensity_after(plan, &mut img_out, header.channels);
+        super::intensity_after(plan, &mut img_out, &header.shape, header.channels);
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(new_volumes(
             &header, label, &out_shape, img_out, lab_out, timings,

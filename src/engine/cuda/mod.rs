@@ -271,7 +271,9 @@ impl Backend for CudaBackend {
     fn apply_many(&self, jobs: Vec<(Job<'_>, Outputs<'_>)>) -> Vec<Result<Timings, EngineError>> {
         let checks: Vec<Result<(), EngineError>> = jobs
             .iter()
-            .map(|(j, _)| crate::engine::check_intensity(j.plan, j.image.channels))
+            .map(|(j, _)| {
+                crate::engine::check_intensity(j.plan, j.image.channels, j.image.shape.len())
+            })
             .collect();
         if let Some(k) = checks.iter().position(Result::is_err) {
             return checks
@@ -304,7 +306,7 @@ impl Backend for CudaBackend {
         let results = self.apply_batch(batch);
         for ((j, image, _), r) in held.iter_mut().zip(&results) {
             if r.is_ok() {
-                crate::engine::intensity_after(j.plan, image, j.image.channels);
+                crate::engine::intensity_after(j.plan, image, &j.image.shape, j.image.channels);
             }
         }
         results

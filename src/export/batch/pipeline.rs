@@ -296,7 +296,7 @@ fn prepare_modules(
         .iter()
         .filter_map(|it| {
             opts.preset
-                .sample(it.seed, img.ndim(), &img.spacing_mm)
+                .sample(it.seed, img.ndim(), img.channels, &img.spacing_mm)
                 .ok()
         })
         .map(|s| s.plan)
@@ -358,7 +358,12 @@ fn compute(
         let t = Instant::now();
         let mut samples = Vec::with_capacity(items.len());
         for (item, img, _, _) in &items {
-            samples.push(opts.preset.sample(item.seed, img.ndim(), &img.spacing_mm)?);
+            samples.push(opts.preset.sample(
+                item.seed,
+                img.ndim(),
+                img.channels,
+                &img.spacing_mm,
+            )?);
         }
         let work: Vec<_> = items
             .iter()

@@ -229,6 +229,15 @@ fn notes_block(notes: &[String]) -> String {
     notes.iter().map(|n| format!("# NOTE: {n}\n")).collect()
 }
 
+/// The notes of a target that has no transform with the semantics of the preset's intensity
+/// steps (batchgeneratorsv2's): one per step, said by the step's family.
+fn intensity_left_out(p: &Preset, library: &str) -> Vec<String> {
+    p.intensity
+        .iter()
+        .map(|s| s.left_out_note(library))
+        .collect()
+}
+
 /// The note of a target that transforms array indices, for a preset in mm space (none for a
 /// voxel preset, or one with nothing that depends on the space).
 fn voxel_target_note(p: &Preset, target: &str) -> Option<String> {

@@ -106,7 +106,8 @@ fn lit_ranges(r: &[Range]) -> Arg {
 /// library's own order, each beside the note that says where the library differs from augscope;
 /// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn pipeline(p: &Preset, ndim: usize) -> Pipeline {
-    let mut notes: Vec<String> = voxel_target_note(p, "MONAI").into_iter().collect();
+    let mut notes: Vec<String> = intensity_left_out(p, "MONAI");
+    notes.extend(voxel_target_note(p, "MONAI"));
     let mut entries = vec![];
     let affine = |prob: Num, key: &'static str, arg: Arg| Entry {
         kind: Kind::RandAffined,

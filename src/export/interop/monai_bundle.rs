@@ -268,6 +268,7 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
         translate: None,
         elastic: None,
         sampling,
+        intensity: vec![],
     };
     let rotations = read_transforms(transforms, ndim, distribution, &mut preset)?;
     preset.rotate = merge_rotations(&rotations, ndim)?;

@@ -218,6 +218,15 @@ class nnUNetTrainerAugscope(nnUNetTrainer):
                     t.border_mode_seg = PADDING_MODE_IMAGE
             elif isinstance(t, MirrorTransform):
                 transforms.transforms[i] = PresetMirrorTransform(t.allowed_axes)
+        # nnU-Net's intensity steps give way to the preset's, at the same place: after the
+        # spatial transform (and the dummy-2D conversion back), before the mirror.
+        steps = [t for t in transforms.transforms
+                 if not (isinstance(t, RandomTransform) and isinstance(t.transform, _INTENSITY))]
+        at = next(i for i, t in enumerate(steps) if isinstance(t, SpatialTransform)) + 1
+        if at < len(steps) and isinstance(steps[at], Convert2DTo3DTransform):
+            at += 1
+        steps[at:at] = intensity_transforms((0,) if do_dummy_2d_data_aug else None)
+        transforms.transforms = steps
         return transforms
 "#;
 
@@ -246,6 +255,15 @@ fn padding_mode(mode: &str) -> Option<&'static str> {
 /// A sentence on its length: the preset's transform families map to the library's in the
 /// library's own order, each beside the note that says where the library differs from augscope;
 /// read top to bottom, the function is that mapping, and splitting it would scatter the table.
+/// The preset's intensity steps as the items of a Python list, one per line.
+fn intensity_list(p: &Preset) -> String {
+    p.intensity
+        .iter()
+        .map(|s| format!("\n        {},", s.batchgeneratorsv2()))
+        .collect::<String>()
+        + if p.intensity.is_empty() { "" } else { "\n    " }
+}
+
 pub(super) fn nnunet(p: &Preset, ndim: usize) -> String {
     let mut notes: Vec<String> = voxel_target_note(p, "nnU-Net (batchgeneratorsv2)")
         .into_iter()
@@ -316,6 +334,14 @@ pub(super) fn nnunet(p: &Preset, ndim: usize) -> String {
     };
     if p.translate.is_some() {
         notes.push("nnU-Net's SpatialTransform has no translation; it is left out".into());
+    }
+    if p.intensity.is_empty() {
+        notes.push(
+            "the preset has no intensity steps: the trainer trains without nnU-Net's seven \
+             (noise, blur, brightness, contrast, low resolution, two gammas); the nnunet-v2 \
+             preset's [[intensity]] entries bring them back"
+                .into(),
+        );
     }
     let s = &p.sampling;
     let mode_image = match s.order {
@@ -392,8 +418,16 @@ import itertools
 import numpy as np
 import torch
 
+from batchgeneratorsv2.transforms.intensity.brightness import MultiplicativeBrightnessTransform
+from batchgeneratorsv2.transforms.intensity.contrast import BGContrast, ContrastTransform
+from batchgeneratorsv2.transforms.intensity.gamma import GammaTransform
+from batchgeneratorsv2.transforms.intensity.gaussian_noise import GaussianNoiseTransform
+from batchgeneratorsv2.transforms.noise.gaussian_blur import GaussianBlurTransform
+from batchgeneratorsv2.transforms.spatial.low_resolution import SimulateLowResolutionTransform
 from batchgeneratorsv2.transforms.spatial.mirroring import MirrorTransform
 from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
+from batchgeneratorsv2.transforms.utils.pseudo2d import Convert2DTo3DTransform
+from batchgeneratorsv2.transforms.utils.random import RandomTransform
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 NDIM = {ndim}
@@ -414,6 +448,14 @@ MODE_IMAGE = "{mode_image}"
 PADDING_MODE_IMAGE = "{pad}"
 CVAL = {cval}
 MODE_SEG = "{mode_seg}"
+_INTENSITY = (GaussianNoiseTransform, GaussianBlurTransform, MultiplicativeBrightnessTransform,
+              ContrastTransform, SimulateLowResolutionTransform, GammaTransform)
+
+
+def intensity_transforms(ignore_axes):
+    """The preset's intensity steps, batchgeneratorsv2's own transforms in the preset's order;
+    `ignore_axes`: the axes nnU-Net's dummy-2D mode leaves at full resolution (else None)."""
+    return [{intensity}]
 
 
 "#,
@@ -429,6 +471,7 @@ MODE_SEG = "{mode_seg}"
         sigma = pair(sigma),
         mirror = py_tuple(&mirror),
         cval = f(s.cval),
+        intensity = intensity_list(p),
         mode_seg = if s.label_order == 0 {
             "nearest"
         } else {

@@ -221,7 +221,7 @@ class RandomAlphaSigmaElastic(tio.RandomElasticDeformation):
 /// library's own order, each beside the note that says where the library differs from augscope;
 /// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn torchio(p: &Preset, ndim: usize) -> String {
-    let mut notes = vec![];
+    let mut notes = intensity_left_out(p, "TorchIO");
     let s = &p.sampling;
     let interp = match s.order {
         0 => "nearest",

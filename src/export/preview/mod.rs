@@ -177,7 +177,7 @@ pub fn preview(
             return Err(PreviewError::Intensity(model.label()));
         }
         for step in &plan.intensity {
-            step.validate(Some(image.channels))
+            step.validate(Some(image.channels), Some(image.ndim()))
                 .map_err(|why| PreviewError::Plan(PlanError::Intensity(why)))?;
         }
         // nnU-Net's intensity steps are batchgeneratorsv2's, whose formulas the steps follow:
@@ -188,15 +188,12 @@ pub fn preview(
         };
         let mut p = nnunet::nnunet(image, label, &spatial)?;
         for step in &plan.intensity {
-            step.apply(&mut p.image.data, p.image.channels);
+            let shape = p.image.shape.clone();
+            step.apply(&mut p.image.data, &shape, p.image.channels);
             p.steps.push(format!(
                 "{}: batchgeneratorsv2's {}, as augscope's",
                 step.name(),
-                match step.name() {
-                    "brightness" => "MultiplicativeBrightnessTransform",
-                    "contrast" => "ContrastTransform",
-                    _ => "GammaTransform",
-                }
+                step.batchgenerators_class()
             ));
         }
         return Ok(p);

@@ -8,6 +8,7 @@
 # NOTE: batchgeneratorsv2 draws normal noise, smooths it with an FFT gaussian (periodic) and scales each component to a maximum |displacement| (its magnitude); the snippet passes the preset's sigma in voxels and sets the magnitude so that the expected RMS displacement is augscope's. The field differs voxel by voxel and its RMS varies from draw to draw (measured, alpha 400, sigma 5 on a 63×78×66 patch, 8 draws: augscope RMS 5.11, max 13.6 voxels; batchgeneratorsv2 RMS 5.28 (4.88 to 5.73), max 13.2)
 # NOTE: batchgeneratorsv2 draws alpha and sigma for each displacement component apart; augscope draws one pair per sample
 # NOTE: nnU-Net's SpatialTransform has no translation; it is left out
+# NOTE: the preset has no intensity steps: the trainer trains without nnU-Net's seven (noise, blur, brightness, contrast, low resolution, two gammas); the nnunet-v2 preset's [[intensity]] entries bring them back
 # NOTE: batchgeneratorsv2 resamples with torch grid_sample, which has no cubic B-spline (its bicubic is another kernel): the preset's order 3 becomes bilinear (order 1)
 # NOTE: grid_sample pads with a value, the border or a reflection only: the preset's mode "mirror" becomes constant padding with cval 0.5
 # NOTE: for anisotropic patches nnU-Net augments each slice in 2D (do_dummy_2d_data_aug): then only the rotation about axis 0 and the scale of axes 1 and 2 apply
@@ -17,8 +18,16 @@ import itertools
 import numpy as np
 import torch
 
+from batchgeneratorsv2.transforms.intensity.brightness import MultiplicativeBrightnessTransform
+from batchgeneratorsv2.transforms.intensity.contrast import BGContrast, ContrastTransform
+from batchgeneratorsv2.transforms.intensity.gamma import GammaTransform
+from batchgeneratorsv2.transforms.intensity.gaussian_noise import GaussianNoiseTransform
+from batchgeneratorsv2.transforms.noise.gaussian_blur import GaussianBlurTransform
+from batchgeneratorsv2.transforms.spatial.low_resolution import SimulateLowResolutionTransform
 from batchgeneratorsv2.transforms.spatial.mirroring import MirrorTransform
 from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
+from batchgeneratorsv2.transforms.utils.pseudo2d import Convert2DTo3DTransform
+from batchgeneratorsv2.transforms.utils.random import RandomTransform
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 NDIM = 3
@@ -39,6 +48,14 @@ MODE_IMAGE = "bilinear"
 PADDING_MODE_IMAGE = "constant"
 CVAL = 0.5
 MODE_SEG = "nearest"
+_INTENSITY = (GaussianNoiseTransform, GaussianBlurTransform, MultiplicativeBrightnessTransform,
+              ContrastTransform, SimulateLowResolutionTransform, GammaTransform)
+
+
+def intensity_transforms(ignore_axes):
+    """The preset's intensity steps, batchgeneratorsv2's own transforms in the preset's order;
+    `ignore_axes`: the axes nnU-Net's dummy-2D mode leaves at full resolution (else None)."""
+    return []
 
 
 def _uniform(r):
@@ -243,4 +260,13 @@ class nnUNetTrainerAugscope(nnUNetTrainer):
                     t.border_mode_seg = PADDING_MODE_IMAGE
             elif isinstance(t, MirrorTransform):
                 transforms.transforms[i] = PresetMirrorTransform(t.allowed_axes)
+        # nnU-Net's intensity steps give way to the preset's, at the same place: after the
+        # spatial transform (and the dummy-2D conversion back), before the mirror.
+        steps = [t for t in transforms.transforms
+                 if not (isinstance(t, RandomTransform) and isinstance(t.transform, _INTENSITY))]
+        at = next(i for i, t in enumerate(steps) if isinstance(t, SpatialTransform)) + 1
+        if at < len(steps) and isinstance(steps[at], Convert2DTo3DTransform):
+            at += 1
+        steps[at:at] = intensity_transforms((0,) if do_dummy_2d_data_aug else None)
+        transforms.transforms = steps
         return transforms
