@@ -11,7 +11,9 @@ cascade) stays where nnU-Net puts it.
 
 Differences from nnU-Net's own pipeline, by design:
 - the intensity transforms (noise, blur, brightness, contrast, low resolution, gamma) run on the
-  CPU before the spatial transform, on nnU-Net's larger initial patch, instead of after it;
+  CPU before the spatial transform, on nnU-Net's larger initial patch, instead of after it. They
+  are nnU-Net's own: a preset's `[[intensity]]` steps must be nnU-Net's default ones (the bundled
+  nnunet-v2 preset's) or absent, and the trainer refuses any other at its first batch;
 - the preset is applied in 3D also where nnU-Net would use its dummy-2D augmentation.
 
 Use: make the class visible to nnU-Net (it looks for trainers inside its own package) with
@@ -50,6 +52,7 @@ def _build():
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
     from . import Augment, apply
+    from . import preset as read_preset
     from .adapters import _label_plan
 
     moved = (SpatialTransform, MirrorTransform, Convert3DTo2DTransform, Convert2DTo3DTransform)
@@ -81,6 +84,13 @@ def _build():
                 patch = [int(i) for i in self.configuration_manager.patch_size]
                 dev = self.device
                 device = f"cuda:{dev.index or 0}" if dev.type == "cuda" else "cpu"
+                steps = read_preset(self.augscope_preset).get("intensity", [])
+                if steps and steps != read_preset("nnunet-v2").get("intensity", []):
+                    raise RuntimeError(
+                        "nnUNetTrainerAugscopeGPU runs nnU-Net's own intensity transforms in its "
+                        "data loaders; the preset's [[intensity]] steps differ from nnU-Net's "
+                        "defaults and would not be applied: remove them from the preset, or train "
+                        "with the exported trainer (augscope preset export --to nnunet)")
                 aug = Augment(self.augscope_preset, seed=self.augscope_seed, ndim=len(patch),
                               device=device, patch_size=patch, patch_center="centre")
                 self._augscope = aug
@@ -107,6 +117,8 @@ def _build():
             imgs, segs = [], []
             for b in range(data.shape[0]):
                 plan, _ = aug.draw(grid, self._augscope_seen + b, epoch, channels=data.shape[1])
+                # nnU-Net's data loaders ran the intensity steps (see the module's text).
+                plan.pop("intensity", None)
                 imgs.append(apply(data[b], plan, channels=True, device=aug.device,
                                   precision=aug.precision).image)
                 lab = apply(target[b].float(), _label_plan(plan), channels=True,
