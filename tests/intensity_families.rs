@@ -1,0 +1,208 @@
+//! The intensity families as presets draw them and engines apply them: the bundled nnunet-v2
+//! preset draws nnU-Net v2's seven steps with batchgeneratorsv2's probabilities; a batch leaves
+//! the label map as the spatial plan alone makes it; a preset sample's steps give the same image
+//! through `apply` on every engine (the CUDA engine where a device opens); bad preset values are
+//! one line and exit 2. The formulas themselves are checked against batchgeneratorsv2 by
+//! tests/interop/check_intensity.py. Arrays are `[z, y, x]`.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
+mod common;
+
+use augscope::augment::preset::{self, Preset};
+use augscope::core::IntensityStep;
+use augscope::engine::apply_new;
+use augscope::{Plan, Volume};
+use common::backends::for_each_backend;
+use common::cli::{assert_user_error, run, s};
+
+fn nnunet() -> Preset {
+    preset::load_or_bundled(std::path::Path::new("nnunet-v2")).unwrap()
+}
+
+#[test]
+fn nnunet_v2_draws_the_seven_steps_at_their_rates() {
+    let p = nnunet();
+    let names: Vec<&str> = p.intensity.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "gaussian_noise",
+            "gaussian_blur",
+            "brightness",
+            "contrast",
+            "low_resolution",
+            "gamma",
+            "gamma"
+        ]
+    );
+    // Per step, the share of samples where it acts on a channel: p, times (for blur and low
+    // resolution) the chance that at least one of two channels takes part (1 - 0.5^2).
+    let want = [0.1, 0.2 * 0.75, 0.15, 0.15, 0.25 * 0.75, 0.1, 0.3];
+    let n = 4000;
+    let mut count = [0usize; 7];
+    for seed in 0..n {
+        let sample = p.sample(seed, 3, 2, &[1.0; 3]).unwrap();
+        let drawn = sample.drawn["intensity"].as_array().unwrap();
+        for (k, d) in drawn.iter().enumerate() {
+            let took = d["channels"].as_array().unwrap().iter().any(|c| c == true);
+            if d["fired"] == true && took {
+                count[k] += 1;
+            }
+        }
+        // The plan lists exactly the steps that acted, in the preset's order.
+        assert_eq!(
+            sample.plan.intensity.len(),
+            drawn
+                .iter()
+                .filter(|d| d["fired"] == true
+                    && d["channels"].as_array().unwrap().iter().any(|c| c == true))
+                .count()
+        );
+    }
+    for (k, (&c, &w)) in count.iter().zip(&want).enumerate() {
+        let rate = c as f64 / n as f64;
+        // 5 standard errors of a binomial rate.
+        let se = (w * (1.0 - w) / n as f64).sqrt();
+        assert!(
+            (rate - w).abs() < 5.0 * se,
+            "step {k}: rate {rate}, want {w}"
+        );
+    }
+}
+
+#[test]
+fn draws_do_not_depend_on_other_steps() {
+    // Changing one step's probability leaves what the others draw unchanged (own streams).
+    let p = nnunet();
+    let mut q = p.clone();
+    if let Some(augscope::core::IntensitySpec::Brightness(b)) = q.intensity.get_mut(2) {
+        b.p = 1.0;
+    }
+    for seed in 0..50 {
+        let a = p.sample(seed, 3, 1, &[1.0; 3]).unwrap();
+        let b = q.sample(seed, 3, 1, &[1.0; 3]).unwrap();
+        let gammas = |s: &preset::Sample| -> Vec<IntensityStep> {
+            s.plan
+                .intensity
+                .iter()
+                .filter(|st| st.name() == "gamma")
+                .cloned()
+                .collect()
+        };
+        assert_eq!(gammas(&a), gammas(&b));
+        assert_eq!(a.plan.rotate_rad, b.plan.rotate_rad);
+    }
+}
+
+fn volume(channels: usize) -> Volume {
+    let shape = vec![12, 14, 13];
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n * channels)
+        .map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0 + (i % n) as f32 * 1e-3)
+        .collect();
+    Volume::new(data, shape, channels)
+}
+
+#[test]
+fn every_step_gives_the_cpu_image_on_every_engine() {
+    // A plan holding every family with per-channel values, after a rotation.
+    let plan: Plan = serde_json::from_str(
+        r#"{"flip": [], "rotate_rad": [0.2, 0.0, -0.1], "scale": [], "translate": [],
+            "elastic": null, "order": 1, "mode": "reflect", "cval": 0.0, "out_shape": null,
+            "space": "voxel", "spacing_mm": [],
+            "intensity": [
+              {"gaussian_noise": {"std": [0.1, null], "seed": 5}},
+              {"gaussian_blur": {"sigmas": [[0.5, 0.8, 1.0], null]}},
+              {"brightness": {"multipliers": [1.1, 0.9]}},
+              {"contrast": {"factors": [0.8, 1.2], "preserve_range": true}},
+              {"low_resolution": {"scales": [null, [0.55, 0.5, 0.75]]}},
+              {"gamma": {"channels": [{"gamma": 1.3, "invert": true, "retain_stats": true},
+                                      {"gamma": 0.8, "retain_stats": true}]}}]}"#,
+    )
+    .unwrap();
+    let image = volume(2);
+    let mut label = Volume::new(
+        (0..image.shape.iter().product::<usize>())
+            .map(|i| (i % 5) as f32)
+            .collect(),
+        image.shape.clone(),
+        1,
+    );
+    label.dtype = augscope::DType::U8;
+    let spatial = Plan {
+        intensity: vec![],
+        ..plan.clone()
+    };
+    let mut want: Option<Vec<f32>> = None;
+    for_each_backend(|b| {
+        let (img, lab, _) = apply_new(b, &plan, &image, Some(&label)).unwrap();
+        let (_, lab_spatial, _) = apply_new(b, &spatial, &image, Some(&label)).unwrap();
+        // The label map comes out as the spatial plan alone makes it.
+        assert_eq!(lab.unwrap().data, lab_spatial.unwrap().data, "{}", b.name());
+        match &want {
+            None => want = Some(img.data),
+            Some(w) => {
+                let worst = w
+                    .iter()
+                    .zip(&img.data)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst < 1e-4, "{}: worst {worst}", b.name());
+            }
+        }
+    });
+}
+
+#[test]
+fn bad_preset_values_are_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "version = 1\n[[intensity]]\n";
+    for (body, needle) in [
+        (
+            "step = \"gaussian_noise\"\np = 0.1\nstd = [-0.1, 0.1]\n",
+            "negative",
+        ),
+        ("step = \"gamma\"\np = 0.3\ngamma = [0.0, 1.5]\n", "above 0"),
+        (
+            "step = \"gamma\"\np = 1.3\ngamma = [0.7, 1.5]\n",
+            "probability",
+        ),
+        (
+            "step = \"brightness\"\np = 0.1\nmultiplier = [nan, 1.2]\n",
+            "finite",
+        ),
+        (
+            "step = \"contrast\"\np = 0.1\nfactor = [1.2, 0.8]\n",
+            "wrong way",
+        ),
+        (
+            "step = \"low_resolution\"\np = 0.1\nscale = [0.5, 2.0]\n",
+            "above 1",
+        ),
+        (
+            "step = \"gaussian_blur\"\np = 0.1\nsigma = [0.5, 1.0]\nsigma_x = 1\n",
+            "sigma_x",
+        ),
+        ("step = \"sharpen\"\np = 0.1\n", "sharpen"),
+        (
+            "step = \"gamma\"\np = 0.1\ngamma = [0.7, 1.5]\np_per_channel = -0.5\n",
+            "p_per_channel",
+        ),
+    ] {
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, format!("{base}{body}")).unwrap();
+        assert_user_error(&["preset", "sample", s(&path)], needle);
+    }
+    let (code, out, _) = run(&[
+        "preset",
+        "sample",
+        "nnunet-v2",
+        "--channels",
+        "3",
+        "--seed",
+        "4",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"intensity\""), "{out}");
+}
