@@ -25,14 +25,18 @@ pub enum Family {
     Prefilter,
     /// The filters (`sep_line_f32`, `median_f32`, …); their host code is `src/filter/cuda/`.
     Filter,
+    /// The intensity steps (`int_noise`, `int_partials`, `int_blur_axis`, …); their host code is
+    /// `src/engine/cuda/intensity.rs`.
+    Intensity,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 5] = [
         Family::Resample,
         Family::Field,
         Family::Prefilter,
         Family::Filter,
+        Family::Intensity,
     ];
 
     pub fn file(self) -> &'static str {
@@ -41,6 +45,7 @@ impl Family {
             Family::Field => "kernels/field.cu",
             Family::Prefilter => "kernels/prefilter.cu",
             Family::Filter => "kernels/filter.cu",
+            Family::Intensity => "kernels/intensity.cu",
         }
     }
 
@@ -50,6 +55,7 @@ impl Family {
             Family::Field => include_str!("../../kernels/field.cu"),
             Family::Prefilter => include_str!("../../kernels/prefilter.cu"),
             Family::Filter => include_str!("../../kernels/filter.cu"),
+            Family::Intensity => include_str!("../../kernels/intensity.cu"),
         }
     }
 
@@ -57,7 +63,7 @@ impl Family {
     /// `.cu` file's `#include "boundary.cuh"` is skipped) followed by the family's file.
     pub fn program(self) -> String {
         match self {
-            Family::Field | Family::Filter => self.source().to_string(),
+            Family::Field | Family::Filter | Family::Intensity => self.source().to_string(),
             _ => format!(
                 "{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}",
                 self.file(),

@@ -51,8 +51,17 @@ fn contrast(x: &mut [f32], f: f32, preserve_range: bool) {
     let (mean, lo, hi) = mean_min_max(x);
     let mean = mean as f32;
     x.par_iter_mut().for_each(|v| {
-        let y = (*v - mean) * f + mean;
-        *v = if preserve_range { y.clamp(lo, hi) } else { y };
+        let mut y = (*v - mean) * f + mean;
+        // Comparisons, not `clamp`: a channel without a number (all NaN) has lo > hi.
+        if preserve_range {
+            if y < lo {
+                y = lo;
+            }
+            if y > hi {
+                y = hi;
+            }
+        }
+        *v = y;
     });
 }
 

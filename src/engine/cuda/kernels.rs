@@ -198,6 +198,25 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
             n += 1;
         }
     }
+    let image = compile(Family::Intensity, &[], arch)?;
+    check_entries(
+        &image.to_src(),
+        "kernels/intensity.cu",
+        &[
+            "int_noise",
+            "int_mul",
+            "int_partials",
+            "int_sq_partials",
+            "int_finish",
+            "int_contrast",
+            "int_gamma",
+            "int_retain",
+            "int_blur_axis",
+            "int_down",
+            "int_up",
+        ],
+    )?;
+    n += 1;
     Ok(n)
 }
 

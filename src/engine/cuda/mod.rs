@@ -16,6 +16,7 @@
 
 mod device;
 mod field;
+mod intensity;
 mod kernels;
 mod many;
 mod prefetch;
@@ -181,16 +182,20 @@ impl CudaBackend {
         job: Job<'_>,
         arrays: DeviceArrays,
     ) -> Result<Timings, EngineError> {
-        if let Some(s) = job.plan.intensity.first() {
-            return Err(EngineError::Shape(format!(
-                "the {} step runs on arrays in host memory: device arrays take spatial plans only",
-                s.name()
-            )));
-        }
         let region = Region {
             device: Some(arrays),
             ..Region::default()
         };
+        if let Some(s) = job.plan.intensity.first() {
+            if !DeviceEngine::intensity_here(self.precision, region) {
+                return Err(EngineError::Shape(format!(
+                    "the {} step runs on device arrays stored in f32 only (precision {:?})",
+                    s.name(),
+                    self.precision
+                )));
+            }
+            crate::engine::check_intensity(job.plan, job.image.channels, job.image.shape.len())?;
+        }
         let out = Outputs {
             image: &mut [],
             label: None,
@@ -259,10 +264,15 @@ impl Backend for CudaBackend {
         format!("cuda:{}", ids.join(","))
     }
 
-    /// The intensity steps run on the host output after the download (one pass over it).
+    /// The intensity steps run on the device before the download in f32 storage, else on the
+    /// host output after it (one pass over it).
     fn apply(&self, job: Job<'_>, out: Outputs<'_>) -> Result<Timings, EngineError> {
         // Concurrent callers spread over the devices; one caller uses them in turn.
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
+        if DeviceEngine::intensity_here(self.precision, Region::default()) {
+            crate::engine::check_intensity(job.plan, job.image.channels, job.image.shape.len())?;
+            return self.engines[i].apply(job, out, self.precision);
+        }
         crate::engine::with_intensity(job, out, false, |j, o| {
             self.engines[i].apply(j, o, self.precision)
         })
@@ -304,6 +314,9 @@ impl Backend for CudaBackend {
             })
             .collect();
         let results = self.apply_batch(batch);
+        if DeviceEngine::intensity_here(self.precision, Region::default()) {
+            return results;
+        }
         for ((j, image, _), r) in held.iter_mut().zip(&results) {
             if r.is_ok() {
                 crate::engine::intensity_after(j.plan, image, &j.image.shape, j.image.channels);

@@ -154,6 +154,19 @@ impl DeviceEngine {
         let batch = fields.batch.as_ref();
         let (e_rs0, e_rs1) = self.resample(st, &work, params, batch, precision, caller.as_mut())?;
 
+        if Self::intensity_here(precision, region) {
+            let plans: Vec<&Plan> = work.todo.iter().map(|&i| jobs[i].0.plan).collect();
+            let out = match caller.as_mut() {
+                Some(c) => &mut *c.out,
+                None => {
+                    let buf = st.ws.out_f32.as_mut();
+                    &mut buf
+                        .ok_or_else(|| EngineError::Cuda("workspace buffer missing".into()))?
+                        .s
+                }
+            };
+            self.intensity_device(out, &plans, &work.box_shape, work.channels)?;
+        }
         let t_down = Instant::now();
         self.download(&mut st.ws, &work, jobs, precision, caller.as_mut())?;
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
@@ -164,6 +177,13 @@ impl DeviceEngine {
         }
         timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(timings)
+    }
+
+    /// Whether a transform runs the plans' intensity steps on the device: on whole grids stored in
+    /// f32 (a plane is done by the caller's host path for the pointwise steps, and a half-precision
+    /// output goes through the host).
+    pub(super) fn intensity_here(precision: Precision, region: Region) -> bool {
+        precision == Precision::F32 && region.plane.is_none()
     }
 
     /// The caller's device arrays of a single job, seen as buffers for this call.
@@ -233,9 +253,30 @@ impl DeviceEngine {
                 Some(d) => check_device_job(job, &d, region)?,
             };
             if job.plan.is_spatial_identity() && shape == job.image.shape {
+                let steps = Self::intensity_here(precision, region);
                 match caller.as_deref_mut() {
-                    Some(c) => self.copy_on_device(c)?,
-                    None => copy_identity(job, out, region.plane),
+                    Some(c) => {
+                        self.copy_on_device(c)?;
+                        if steps {
+                            self.intensity_device(
+                                &mut c.out,
+                                &[job.plan],
+                                &shape,
+                                job.image.channels,
+                            )?;
+                        }
+                    }
+                    None => {
+                        copy_identity(job, out, region.plane);
+                        if steps {
+                            crate::engine::intensity_after(
+                                job.plan,
+                                out.image,
+                                &shape,
+                                job.image.channels,
+                            );
+                        }
+                    }
                 }
                 continue;
             }

@@ -113,6 +113,8 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
                 ScaleDistribution::Split => "split",
             }),
             "range_deg_2d": p.rotate.as_ref().and_then(|r| r.range_deg_2d),
+            // MONAI runs no batchgeneratorsv2 step (a NOTE each); kept for the import.
+            "intensity": p.intensity,
         }),
     );
     root.insert("keys".into(), json!(["image", "label"]));
@@ -272,6 +274,13 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
     };
     let rotations = read_transforms(transforms, ndim, distribution, &mut preset)?;
     preset.rotate = merge_rotations(&rotations, ndim)?;
+    if let Some(steps) = aug.and_then(|a| a.get("intensity")) {
+        preset.intensity = serde_json::from_value(steps.clone()).map_err(|e| {
+            bad(format!(
+                "_augscope_ intensity is not a list of intensity steps: {e}"
+            ))
+        })?;
+    }
     if let (Some(r), Some(g)) = (preset.rotate.as_mut(), range_deg_2d(aug)) {
         r.range_deg_2d = Some(g);
     }

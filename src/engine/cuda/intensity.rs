@@ -1,0 +1,385 @@
+//! The plan's intensity steps on the device (docs/design.md §9; kernels/intensity.cu): after the
+//! resample, on each sample's image output where it lies, before the download. The noise is made
+//! on the device from its counters, the statistics stay there (no host sync between steps), and
+//! every step runs the CPU engine's arithmetic (`core::intensity`), so the result equals the CPU
+//! engine's to f32 rounding (bit for bit for brightness, noise, blur and low resolution, where the
+//! operations are the same; the statistics sum in another order, `powf` may differ by an ulp).
+
+use super::*;
+use crate::core::intensity::{IntensityStep, blur_kernel, low_resolution_shape};
+use cudarc::driver::CudaViewMut;
+
+/// Blocks of the statistics' first pass (partials summed by one thread in order).
+const STATS_BLOCKS: usize = 256;
+/// Threads per block of the statistics' passes: `STATS_THREADS` in kernels/intensity.cu.
+const STATS_THREADS: u32 = 256;
+
+/// The device buffers the steps of one call use.
+struct Scratch {
+    /// Per-block partial sums, minima and maxima.
+    psum: DevBuf<f64>,
+    plo: DevBuf<f32>,
+    phi: DevBuf<f32>,
+    /// Two sets of [sum, min, max, sum of squares]: before and after gamma's power.
+    stats: DevBuf<f64>,
+    /// A channel's worth: the blur's other buffer, the low-resolution image.
+    tmp: DevBuf<f32>,
+    /// The blur's taps.
+    taps: DevBuf<f32>,
+}
+
+fn stats_launch() -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (STATS_BLOCKS as u32, 1, 1),
+        block_dim: (STATS_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl DeviceEngine {
+    /// Runs the intensity steps of `plans[k]` on sample `k` of `out`: `plans.len()` samples
+    /// stacked, each `channels` channels of the spatial `shape` (f32).
+    pub(super) fn intensity_device(
+        &self,
+        out: &mut CudaSlice<f32>,
+        plans: &[&Plan],
+        shape: &[usize],
+        channels: usize,
+    ) -> Result<(), EngineError> {
+        if plans.iter().all(|p| p.intensity.is_empty()) {
+            return Ok(());
+        }
+        let n: usize = shape.iter().product();
+        let per = n * channels;
+        if out.len() < per * plans.len() {
+            return Err(EngineError::Cuda(
+                "the output buffer is shorter than its samples".into(),
+            ));
+        }
+        let longest_taps = plans
+            .iter()
+            .flat_map(|p| &p.intensity)
+            .filter_map(|s| match s {
+                IntensityStep::GaussianBlur(b) => Some(b),
+                _ => None,
+            })
+            .flat_map(|b| b.sigmas.iter().flatten().flatten())
+            .map(|&s| blur_kernel(s).len())
+            .max()
+            .unwrap_or(1);
+        let mut sc = Scratch {
+            psum: DevBuf::new(&self.dev, STATS_BLOCKS, "the intensity statistics")?,
+            plo: DevBuf::new(&self.dev, STATS_BLOCKS, "the intensity statistics")?,
+            phi: DevBuf::new(&self.dev, STATS_BLOCKS, "the intensity statistics")?,
+            stats: DevBuf::new(&self.dev, 8, "the intensity statistics")?,
+            tmp: DevBuf::new(&self.dev, n, "a channel of the intensity steps")?,
+            taps: DevBuf::new(&self.dev, longest_taps, "the blur taps")?,
+        };
+        for (k, plan) in plans.iter().enumerate() {
+            for step in &plan.intensity {
+                for c in 0..channels {
+                    let off = k * per + c * n;
+                    let mut x = out.slice_mut(off..off + n);
+                    self.step_on_channel(step, c, &mut x, shape, &mut sc)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One step on channel `c`, `x` (`shape`).
+    fn step_on_channel(
+        &self,
+        step: &IntensityStep,
+        c: usize,
+        x: &mut CudaViewMut<'_, f32>,
+        shape: &[usize],
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        fn entry<T>(v: &[Option<T>], c: usize) -> Option<&T> {
+            let i = if v.len() == 1 { 0 } else { c };
+            v.get(i).and_then(Option::as_ref)
+        }
+        let n = x.len() as i64;
+        match step {
+            IntensityStep::GaussianNoise(s) => {
+                if let Some(&sd) = entry(&s.std, c) {
+                    let f = self.int_fn("int_noise")?;
+                    let (sd, key0, key1, k) =
+                        (sd as f32, s.seed as u32, (s.seed >> 32) as u32, c as u32);
+                    let cfg = grid_1d(x.len())?;
+                    let mut b = self.dev.stream.launch_builder(&f);
+                    b.arg(&mut *x)
+                        .arg(&n)
+                        .arg(&sd)
+                        .arg(&key0)
+                        .arg(&key1)
+                        .arg(&k);
+                    // SAFETY: int_noise(float* x, i64 n, float s, u32 key0, u32 key1, u32 k):
+                    // x is a view of n floats; the grid-stride loop stays below n.
+                    unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_noise", e))?;
+                }
+            }
+            IntensityStep::Brightness(s) => {
+                if let Some(&m) = entry(&s.multipliers, c) {
+                    self.mul(x, m as f32)?;
+                }
+            }
+            IntensityStep::Contrast(s) => {
+                if let Some(&f) = entry(&s.factors, c) {
+                    self.stats(x, sc, 0, false)?;
+                    let func = self.int_fn("int_contrast")?;
+                    let (f, preserve) = (f as f32, i32::from(s.preserve_range));
+                    let st = sc.stats.s.slice(0..4);
+                    let cfg = grid_1d(x.len())?;
+                    let mut b = self.dev.stream.launch_builder(&func);
+                    b.arg(&mut *x).arg(&n).arg(&f).arg(&st).arg(&preserve);
+                    // SAFETY: int_contrast(float* x, i64 n, float f, const double* st, int):
+                    // x holds n floats, st 4 doubles written by the statistics before.
+                    unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_contrast", e))?;
+                }
+            }
+            IntensityStep::Gamma(s) => {
+                if let Some(g) = entry(&s.channels, c) {
+                    self.gamma(x, *g, sc)?;
+                }
+            }
+            IntensityStep::GaussianBlur(s) => {
+                if let Some(sigmas) = entry(&s.sigmas, c) {
+                    for (axis, &sigma) in sigmas.iter().enumerate().take(shape.len()) {
+                        self.blur_axis(x, shape, axis, &blur_kernel(sigma), sc)?;
+                    }
+                }
+            }
+            IntensityStep::LowResolution(s) => {
+                if let Some(scales) = entry(&s.scales, c) {
+                    self.low_resolution(x, shape, &low_resolution_shape(shape, scales), sc)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn int_fn(&self, name: &str) -> Result<CudaFunction, EngineError> {
+        self.function(Family::Intensity, &[], name)
+    }
+
+    fn mul(&self, x: &mut CudaViewMut<'_, f32>, m: f32) -> Result<(), EngineError> {
+        let f = self.int_fn("int_mul")?;
+        let n = x.len() as i64;
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(&mut *x).arg(&n).arg(&m);
+        // SAFETY: int_mul(float* x, i64 n, float m): x holds n floats; grid-stride below n.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_mul", e))?;
+        Ok(())
+    }
+
+    /// Sum, minimum and maximum of `x` into stats set `set` (0 or 1), and with `squares` the
+    /// sum of squares about its mean.
+    fn stats(
+        &self,
+        x: &CudaViewMut<'_, f32>,
+        sc: &mut Scratch,
+        set: usize,
+        squares: bool,
+    ) -> Result<(), EngineError> {
+        let n = x.len() as i64;
+        let first = self.int_fn("int_partials")?;
+        let mut b = self.dev.stream.launch_builder(&first);
+        let xv = x.as_view();
+        b.arg(&xv)
+            .arg(&n)
+            .arg(&mut sc.psum.s)
+            .arg(&mut sc.plo.s)
+            .arg(&mut sc.phi.s);
+        // SAFETY: int_partials(const float* x, i64 n, double* psum, float* plo, float* phi):
+        // STATS_BLOCKS blocks of STATS_THREADS threads, each block writes its own partial (the
+        // buffers hold STATS_BLOCKS values); the grid-stride loop stays below n.
+        unsafe { b.launch(stats_launch()) }.map_err(|e| driver_error("int_partials", e))?;
+        self.stats_finish(sc, set, false)?;
+        if squares {
+            let sq = self.int_fn("int_sq_partials")?;
+            let st = sc.stats.s.slice(4 * set..4 * set + 4);
+            let mut b = self.dev.stream.launch_builder(&sq);
+            let xv = x.as_view();
+            b.arg(&xv).arg(&n).arg(&st).arg(&mut sc.psum.s);
+            // SAFETY: int_sq_partials(const float* x, i64 n, const double* out, double* pss):
+            // as int_partials; out is this set's 4 doubles (its sum written above).
+            unsafe { b.launch(stats_launch()) }.map_err(|e| driver_error("int_sq_partials", e))?;
+            self.stats_finish(sc, set, true)?;
+        }
+        Ok(())
+    }
+
+    /// The partials summed in order into stats set `set`.
+    fn stats_finish(&self, sc: &mut Scratch, set: usize, squares: bool) -> Result<(), EngineError> {
+        let f = self.int_fn("int_finish")?;
+        let (nb, sq) = (STATS_BLOCKS as i32, i32::from(squares));
+        let mut st = sc.stats.s.slice_mut(4 * set..4 * set + 4);
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(&sc.psum.s)
+            .arg(&sc.plo.s)
+            .arg(&sc.phi.s)
+            .arg(&nb)
+            .arg(&sq)
+            .arg(&mut st);
+        // SAFETY: int_finish(const double*, const float*, const float*, int nb, int squares,
+        // double* out): the partial buffers hold nb = STATS_BLOCKS values, out 4 doubles; one
+        // thread works.
+        unsafe { b.launch(LaunchConfig::for_num_elems(1)) }
+            .map_err(|e| driver_error("int_finish", e))?;
+        Ok(())
+    }
+
+    /// gamma: inverted, powered on the range, statistics restored, inverted back.
+    fn gamma(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        g: crate::core::intensity::GammaValue,
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        let n = x.len() as i64;
+        if g.invert {
+            self.mul(x, -1.0)?;
+        }
+        self.stats(x, sc, 0, g.retain_stats)?;
+        let f = self.int_fn("int_gamma")?;
+        let gamma = g.gamma as f32;
+        {
+            let st = sc.stats.s.slice(0..4);
+            let cfg = grid_1d(x.len())?;
+            let mut b = self.dev.stream.launch_builder(&f);
+            b.arg(&mut *x).arg(&n).arg(&gamma).arg(&st);
+            // SAFETY: int_gamma(float* x, i64 n, float g, const double* st): x holds n floats,
+            // st the 4 doubles of set 0.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_gamma", e))?;
+        }
+        if g.retain_stats {
+            self.stats(x, sc, 1, true)?;
+            let f = self.int_fn("int_retain")?;
+            let (before, after) = (sc.stats.s.slice(0..4), sc.stats.s.slice(4..8));
+            let cfg = grid_1d(x.len())?;
+            let mut b = self.dev.stream.launch_builder(&f);
+            b.arg(&mut *x).arg(&n).arg(&before).arg(&after);
+            // SAFETY: int_retain(float* x, i64 n, const double* before, const double* after):
+            // x holds n floats, before and after the two sets of 4 doubles written above.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_retain", e))?;
+        }
+        if g.invert {
+            self.mul(x, -1.0)?;
+        }
+        Ok(())
+    }
+
+    /// `x` convolved along `axis` with the odd taps `w`, through the scratch channel.
+    fn blur_axis(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        shape: &[usize],
+        axis: usize,
+        w: &[f32],
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        if w.len() <= 1 || x.is_empty() {
+            return Ok(());
+        }
+        let mut taps = sc.taps.s.slice_mut(0..w.len());
+        self.dev
+            .stream
+            .memcpy_htod(w, &mut taps)
+            .map_err(|e| driver_error("the blur taps", e))?;
+        let [n0, n1, n2] = dims3(shape)?;
+        let a = (axis + 3 - shape.len()) as i32;
+        let nt = w.len() as i32;
+        let f = self.int_fn("int_blur_axis")?;
+        let mut tmp = sc.tmp.s.slice_mut(0..x.len());
+        let taps = sc.taps.s.slice(0..w.len());
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        let xv = x.as_view();
+        b.arg(&xv)
+            .arg(&mut tmp)
+            .arg(&n0)
+            .arg(&n1)
+            .arg(&n2)
+            .arg(&a)
+            .arg(&taps)
+            .arg(&nt);
+        // SAFETY: int_blur_axis(const float* src, float* dst, int n0, int n1, int n2, int axis,
+        // const float* w, int taps): src and dst hold n0·n1·n2 floats (the channel; tmp holds a
+        // channel), w holds taps floats; every index read is mirrored into its axis.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_blur_axis", e))?;
+        self.dev
+            .stream
+            .memcpy_dtod(&tmp, x)
+            .map_err(|e| driver_error("the blurred channel", e))?;
+        Ok(())
+    }
+
+    /// Down to `small` by nearest-exact, back up to `shape` linearly.
+    fn low_resolution(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        shape: &[usize],
+        small: &[usize],
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        let [n0, n1, n2] = dims3(shape)?;
+        let [m0, m1, m2] = dims3(small)?;
+        let m: usize = small.iter().product();
+        if x.is_empty() || m == 0 {
+            return Ok(());
+        }
+        let mut tmp = sc.tmp.s.slice_mut(0..m);
+        let down = self.int_fn("int_down")?;
+        let mut b = self.dev.stream.launch_builder(&down);
+        let xv = x.as_view();
+        b.arg(&xv)
+            .arg(&mut tmp)
+            .arg(&n0)
+            .arg(&n1)
+            .arg(&n2)
+            .arg(&m0)
+            .arg(&m1)
+            .arg(&m2);
+        // SAFETY: int_down(const float* src, float* dst, int n0..n2, int m0..m2): src holds the
+        // channel's n0·n1·n2 floats, dst m0·m1·m2 <= that (each factor is at most 1); source
+        // indices are clamped into each axis.
+        unsafe { b.launch(grid_1d(m)?) }.map_err(|e| driver_error("int_down", e))?;
+        let up = self.int_fn("int_up")?;
+        let nd = shape.len() as i32;
+        let tmp = sc.tmp.s.slice(0..m);
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&up);
+        b.arg(&tmp)
+            .arg(&mut *x)
+            .arg(&m0)
+            .arg(&m1)
+            .arg(&m2)
+            .arg(&n0)
+            .arg(&n1)
+            .arg(&n2)
+            .arg(&nd);
+        // SAFETY: int_up(const float* small, float* dst, int m0..m2, int n0..n2, int ndim):
+        // small holds m0·m1·m2 floats, dst the channel's n0·n1·n2; taps are clamped into each
+        // axis of the small grid.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_up", e))?;
+        Ok(())
+    }
+}
+
+/// A 2D or 3D shape as three i32 sizes, axis 0 of size 1 for 2D.
+fn dims3(shape: &[usize]) -> Result<[i32; 3], EngineError> {
+    let d = |v: usize| {
+        i32::try_from(v).map_err(|_| EngineError::Shape(format!("axis of {v} voxels is too long")))
+    };
+    match shape {
+        [a, b] => Ok([1, d(*a)?, d(*b)?]),
+        [a, b, c] => Ok([d(*a)?, d(*b)?, d(*c)?]),
+        _ => Err(EngineError::Shape(format!(
+            "intensity steps on {} axes",
+            shape.len()
+        ))),
+    }
+}
