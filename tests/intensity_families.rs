@@ -206,3 +206,100 @@ fn bad_preset_values_are_one_line_and_exit_2() {
     assert_eq!(code, 0);
     assert!(out.contains("\"intensity\""), "{out}");
 }
+
+/// On the device: each step alone after a flip (which both engines compute exactly, so both
+/// steps start from the same values) against the CPU engine: bit for bit where the arithmetic is
+/// the same (brightness, blur, low resolution), within f32 rounding where the statistics' sums or
+/// `powf` and the f64 `log`/`cos` of the noise may differ in their last bit; then a batch of
+/// nnunet-v2 draws through the batched launches against the CPU. Skipped without a device.
+#[test]
+fn device_steps_equal_the_cpu_engine() {
+    use augscope::engine::Precision;
+    use augscope::engine::cpu::CpuBackend;
+    let Some(gpu) = common::backends::gpu(Precision::F32) else {
+        return;
+    };
+    let image = volume(2);
+    let cases: [(&str, f32); 7] = [
+        (r#"{"brightness": {"multipliers": [1.3, 0.7]}}"#, 0.0),
+        (
+            r#"{"gaussian_blur": {"sigmas": [[0.6, 1.0, 2.5], [0.5, 0.5, 0.5]]}}"#,
+            0.0,
+        ),
+        (
+            r#"{"low_resolution": {"scales": [[0.5, 0.575, 0.75], [1.0, 0.5, 0.5]]}}"#,
+            0.0,
+        ),
+        (r#"{"gaussian_noise": {"std": [0.3], "seed": 77}}"#, 1e-6),
+        (r#"{"contrast": {"factors": [1.4, 0.6]}}"#, 1e-5),
+        (
+            r#"{"gamma": {"channels": [{"gamma": 1.4, "invert": true, "retain_stats": true}]}}"#,
+            1e-4,
+        ),
+        (r#"{"gamma": {"channels": [{"gamma": 0.7}, null]}}"#, 1e-4),
+    ];
+    for (json, tol) in cases {
+        let plan = Plan {
+            flip: vec![0],
+            intensity: vec![serde_json::from_str(json).unwrap()],
+            ..Plan::default()
+        };
+        let (want, _, _) = apply_new(&CpuBackend::new(), &plan, &image, None).unwrap();
+        let (got, _, _) = apply_new(&gpu, &plan, &image, None).unwrap();
+        let worst = want
+            .data
+            .iter()
+            .zip(&got.data)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        if tol == 0.0 {
+            assert!(
+                want.data == got.data,
+                "{json}: not bit for bit (worst {worst})"
+            );
+        } else {
+            assert!(worst <= tol, "{json}: worst {worst}");
+        }
+    }
+    // Batched launches: 6 draws of nnunet-v2 (some with steps) against the CPU, one by one.
+    let p = nnunet();
+    let plans: Vec<Plan> = (0..6)
+        .map(|s| {
+            let mut plan = p.sample(900 + s, 3, 2, &[1.0; 3]).unwrap().plan;
+            // Every sample gets at least one step, so the batch exercises them.
+            plan.intensity.push(
+                serde_json::from_str(r#"{"gaussian_noise": {"std": [0.2], "seed": 3}}"#).unwrap(),
+            );
+            plan
+        })
+        .collect();
+    let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; image.data.len()]).collect();
+    let jobs: Vec<_> = plans
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(plan, o)| {
+            (
+                augscope::engine::Job {
+                    plan,
+                    image: &image,
+                    label: None,
+                },
+                augscope::engine::Outputs {
+                    image: o.as_mut_slice(),
+                    label: None,
+                },
+            )
+        })
+        .collect();
+    for r in augscope::engine::Backend::apply_many(&gpu, jobs) {
+        r.unwrap();
+    }
+    for (plan, got) in plans.iter().zip(&outs) {
+        let (want, _, _) = apply_new(&CpuBackend::new(), plan, &image, None).unwrap();
+        let (frac, worst, nan) = common::backends::agreement(&want.data, got, 1e-4);
+        assert!(
+            frac > 0.9999 && nan == 0,
+            "batched: {frac} within 1e-4, worst {worst}"
+        );
+    }
+}
