@@ -1,7 +1,7 @@
 //! A DICOM folder of several series: listing them from the headers, reading the one chosen (by
 //! SeriesInstanceUID, or by a SeriesNumber that one series has), the error that lists them when
-//! none is chosen, and wrong choices. The series are written with dicom-rs (`common::dicom`);
-//! their values are known voxel for voxel. Arrays are `[z, y, x]`.
+//! none is chosen, wrong choices, and `--series` on the command line. The series are written
+//! with dicom-rs (`common::dicom`); their values are known voxel for voxel. Arrays are `[z, y, x]`.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
@@ -11,6 +11,7 @@ use augscope::io::dicom::{self, SeriesInfo};
 use augscope::io::{self, IoError, LoadOptions};
 
 mod common;
+use common::cli::{assert_user_error, ok, run, s};
 use common::dicom::{Series, two_series, write_series};
 
 fn load(path: &Path, series: Option<&str>) -> Result<augscope::Volume, IoError> {
@@ -158,4 +159,110 @@ fn a_wrong_or_ambiguous_choice_is_an_error_that_lists_the_series() {
     .unwrap();
     let e = load(&npy, Some("7")).unwrap_err().to_string();
     assert!(e.contains("no DICOM"), "{e}");
+}
+
+#[test]
+fn cli_series_option_reads_the_chosen_series_and_info_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("study");
+    std::fs::create_dir(&folder).unwrap();
+    let [t1, t2] = two_series(&folder);
+    let f = s(&folder);
+
+    // info lists the series of the folder, and how to choose.
+    let out = ok(&["info", f]);
+    assert!(
+        out.contains("2 DICOM series; choose one with --series"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    for row in [
+        ["number", "modality", "slices", "size", "description", "UID"].as_slice(),
+        &["3", "MR", "4", "5x6", "T1", "axial", "2.25.1001"],
+        &["7", "MR", "3", "5x6", "T2", "axial", "2.25.2002"],
+    ] {
+        assert!(
+            rows.iter().any(|r| r == row),
+            "{row:?} missing from:\n{out}"
+        );
+    }
+    // info of one series.
+    let out = ok(&["info", f, "--series", "7"]);
+    assert!(
+        out.contains("series:      #7 T2 axial (MR, 3 slices, 5×6)"),
+        "{out}"
+    );
+    assert!(out.contains("shape:       3 x 5 x 6"), "{out}");
+
+    // apply: the chosen series, by UID and by number.
+    for (series, choice) in [(&t1, t1.uid), (&t2, "7")] {
+        let o = dir.path().join(format!("out_{}.nii", series.number));
+        ok(&["apply", f, s(&o), "--series", choice, "--backend", "cpu"]);
+        let v = common::fixtures::load_volume(&o);
+        assert_eq!(v.shape, series.shape.to_vec());
+        assert_eq!(v.data, series.values());
+    }
+    // batch and filter take it too.
+    let out_dir = dir.path().join("batch");
+    ok(&[
+        "batch",
+        "--preset",
+        "nnunet-v2",
+        "--count",
+        "1",
+        "--out",
+        s(&out_dir),
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--series",
+        "3",
+        f,
+    ]);
+    let manifest = std::fs::read_to_string(out_dir.join("manifest.jsonl")).unwrap();
+    assert!(manifest.contains("\"series\":\"3\""), "{manifest}");
+    let filtered = dir.path().join("filtered.npy");
+    ok(&[
+        "filter",
+        f,
+        s(&filtered),
+        "--contrast",
+        "1,0",
+        "--series",
+        t2.uid,
+    ]);
+    assert_eq!(common::fixtures::load_values(&filtered), t2.values());
+
+    // Without a choice, or with a wrong one: one line, exit code 2, no output.
+    let o = dir.path().join("none.nii");
+    assert_user_error(
+        &["apply", f, s(&o), "--flip", "0"],
+        "choose one with --series",
+    );
+    assert_user_error(
+        &["apply", f, s(&o), "--flip", "0", "--series", "1.2.3.4"],
+        "no series 1.2.3.4",
+    );
+    assert_user_error(&["info", f, "--series", "5"], "no series 5");
+    assert_user_error(
+        &[
+            "batch",
+            "--preset",
+            "nnunet-v2",
+            "--count",
+            "1",
+            "--out",
+            s(&dir.path().join("batch2")),
+            "--series",
+            "2.25.9",
+            f,
+        ],
+        "no series 2.25.9",
+    );
+    assert!(!o.exists());
+    let (code, _, err) = run(&["apply", f, s(&o), "--series", "1.2.3.4"]);
+    assert_eq!((code, err.lines().count()), (2, 1), "{err}");
 }
