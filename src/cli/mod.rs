@@ -144,6 +144,10 @@ struct ViewArgs {
     files: Vec<PathBuf>,
     #[arg(long)]
     label: Option<PathBuf>,
+    /// The series to open of a DICOM folder that holds several: its SeriesInstanceUID, or its
+    /// SeriesNumber where no other series has it (without, the window offers them in a picker).
+    #[arg(long, value_name = "UID|NUMBER")]
+    series: Option<String>,
 }
 
 /// A user error: exit code 2.
@@ -384,6 +388,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => view(ViewArgs {
             files: vec![],
             label: None,
+            series: None,
         }),
         Some(Cmd::View(a)) => view(a),
         Some(Cmd::Info {
