@@ -76,6 +76,7 @@ fn opts(dir: &Path, img: &Path, lab: &Path, count: usize) -> BatchOptions {
         writers: 2,
         filter: None,
         model: Default::default(),
+        series: None,
     }
 }
 

@@ -18,7 +18,7 @@ pub enum Purpose {
     Scan,
     /// A label map for the scan at this path.
     Label(PathBuf),
-    /// A folder of DICOM files (one series).
+    /// A folder of DICOM files (of one series, or several to choose from).
     DicomFolder,
     /// A preset file (TOML).
     Preset,
@@ -342,7 +342,7 @@ pub fn window(ctx: &egui::Context, b: &mut BrowseRuntime) -> Vec<Command> {
                         "NIfTI, NumPy, PNG, JPEG, TIFF, DICOM; a DICOM series: File, Open DICOM folder"
                     }
                     Purpose::Preset => "augscope presets (.toml)",
-                    Purpose::DicomFolder => "the folder that holds one series' files",
+                    Purpose::DicomFolder => "the folder of a series' files (of several: a picker follows)",
                     Purpose::ExportFolder => "where the batch is written",
                     Purpose::SaveVolume => ".nii, .nii.gz or .npy; the label map goes beside it",
                 });

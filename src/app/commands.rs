@@ -12,7 +12,15 @@ use super::{App, Runtime, browse, export, files, preset_editor, screenshot};
 /// What panels ask the app to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
+    /// Open a scan and its label map (a DICOM folder of several series shows the series picker).
     Open(PathBuf, Option<PathBuf>),
+    /// Open one series of a DICOM folder (its SeriesInstanceUID, or a SeriesNumber that one
+    /// series has) and the label map.
+    OpenSeries {
+        image: PathBuf,
+        label: Option<PathBuf>,
+        series: String,
+    },
     OpenDialog,
     OpenLabelDialog,
     Undo,
@@ -78,7 +86,12 @@ impl App {
     pub fn apply(&mut self, cmd: Command) {
         let App { state, rt } = self;
         match cmd {
-            Command::Open(image, label) => files::open(rt, image, label),
+            Command::Open(image, label) => files::open(rt, image, label, None),
+            Command::OpenSeries {
+                image,
+                label,
+                series,
+            } => files::open(rt, image, label, Some(series)),
             Command::OpenDialog => self.apply(Command::Pick(browse::Purpose::Scan)),
             Command::OpenLabelDialog => {
                 if let Some(img) = rt.scan.as_ref().map(|s| s.loaded.path.clone()) {

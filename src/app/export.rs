@@ -169,6 +169,7 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
         writers: 0,
         filter: export_filter(state, scan),
         model: state.params.preview_as,
+        series: scan.loaded.series.as_ref().map(|s| s.uid.clone()),
     };
     let (tx, done) = channel();
     std::thread::Builder::new()

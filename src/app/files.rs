@@ -39,12 +39,20 @@ pub fn label_path_beside(path: &Path) -> PathBuf {
     path.with_file_name(format!("{stem}_label.{ext}"))
 }
 
-/// Asks the worker to load `image` and `label` (the sample's label map with the sample).
-pub(super) fn open(rt: &mut Runtime, image: PathBuf, label: Option<PathBuf>) {
+/// Asks the worker to load `image` and `label` (the sample's label map with the sample), and the
+/// series `series` of a DICOM folder of several (without, the worker answers with its series for
+/// the picker).
+pub(super) fn open(
+    rt: &mut Runtime,
+    image: PathBuf,
+    label: Option<PathBuf>,
+    series: Option<String>,
+) {
     let label = label.or_else(|| (image == Path::new(SAMPLE)).then(|| PathBuf::from(SAMPLE_LABEL)));
+    rt.series_picker = None;
     match &rt.worker {
         Some(w) => {
-            w.load(image.clone(), label);
+            w.load_series(image.clone(), label, series);
             rt.loading = Some(image);
         }
         None => rt.error = Some("the worker thread is not running".into()),

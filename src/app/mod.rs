@@ -30,6 +30,7 @@ mod files;
 mod replies;
 mod screenshot;
 mod scripted;
+pub mod series_picker;
 mod sync;
 
 use std::path::{Path, PathBuf};
@@ -61,8 +62,13 @@ pub const SAMPLE_LABEL: &str = concat!(
     "/assets/mni152_tissue_labels.nii.gz"
 );
 
-/// Opens the window on the given file (or the bundled sample) and runs until it is closed.
-pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
+/// Opens the window on the given file (or the bundled sample) and runs until it is closed;
+/// `series` chooses the series of a DICOM folder of several (else the picker offers them).
+pub fn run(
+    files: Vec<PathBuf>,
+    label: Option<PathBuf>,
+    series: Option<String>,
+) -> anyhow::Result<()> {
     preflight::check().map_err(|e| anyhow::anyhow!(e))?;
     let (image, label) = initial_files(files, label);
     let opts = eframe::NativeOptions {
@@ -78,7 +84,15 @@ pub fn run(files: Vec<PathBuf>, label: Option<PathBuf>) -> anyhow::Result<()> {
         "augscope",
         opts,
         Box::new(move |cc| {
-            let mut app = App::new(cc, Some((image, label)));
+            let mut app = App::new(cc, None);
+            app.apply(match series {
+                Some(series) => Command::OpenSeries {
+                    image,
+                    label,
+                    series,
+                },
+                None => Command::Open(image, label),
+            });
             // Preset parameters for scripted screenshots (scripts/screenshots.sh).
             if let Ok(spec) = std::env::var("AUGSCOPE_SHOT") {
                 scripted::apply_spec(&mut app, &spec);
@@ -196,6 +210,8 @@ pub struct Runtime {
     pub progress: Option<Progress>,
     /// The built-in file browser.
     pub browse: browse::BrowseRuntime,
+    /// The series picker, while a DICOM folder of several series waits for a choice.
+    pub series_picker: Option<series_picker::SeriesPicker>,
     pub help_open: bool,
     /// A screenshot was asked for and has not arrived.
     pub screenshot_pending: bool,
@@ -338,6 +354,7 @@ impl App {
                 work_started: None,
                 progress: None,
                 browse: browse::BrowseRuntime::default(),
+                series_picker: None,
                 help_open: false,
                 screenshot_pending: false,
                 views_rect: None,
@@ -370,6 +387,9 @@ impl App {
             && let Some(name) = scan.loaded.path.file_name()
         {
             t.push_str(&format!(" — {}", name.to_string_lossy()));
+            if let Some(series) = &scan.loaded.series {
+                t.push_str(&format!(" ({})", series.name()));
+            }
         }
         let preset = match &self.state.draft {
             Some(d) => d.name.clone(),
@@ -475,6 +495,7 @@ impl eframe::App for App {
             grid::grid_window(ui, &mut self.state, &mut self.rt);
         }
         cmds.extend(browse::window(ui.ctx(), &mut self.rt.browse));
+        cmds.extend(series_picker::window(ui.ctx(), &mut self.rt.series_picker));
         panels::help_window(ui.ctx(), &mut self.rt.help_open);
         self.rt.pixels_per_point = ui.ctx().pixels_per_point();
         self.auto_png(ui.ctx());

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::series_picker::SeriesPicker;
 use super::state::State;
 use super::worker::{Loaded, Reply};
 use super::{App, Nav, Progress, Runtime, Scan, slices};
@@ -25,8 +26,12 @@ impl App {
             match r {
                 Reply::Loaded(Ok(l)) => loaded(state, rt, l),
                 Reply::Loaded(Err(e)) => {
-                    rt.loading = None;
+                    keep_scan(rt);
                     rt.error = Some(e);
+                }
+                Reply::ChooseSeries(c) => {
+                    keep_scan(rt);
+                    rt.series_picker = Some(SeriesPicker::new(c));
                 }
                 Reply::Slices(s) => {
                     if s.generation == rt.generation {
@@ -96,6 +101,16 @@ impl App {
     }
 }
 
+/// A load brought no scan (an error, or a folder whose series is to be chosen): the scan on
+/// screen stays, and what the worker dropped when the load was posted (a transform, a comparison
+/// or masks not yet started) is asked for again.
+fn keep_scan(rt: &mut Runtime) {
+    rt.loading = None;
+    rt.sent = None;
+    rt.compare_sent = None;
+    rt.mask_sent = None;
+}
+
 /// A scan has loaded: its window, views and cursor; everything computed for the last one is
 /// dropped.
 fn loaded(state: &mut State, rt: &mut Runtime, l: Loaded) {
@@ -104,10 +119,17 @@ fn loaded(state: &mut State, rt: &mut Runtime, l: Loaded) {
     rt.note = l.note.clone();
     state.push_recent(l.path.clone(), l.label_path.clone());
     let before = rt.scan.as_ref().map(|s| s.loaded.path.clone());
+    // Another series of the same folder is another scan for the display window.
+    let other_series = rt.scan.as_ref().is_some_and(|s| {
+        s.loaded.series.as_ref().map(|x| &x.uid) != l.series.as_ref().map(|x| &x.uid)
+    });
     state.switch_scan(before.as_deref(), &l.path);
     let views = slices::views(&l.image);
     let cursor = l.image.shape.iter().map(|n| n / 2).collect();
-    if state.display.wl_path.as_deref() != Some(l.path.as_path()) || state.display.level.is_none() {
+    if state.display.wl_path.as_deref() != Some(l.path.as_path())
+        || state.display.level.is_none()
+        || other_series
+    {
         // The file's own window (DICOM window centre and width) where it has
         // one, else the percentiles; "Auto" always takes the percentiles.
         match l.image.default_window {

@@ -159,6 +159,7 @@ fn rounded_integers_note(a: &ApplyArgs, image: &Volume) -> Option<String> {
 fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
     let load_opts = LoadOptions {
         channels_first: a.channels,
+        series: a.series.clone(),
         ..LoadOptions::default()
     };
     let image = io::load(&a.input, &load_opts)?;

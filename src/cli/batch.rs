@@ -52,6 +52,7 @@ pub(super) fn batch(a: BatchArgs) -> anyhow::Result<()> {
             after: a.filter_after,
         }),
         model: a.model,
+        series: a.series,
     };
     if !a.model.is_own() && !matches!(opts.backend, BackendSpec::Auto | BackendSpec::Cpu) {
         eprintln!(

@@ -65,6 +65,7 @@ pub(super) fn filter_cmd(a: FilterArgs) -> anyhow::Result<()> {
     };
     let load_opts = LoadOptions {
         channels_first: a.channels,
+        series: a.series.clone(),
         ..LoadOptions::default()
     };
     let save = SaveOptions {

@@ -2,14 +2,27 @@
 
 use super::*;
 
-pub(super) fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
-    let v = io::load(
+pub(super) fn info(path: &Path, channels: bool, series: Option<String>) -> anyhow::Result<()> {
+    let loaded = io::load(
         path,
         &LoadOptions {
             channels_first: channels,
+            series: series.clone(),
             ..LoadOptions::default()
         },
-    )?;
+    );
+    let v = match loaded {
+        Ok(v) => v,
+        Err(io::IoError::SeveralSeries { series, .. }) => return series_list(path, &series),
+        Err(e) => return Err(e.into()),
+    };
+    // The chosen series, in words (its headers were read already: this reads them again).
+    let chosen = match &series {
+        Some(choice) if path.is_dir() => io::dicom::list_series(path)
+            .ok()
+            .and_then(|list| io::dicom::choose(&list, choice).ok().map(|s| s.label())),
+        _ => None,
+    };
     use std::fmt::Write as _;
     let mut text = String::new();
     // Lines go to a String first, then to stdout at once: a closed pipe (`augscope info f | head`)
@@ -21,6 +34,9 @@ pub(super) fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
     }
     let names: Vec<String> = v.shape.iter().map(|n| n.to_string()).collect();
     outln!("file:        {}", path.display());
+    if let Some(label) = chosen {
+        outln!("series:      {label}");
+    }
     outln!(
         "shape:       {} ({} axes, array order {})",
         names.join(" x "),
@@ -57,6 +73,53 @@ pub(super) fn info(path: &Path, channels: bool) -> anyhow::Result<()> {
         );
     }
     write_text(None, &text, "scan summary")
+}
+
+/// The series of a DICOM folder that holds several, one line each, and how to choose one.
+fn series_list(path: &Path, series: &[io::dicom::SeriesInfo]) -> anyhow::Result<()> {
+    let rows: Vec<[String; 6]> = series
+        .iter()
+        .map(|s| {
+            [
+                s.number.map_or_else(|| "-".to_string(), |n| n.to_string()),
+                cell(&s.modality),
+                s.slices.to_string(),
+                format!("{}x{}", s.rows, s.cols),
+                cell(&s.description),
+                cell(&s.uid),
+            ]
+        })
+        .collect();
+    let head = ["number", "modality", "slices", "size", "description", "UID"].map(String::from);
+    let mut width = [0usize; 6];
+    for r in std::iter::once(&head).chain(&rows) {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |r: &[String; 6]| {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("  {}\n", cells.join("  ").trim_end())
+    };
+    let mut text = format!(
+        "file:        {}\nseries:      {} DICOM series; choose one with --series UID or NUMBER\n",
+        path.display(),
+        series.len()
+    );
+    text.push_str(&line(&head));
+    for r in &rows {
+        text.push_str(&line(r));
+    }
+    write_text(None, &escape_controls(&text), "series list")
+}
+
+/// A header's text as one cell of a line: control characters (a newline among them) escaped.
+fn cell(s: &str) -> String {
+    escape_controls(s).replace('\n', "\\n")
 }
 
 /// The path as it will be on disk (the parent canonicalised), for comparing inputs and outputs.

@@ -49,12 +49,17 @@ struct Cli {
 enum Cmd {
     /// Open the GUI (the bundled sample when no file is given).
     View(ViewArgs),
-    /// Shape, dtype, spacing, orientation and value range of a scan.
+    /// Shape, dtype, spacing, orientation and value range of a scan; the series of a DICOM
+    /// folder that holds several.
     Info {
         file: PathBuf,
         /// The first axis of a .npy array is channels.
         #[arg(long)]
         channels: bool,
+        /// The series to describe of a DICOM folder that holds several: its SeriesInstanceUID,
+        /// or its SeriesNumber where no other series has it.
+        #[arg(long, value_name = "UID|NUMBER")]
+        series: Option<String>,
     },
     /// Apply one spatial transform (flip, elastic, rotate, scale, translate) to a scan.
     Apply(ApplyArgs),
@@ -139,6 +144,10 @@ struct ViewArgs {
     files: Vec<PathBuf>,
     #[arg(long)]
     label: Option<PathBuf>,
+    /// The series to open of a DICOM folder that holds several: its SeriesInstanceUID, or its
+    /// SeriesNumber where no other series has it (without, the window offers them in a picker).
+    #[arg(long, value_name = "UID|NUMBER")]
+    series: Option<String>,
 }
 
 /// A user error: exit code 2.
@@ -315,6 +324,10 @@ struct ApplyArgs {
     /// The first axis of a .npy input is channels.
     #[arg(long)]
     channels: bool,
+    /// The series to read of a DICOM folder that holds several: its SeriesInstanceUID, or its
+    /// SeriesNumber where no other series has it (`augscope info FOLDER` lists them).
+    #[arg(long, value_name = "UID|NUMBER")]
+    series: Option<String>,
     /// Output type: float32 (default) or keep (the input's type).
     #[arg(long, default_value = "float32", value_parser = ["float32", "keep"])]
     dtype: String,
@@ -375,9 +388,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => view(ViewArgs {
             files: vec![],
             label: None,
+            series: None,
         }),
         Some(Cmd::View(a)) => view(a),
-        Some(Cmd::Info { file, channels }) => info(&file, channels),
+        Some(Cmd::Info {
+            file,
+            channels,
+            series,
+        }) => info(&file, channels, series),
         Some(Cmd::Apply(a)) => apply(a),
         Some(Cmd::Devices { json, clear_cache }) => devices(json, clear_cache),
         Some(Cmd::Bench(a)) => bench(a),
@@ -449,6 +467,10 @@ struct BatchArgs {
     /// manifest names it.
     #[arg(long = "as", default_value = "augscope", value_parser = |s: &str| s.parse::<Model>())]
     model: Model,
+    /// The series to read of every DICOM folder input that holds several: a SeriesInstanceUID,
+    /// or a SeriesNumber that one series of each folder has (`augscope info FOLDER` lists them).
+    #[arg(long, value_name = "UID|NUMBER")]
+    series: Option<String>,
     /// Inputs (.nii, .nii.gz, .npy, .png, .jpg, .tif, .dcm or a DICOM folder).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
@@ -551,6 +573,10 @@ struct FilterArgs {
     /// The first axis of a .npy input is channels.
     #[arg(long)]
     channels: bool,
+    /// The series to read of every DICOM folder input that holds several: a SeriesInstanceUID,
+    /// or a SeriesNumber that one series of each folder has (`augscope info FOLDER` lists them).
+    #[arg(long, value_name = "UID|NUMBER")]
+    series: Option<String>,
     /// Output type: float32 (default) or keep (the input's type).
     #[arg(long, default_value = "float32", value_parser = ["float32", "keep"])]
     dtype: String,

@@ -5,7 +5,7 @@ use super::*;
 pub(super) fn view(args: ViewArgs) -> anyhow::Result<()> {
     #[cfg(feature = "gui")]
     {
-        crate::app::run(args.files, args.label)
+        crate::app::run(args.files, args.label, args.series)
     }
     #[cfg(not(feature = "gui"))]
     {

@@ -1,4 +1,6 @@
-//! DICOM input (dicom-rs): one file, or a folder holding one series, into a [`Volume`].
+//! DICOM input (dicom-rs): one file, or one series of a folder, into a [`Volume`]. A folder of
+//! several series is read after a choice among them ([`list_series`] lists them from the
+//! headers; [`read_series`] reads the one chosen, decoding only its pixel data).
 //!
 //! Slices are sorted by their position along the slice normal (ImagePositionPatient projected on
 //! the cross product of the ImageOrientationPatient cosines), RescaleSlope/Intercept are applied
@@ -16,18 +18,17 @@ use dicom_object::{DefaultDicomObject, Tag};
 
 use super::IoError;
 use super::dicom_geometry::{Geometry, MAX_SPACING_MM};
+pub use super::dicom_series::{SeriesInfo, choose};
+use super::dicom_series::{
+    SliceError, err, file_series, folder_series, has_preamble, listing, open, opt_floats, opt_int,
+    unreadable_slice,
+};
 use crate::core::volume::{DType, Volume};
-
-const FORMAT: &str = "DICOM";
 
 const IMPLICIT_LE: &str = "1.2.840.10008.1.2";
 const EXPLICIT_LE: &str = "1.2.840.10008.1.2.1";
 const EXPLICIT_BE: &str = "1.2.840.10008.1.2.2";
 const DEFLATED_LE: &str = "1.2.840.10008.1.2.1.99";
-
-fn err(why: impl Into<String>, path: &Path) -> IoError {
-    IoError::read(FORMAT, why, path)
-}
 
 /// Whether a path names DICOM input: a `.dcm`/`.dicom` file, a folder, or a file starting with the
 /// `DICM` preamble.
@@ -39,19 +40,9 @@ pub fn is_dicom(path: &Path) -> bool {
     lower.ends_with(".dcm") || lower.ends_with(".dicom") || has_preamble(path)
 }
 
-/// Whether a file starts with DICOM's 128-byte preamble and `DICM`.
-fn has_preamble(path: &Path) -> bool {
-    let mut head = [0u8; 132];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok()
-        && &head[128..132] == b"DICM"
-}
-
 /// One decoded slice (or multi-frame stack) of a series.
 struct Slice {
     path: PathBuf,
-    series: String,
     rows: usize,
     cols: usize,
     frames: usize,
@@ -66,56 +57,8 @@ struct Slice {
     values: Vec<f32>,
 }
 
-fn opt_str(obj: &DefaultDicomObject, tag: Tag) -> Option<String> {
-    obj.element_opt(tag)
-        .ok()
-        .flatten()
-        .and_then(|e| e.to_str().ok())
-        .map(|s| s.trim().trim_end_matches('\0').to_string())
-}
-
-fn opt_floats(obj: &DefaultDicomObject, tag: Tag) -> Option<Vec<f64>> {
-    obj.element_opt(tag)
-        .ok()
-        .flatten()
-        .and_then(|e| e.to_multi_float64().ok())
-        .filter(|v| !v.is_empty() && v.iter().all(|x| x.is_finite()))
-}
-
-fn opt_int(obj: &DefaultDicomObject, tag: Tag) -> Option<i64> {
-    obj.element_opt(tag)
-        .ok()
-        .flatten()
-        .and_then(|e| e.to_int::<i64>().ok())
-}
-
-/// Why a file gave no slice: it is no DICOM image at all (a DICOMDIR, a structured report, notes
-/// beside the series: skipped in a folder), or an image that cannot be read (an error, since the
-/// series would load with a slice missing).
-enum SliceError {
-    NotAnImage(IoError),
-    Unreadable(IoError),
-}
-
-impl SliceError {
-    fn into_inner(self) -> IoError {
-        match self {
-            SliceError::NotAnImage(e) | SliceError::Unreadable(e) => e,
-        }
-    }
-}
-
 fn read_slice(path: &Path) -> Result<Slice, SliceError> {
-    super::dicom_guard::check(path).map_err(|why| SliceError::Unreadable(err(why, path)))?;
-    let obj = dicom_object::open_file(path).map_err(|e| {
-        let e = err(one_line(&with_causes(&e)), path);
-        // A file without the DICM preamble is no DICOM file at all (notes, a README).
-        if has_preamble(path) {
-            SliceError::Unreadable(e)
-        } else {
-            SliceError::NotAnImage(e)
-        }
-    })?;
+    let (obj, _) = open(path, false)?;
     if obj.element_opt(tags::PIXEL_DATA).ok().flatten().is_none() {
         return Err(SliceError::NotAnImage(err("no pixel data", path)));
     }
@@ -131,7 +74,6 @@ fn decode_slice(path: &Path, obj: DefaultDicomObject) -> Result<Slice, IoError> 
     let values = rescale(&obj, values);
     Ok(Slice {
         path: path.to_path_buf(),
-        series: opt_str(&obj, tags::SERIES_INSTANCE_UID).unwrap_or_default(),
         rows: format.rows,
         cols: format.cols,
         frames: format.frames,
@@ -363,26 +305,6 @@ fn check_even_gaps(slices: &[Slice], normal: [f64; 3], path: &Path) -> Result<()
     Ok(())
 }
 
-/// An error and its causes, outermost first: dicom-rs's own line ("Could not read data set
-/// token") says what failed, its causes say why.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cause = c.source();
-    }
-    s
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
     [
         a[1] * b[2] - a[2] * b[1],
@@ -397,12 +319,24 @@ fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
 
 /// Reads a DICOM file or a folder holding one series.
 pub fn read(path: &Path) -> Result<Volume, IoError> {
+    read_series(path, None)
+}
+
+/// Reads a DICOM file, or one series of a folder: the series `choice` names (its
+/// SeriesInstanceUID, or a SeriesNumber that one series has: [`choose`]), else the folder's only
+/// one. A folder of several series and no choice is [`IoError::SeveralSeries`], which lists them.
+/// Only the chosen series' files are decoded.
+pub fn read_series(path: &Path, choice: Option<&str>) -> Result<Volume, IoError> {
     let mut slices = if path.is_dir() {
-        read_folder(path)?
+        read_files(&chosen_files(path, choice)?)?
     } else {
+        if let Some(c) = choice {
+            let own = file_series(path)?;
+            choose(std::slice::from_ref(&own), c).map_err(|why| err(why, path))?;
+        }
         vec![read_slice(path).map_err(SliceError::into_inner)?]
     };
-    check_one_series(&slices, path)?;
+    check_slices(&slices, path)?;
     let axes = Axes::of(&slices[0]);
     order_slices(&mut slices, axes.normal, path)?;
     let grid = series_grid(&slices, axes.normal, path)?;
@@ -410,77 +344,47 @@ pub fn read(path: &Path) -> Result<Volume, IoError> {
     Ok(build_volume(slices, &axes, &grid, affine))
 }
 
-/// The files of a series folder, sorted by name, without hidden files and subfolders.
-fn folder_files(path: &Path) -> Result<Vec<PathBuf>, IoError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| err(e.to_string(), path))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file()
-                && !p
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
+/// The series of a DICOM folder (or the one of a file), from the files' headers without their
+/// pixel data, ordered by SeriesNumber.
+pub fn list_series(path: &Path) -> Result<Vec<SeriesInfo>, IoError> {
+    if path.is_dir() {
+        Ok(folder_series(path)?.into_iter().map(|(s, _)| s).collect())
+    } else {
+        Ok(vec![file_series(path)?])
+    }
 }
 
-/// The slices of the images in a folder; files that are no DICOM image are skipped.
-fn read_folder(path: &Path) -> Result<Vec<Slice>, IoError> {
-    let files = folder_files(path)?;
-    let mut slices = vec![];
-    let mut first_err = None;
-    for f in &files {
-        // DICOMDIR, notes and other files without pixel data are skipped; an image that
-        // cannot be read is an error (the series would load a slice short, with its
-        // spacing stretched over the gap).
-        match read_slice(f) {
-            Ok(s) => slices.push(s),
-            Err(SliceError::NotAnImage(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(SliceError::Unreadable(IoError::Read { why, .. })) => {
-                return Err(err(
-                    format!(
-                        "a slice of the series cannot be read ({why}); remove it or repair \
-                         it, or the volume would load with a slice missing"
-                    ),
-                    f,
-                ));
-            }
-            Err(SliceError::Unreadable(e)) => return Err(e),
+/// The files of the series of a folder that `choice` names, or of its only series.
+fn chosen_files(path: &Path, choice: Option<&str>) -> Result<Vec<PathBuf>, IoError> {
+    let (infos, mut files): (Vec<SeriesInfo>, Vec<Vec<PathBuf>>) =
+        folder_series(path)?.into_iter().unzip();
+    let uid = match choice {
+        Some(c) => choose(&infos, c).map_err(|why| err(why, path))?.uid.clone(),
+        None if infos.len() == 1 => infos[0].uid.clone(),
+        None => {
+            let why = format!(
+                "the folder holds {} series; choose one with --series UID or NUMBER: {}",
+                infos.len(),
+                listing(&infos)
+            );
+            return Err(IoError::several_series(why, infos, path));
         }
-    }
-    if slices.is_empty() {
-        return Err(match first_err {
-            Some(IoError::Read { why, .. }) if !files.is_empty() => err(
-                format!("no readable DICOM image in the folder (first problem: {why})"),
-                path,
-            ),
-            _ => err("no DICOM files in the folder", path),
-        });
-    }
-    Ok(slices)
+    };
+    let at = infos.iter().position(|s| s.uid == uid).unwrap_or(0);
+    Ok(files.swap_remove(at))
 }
 
-/// Checks that the slices are one series, of one size, with no multi-frame file among several.
-fn check_one_series(slices: &[Slice], path: &Path) -> Result<(), IoError> {
-    let n_series = {
-        let mut s: Vec<&str> = slices.iter().map(|s| s.series.as_str()).collect();
-        s.sort_unstable();
-        s.dedup();
-        s.len()
-    };
-    if n_series > 1 {
-        return Err(err(
-            format!(
-                "the folder holds {n_series} series; point augscope at a folder with one series"
-            ),
-            path,
-        ));
-    }
+/// The slices of a series' images; one that cannot be read is an error (the series would load
+/// with a slice missing).
+fn read_files(files: &[PathBuf]) -> Result<Vec<Slice>, IoError> {
+    files
+        .iter()
+        .map(|f| read_slice(f).map_err(|e| unreadable_slice(e.into_inner(), f)))
+        .collect()
+}
+
+/// Checks that the slices are of one size, with no multi-frame file among several.
+fn check_slices(slices: &[Slice], path: &Path) -> Result<(), IoError> {
     let (rows, cols) = (slices[0].rows, slices[0].cols);
     if let Some(s) = slices.iter().find(|s| s.rows != rows || s.cols != cols) {
         return Err(err(

@@ -31,8 +31,10 @@ const PIXEL_DATA: (u16, u16) = (0x7FE0, 0x0010);
 
 /// Checks the structure of the DICOM file at `path`, from where dicom-rs starts reading; a file
 /// that dicom-rs does not take for DICOM (no `DICM` after a preamble, nor at the very start) is
-/// left to it (it refuses it with its own message).
-pub fn check(path: &Path) -> Result<(), String> {
+/// left to it (it refuses it with its own message). Returns whether the data set holds pixel
+/// data at its top level (an image, not a DICOMDIR or a report), as the walk saw it; `None` where
+/// the walk left the data set to dicom-rs (no `DICM`, a deflated data set).
+pub fn check(path: &Path) -> Result<Option<bool>, String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let size = file.metadata().map_err(|e| e.to_string())?.len();
     let mut w = Walker {
@@ -41,6 +43,7 @@ pub fn check(path: &Path) -> Result<(), String> {
         size,
         explicit: true,
         big: false,
+        pixel_data: false,
     };
     // Where dicom-object's `open_file` starts (`detect_preamble`): after a 128-byte preamble
     // and `DICM`, else after `DICM` at the very start.
@@ -54,7 +57,7 @@ pub fn check(path: &Path) -> Result<(), String> {
     } else if head.get(..4) == Some(b"DICM".as_slice()) {
         4
     } else {
-        return Ok(());
+        return Ok(None);
     };
     w.r.seek(SeekFrom::Start(start))
         .map_err(|e| e.to_string())?;
@@ -64,10 +67,11 @@ pub fn check(path: &Path) -> Result<(), String> {
         "1.2.840.10008.1.2.2" => w.big = true,
         // Deflated data sets: their lengths refer to the inflated stream, and dicom-rs (built
         // without its deflate feature) refuses them once it has read the meta group.
-        "1.2.840.10008.1.2.1.99" => return Ok(()),
+        "1.2.840.10008.1.2.1.99" => return Ok(None),
         _ => {}
     }
-    w.elements(None, 0)
+    w.elements(None, 0)?;
+    Ok(Some(w.pixel_data))
 }
 
 /// An element's tag, VR (explicit transfer syntaxes) and length.
@@ -79,6 +83,8 @@ struct Walker {
     size: u64,
     explicit: bool,
     big: bool,
+    /// Whether the data set's top level holds PixelData.
+    pixel_data: bool,
 }
 
 impl Walker {
@@ -251,6 +257,7 @@ impl Walker {
             if tag.0 == 0xFFFE {
                 return Err(self.at("a sequence delimiter outside its sequence"));
             }
+            self.pixel_data |= depth == 0 && tag == PIXEL_DATA;
             if len == UNDEFINED {
                 if tag == PIXEL_DATA {
                     self.fragments()?;

@@ -7,6 +7,7 @@
 pub mod dicom;
 mod dicom_geometry;
 mod dicom_guard;
+mod dicom_series;
 pub mod image2d;
 pub mod nifti;
 pub mod npy;
@@ -31,6 +32,14 @@ pub enum IoError {
     Write {
         format: &'static str,
         why: String,
+        path: PathBuf,
+    },
+    /// A DICOM folder of several series, and no choice among them: `series` lists them, for a
+    /// picker (the message lists them too, and says how to choose on the command line).
+    #[error("cannot read DICOM: {why}: {}", path.display())]
+    SeveralSeries {
+        why: String,
+        series: Vec<dicom::SeriesInfo>,
         path: PathBuf,
     },
     #[error(
@@ -62,6 +71,17 @@ impl IoError {
         IoError::Read {
             format,
             why: one_line(why.into()),
+            path: path.to_path_buf(),
+        }
+    }
+    pub fn several_series(
+        why: impl Into<String>,
+        series: Vec<dicom::SeriesInfo>,
+        path: &Path,
+    ) -> Self {
+        IoError::SeveralSeries {
+            why: one_line(why.into()),
+            series,
             path: path.to_path_buf(),
         }
     }
@@ -110,13 +130,17 @@ impl Format {
 }
 
 /// How to interpret a file on loading.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// The first axis of a `.npy` array is channels (`(3, H, W)` RGB, multi-channel volumes).
     pub channels_first: bool,
     /// The file is a label map: integer values that f32 cannot hold exactly (beyond 2^24) are
     /// kept as codes into a table of the exact values ([`crate::core::LabelValues`]).
     pub label: bool,
+    /// The series to read of a DICOM folder that holds several: its SeriesInstanceUID, or a
+    /// SeriesNumber that one series has ([`dicom::choose`]). Without, such a folder is
+    /// [`IoError::SeveralSeries`]; with, any input but DICOM is an error.
+    pub series: Option<String>,
 }
 
 /// How to write a volume.
@@ -142,7 +166,14 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Volume, IoError> {
         Err(e) => return Err(IoError::read("input", e.to_string(), path)),
     }
     if dicom::is_dicom(path) {
-        return dicom::read(path);
+        return dicom::read_series(path, opts.series.as_deref());
+    }
+    if let Some(series) = &opts.series {
+        return Err(IoError::read(
+            "input",
+            format!("series {series} was chosen, but this is no DICOM file or folder"),
+            path,
+        ));
     }
     match Format::from_path(path)? {
         Format::Nifti => nifti::read_with(path, opts.label),

@@ -52,6 +52,13 @@ fn scan_facts(ui: &mut egui::Ui, rt: &Runtime) {
         .num_columns(2)
         .max_col_width(0.62 * ui.available_width())
         .show(ui, |ui| {
+            if let Some(series) = &s.loaded.series {
+                ui.label("series");
+                let label = series.label();
+                ui.add(egui::Label::new(&label).truncate())
+                    .on_hover_text(format!("{label}\nSeriesInstanceUID {}", series.uid));
+                ui.end_row();
+            }
             ui.label("shape");
             ui.label(format!("{:?}", v.shape));
             ui.end_row();

@@ -121,7 +121,7 @@ fn file_menu(ui: &mut egui::Ui, state: &State, rt: &Runtime, out: &mut Vec<Comma
     }
     if ui
         .button("Open DICOM folder…")
-        .on_hover_text("a folder that holds the files of one series")
+        .on_hover_text("a folder of DICOM files; of several series, a picker offers them")
         .clicked()
     {
         out.push(Command::Pick(crate::app::browse::Purpose::DicomFolder));

@@ -1,12 +1,31 @@
 //! Reading a scan and its label map for the explorer, with the window presets that suit it.
 
 use super::*;
+use crate::io::dicom::SeriesInfo;
+
+/// A DICOM folder of several series, and the request that opened it: the explorer offers its
+/// series in a picker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeriesChoice {
+    pub path: PathBuf,
+    pub label: Option<PathBuf>,
+    pub series: Vec<SeriesInfo>,
+}
+
+/// Why a scan did not load: an error to show, or a folder whose series the user chooses among.
+#[derive(Debug)]
+pub enum NotLoaded {
+    Error(String),
+    Choose(SeriesChoice),
+}
 
 /// A scan and its label map, as loaded.
 pub struct Loaded {
     pub image: Arc<Volume>,
     pub label: Option<Arc<Volume>>,
     pub path: PathBuf,
+    /// The series read of a DICOM folder of several, where one was chosen.
+    pub series: Option<SeriesInfo>,
     pub label_path: Option<PathBuf>,
     /// 0.5 and 99.5 percentiles of the image (the "auto" window).
     pub auto_window: (f32, f32),
@@ -56,19 +75,49 @@ pub fn window_presets(data: &[f32], range: (f32, f32)) -> Vec<(String, f32, f32)
     ]
 }
 
-pub(super) fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Loaded, String> {
+/// Reads a scan (the series `series` of a DICOM folder of several) and its label map, with what
+/// the views need of them; a DICOM folder of several series and no choice is
+/// [`NotLoaded::Choose`].
+pub(super) fn load_scan(
+    path: PathBuf,
+    label_path: Option<PathBuf>,
+    series: Option<String>,
+) -> Result<Loaded, NotLoaded> {
     let t = Instant::now();
-    let image = io::load(&path, &LoadOptions::default()).map_err(|e| e.to_string())?;
+    let opts = LoadOptions {
+        series: series.clone(),
+        ..LoadOptions::default()
+    };
+    let image = match io::load(&path, &opts) {
+        Ok(v) => v,
+        Err(io::IoError::SeveralSeries { series, .. }) => {
+            return Err(NotLoaded::Choose(SeriesChoice {
+                path,
+                label: label_path,
+                series,
+            }));
+        }
+        Err(e) => return Err(NotLoaded::Error(e.to_string())),
+    };
     if image.data.is_empty() {
-        return Err(format!("the scan holds no voxels: {}", path.display()));
+        return Err(NotLoaded::Error(format!(
+            "the scan holds no voxels: {}",
+            path.display()
+        )));
     }
     if !(2..=3).contains(&image.ndim()) {
-        return Err(format!(
+        return Err(NotLoaded::Error(format!(
             "only 2D and 3D scans can be shown, this one has {} axes: {}",
             image.ndim(),
             path.display()
-        ));
+        )));
     }
+    // The chosen series in words (for the title and the Scan facts): its folder's headers once
+    // more, which costs little beside the pixel data just read.
+    let series = series.filter(|_| path.is_dir()).and_then(|choice| {
+        let list = io::dicom::list_series(&path).ok()?;
+        io::dicom::choose(&list, &choice).ok().cloned()
+    });
     let mut note = None;
     let label = match &label_path {
         None => None,
@@ -121,6 +170,7 @@ pub(super) fn load_scan(path: PathBuf, label_path: Option<PathBuf>) -> Result<Lo
         image: Arc::new(image),
         label,
         path,
+        series,
         label_path,
         auto_window,
         note,

@@ -115,6 +115,8 @@ pub struct Comparison {
 
 pub enum Reply {
     Loaded(Result<Loaded, String>),
+    /// The folder opened holds several DICOM series: one is to be chosen.
+    ChooseSeries(SeriesChoice),
     Slices(SliceSet),
     /// The whole volume of this generation is being computed (after its slices, on the CPU).
     Filling(u64),
@@ -137,7 +139,8 @@ pub enum Reply {
 
 #[derive(Default)]
 struct Slots {
-    load: Option<(PathBuf, Option<PathBuf>)>,
+    /// A scan, its label map and the series to read of a DICOM folder of several.
+    load: Option<(PathBuf, Option<PathBuf>, Option<String>)>,
     compute: Option<Compute>,
     compare: Option<Compute>,
     mask: Option<MaskRequest>,
@@ -182,8 +185,15 @@ impl Worker {
     }
 
     pub fn load(&self, path: PathBuf, label: Option<PathBuf>) {
+        self.load_series(path, label, None);
+    }
+
+    /// Posts a load of the series `series` of a DICOM folder (its SeriesInstanceUID, or a
+    /// SeriesNumber that one series has); without, a folder of several series is answered with
+    /// [`Reply::ChooseSeries`].
+    pub fn load_series(&self, path: PathBuf, label: Option<PathBuf>, series: Option<String>) {
         let mut s = self.shared.lock();
-        s.load = Some((path, label));
+        s.load = Some((path, label, series));
         s.compute = None;
         s.compare = None;
         s.mask = None;
@@ -332,8 +342,8 @@ impl WorkerLoop {
                     },
                 }
             };
-            if let Some((path, label)) = load {
-                let r = load_scan(path, label);
+            if let Some((path, label, series)) = load {
+                let r = load_scan(path, label, series);
                 if let Ok(l) = &r {
                     self.image = Some(l.image.clone());
                     self.label = l.label.clone();
@@ -341,7 +351,11 @@ impl WorkerLoop {
                     self.prefiltered.clear();
                     self.transformed = None;
                 }
-                self.send(Reply::Loaded(r));
+                self.send(match r {
+                    Ok(l) => Reply::Loaded(Ok(l)),
+                    Err(NotLoaded::Error(e)) => Reply::Loaded(Err(e)),
+                    Err(NotLoaded::Choose(c)) => Reply::ChooseSeries(c),
+                });
             } else if let Some(c) = compute {
                 self.compute(c);
             } else if let Some(m) = mask {

@@ -72,6 +72,9 @@ pub struct BatchOptions {
     /// Whose model of the transform runs (`--as`): augscope's own on the selected engine, or a
     /// training library's ([`super::preview`]) on the CPU engine.
     pub model: Model,
+    /// The series to read of every DICOM folder input that holds several (`--series`): a
+    /// SeriesInstanceUID, or a SeriesNumber that one series of each folder has.
+    pub series: Option<String>,
 }
 
 /// An intensity filter of a batch: before the spatial transform (each input is filtered once,

@@ -311,7 +311,13 @@ fn prepare_modules(
 
 /// Input `input` and its label map, checked against the preset and each other.
 fn load_input(opts: &BatchOptions, input: usize) -> Result<(Volume, Option<Volume>), BatchError> {
-    let img = io::load(&opts.inputs[input], &LoadOptions::default())?;
+    let img = io::load(
+        &opts.inputs[input],
+        &LoadOptions {
+            series: opts.series.clone(),
+            ..LoadOptions::default()
+        },
+    )?;
     opts.preset
         .check_ndim(img.ndim())
         .and_then(|()| opts.preset.check_spacing(&img.spacing_mm))
@@ -499,6 +505,9 @@ fn record(
     let mut record = record;
     if let Some(f) = &opts.filter {
         record["intensity_filter"] = f.record();
+    }
+    if let Some(series) = &opts.series {
+        record["series"] = json!(series);
     }
     record
 }
