@@ -65,6 +65,9 @@ pub struct Timings {
     pub upload_ms: f64,
     /// Device to host copies (GPU engines).
     pub download_ms: f64,
+    /// The intensity steps after the resample (device time on a GPU); 0 without steps.
+    #[serde(default)]
+    pub intensity_ms: f64,
     /// Everything, end to end.
     pub total_ms: f64,
     /// When the job ran in a batched launch: how many samples these timings cover (all of them
@@ -344,7 +347,12 @@ pub(crate) fn with_intensity<'a>(
             label,
         },
     )?;
+    let t0 = std::time::Instant::now();
     intensity_after(job.plan, image, &job.image.shape, job.image.channels);
+    let mut t = t;
+    if !job.plan.intensity.is_empty() {
+        t.intensity_ms = t0.elapsed().as_secs_f64() * 1e3;
+    }
     Ok(t)
 }
 

@@ -154,7 +154,14 @@ impl DeviceEngine {
         let batch = fields.batch.as_ref();
         let (e_rs0, e_rs1) = self.resample(st, &work, params, batch, precision, caller.as_mut())?;
 
-        if Self::intensity_here(precision, region) {
+        let mut intensity_events = None;
+        if Self::intensity_here(precision, region)
+            && work
+                .todo
+                .iter()
+                .any(|&i| !jobs[i].0.plan.intensity.is_empty())
+        {
+            let e0 = self.event(&self.dev.stream)?;
             let plans: Vec<&Plan> = work.todo.iter().map(|&i| jobs[i].0.plan).collect();
             let out = match caller.as_mut() {
                 Some(c) => &mut *c.out,
@@ -166,12 +173,17 @@ impl DeviceEngine {
                 }
             };
             self.intensity_device(out, &plans, &work.box_shape, work.channels)?;
+            intensity_events = Some((e0, self.event(&self.dev.stream)?));
         }
         let t_down = Instant::now();
         self.download(&mut st.ws, &work, jobs, precision, caller.as_mut())?;
         timings.download_ms = t_down.elapsed().as_secs_f64() * 1e3;
         self.finish(&st.ws, [&e_pre0, &e_pre1, &e_rs0, &e_rs1], &mut timings)?;
         timings.field_ms = fields.time.ms()?;
+        if let Some((e0, e1)) = intensity_events {
+            timings.intensity_ms =
+                f64::from(e0.elapsed_ms(&e1).map_err(|e| driver_error("timing", e))?);
+        }
         if caller.is_none() {
             st.resident = if work.cubic() { None } else { up_key };
         }
