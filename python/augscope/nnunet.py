@@ -1,19 +1,18 @@
-"""An nnU-Net v2 trainer whose spatial augmentation is augscope's, on the GPU.
+"""An nnU-Net v2 trainer whose augmentation is augscope's, on the GPU.
 
-`nnUNetTrainerAugscopeGPU` is nnU-Net's `nnUNetTrainer` with one change: the spatial part of the
-training augmentation (nnU-Net's `SpatialTransform`, with its rotation, scaling, elastic
-deformation and centre crop, and `MirrorTransform`) leaves the CPU data-loader processes and runs
-in `train_step` on the training GPU, through augscope: the preset you tuned in the explorer,
-exact scipy boundary modes, orders 0/1/3 and the dense elastic field, on the batch where it
-already is. The deep-supervision targets are then made on the GPU by batchgeneratorsv2's own
-`DownsampleSegForDSTransform`. Everything else (the intensity transforms, masks, regions, the
-cascade) stays where nnU-Net puts it.
+`nnUNetTrainerAugscopeGPU` is nnU-Net's `nnUNetTrainer` with one change: the training
+augmentation (nnU-Net's `SpatialTransform`, with its rotation, scaling, elastic deformation and
+centre crop, its seven intensity transforms and `MirrorTransform`) leaves the CPU data-loader
+processes and runs in `train_step` on the training GPU, through augscope: the preset you tuned in
+the explorer, spatial part and `[[intensity]]` steps, exact scipy boundary modes, orders 0/1/3,
+the dense elastic field and the noise made on the device, on the batch where it already is. The
+deep-supervision targets are then made on the GPU by batchgeneratorsv2's own
+`DownsampleSegForDSTransform`. Everything else (masks, regions, the cascade) stays where nnU-Net
+puts it.
 
 Differences from nnU-Net's own pipeline, by design:
-- the intensity transforms (noise, blur, brightness, contrast, low resolution, gamma) run on the
-  CPU before the spatial transform, on nnU-Net's larger initial patch, instead of after it. They
-  are nnU-Net's own: a preset's `[[intensity]]` steps must be nnU-Net's default ones (the bundled
-  nnunet-v2 preset's) or absent, and the trainer refuses any other at its first batch;
+- augscope mirrors before the intensity steps, nnU-Net after them (the distributions are the
+  same; see the nnunet-v2 preset's description);
 - the preset is applied in 3D also where nnU-Net would use its dummy-2D augmentation.
 
 Use: make the class visible to nnU-Net (it looks for trainers inside its own package) with
@@ -43,6 +42,14 @@ def __getattr__(name):
 
 def _build():
     import torch
+    from batchgeneratorsv2.transforms.intensity.brightness import \
+        MultiplicativeBrightnessTransform
+    from batchgeneratorsv2.transforms.intensity.contrast import ContrastTransform
+    from batchgeneratorsv2.transforms.intensity.gamma import GammaTransform
+    from batchgeneratorsv2.transforms.intensity.gaussian_noise import GaussianNoiseTransform
+    from batchgeneratorsv2.transforms.noise.gaussian_blur import GaussianBlurTransform
+    from batchgeneratorsv2.transforms.spatial.low_resolution import \
+        SimulateLowResolutionTransform
     from batchgeneratorsv2.transforms.spatial.mirroring import MirrorTransform
     from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
     from batchgeneratorsv2.transforms.utils.deep_supervision_downsampling import \
@@ -51,11 +58,18 @@ def _build():
                                                              Convert3DTo2DTransform)
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
+    from batchgeneratorsv2.transforms.utils.random import RandomTransform
+
     from . import Augment, apply
-    from . import preset as read_preset
     from .adapters import _label_plan
 
     moved = (SpatialTransform, MirrorTransform, Convert3DTo2DTransform, Convert2DTo3DTransform)
+    intensity = (GaussianNoiseTransform, GaussianBlurTransform, MultiplicativeBrightnessTransform,
+                 ContrastTransform, SimulateLowResolutionTransform, GammaTransform)
+
+    def runs_on_the_gpu(t):
+        return isinstance(t, moved) or (isinstance(t, RandomTransform)
+                                        and isinstance(t.transform, intensity))
 
     class nnUNetTrainerAugscopeGPU(nnUNetTrainer):
         """nnUNetTrainer with augscope's spatial augmentation on the training GPU (see the
@@ -67,12 +81,13 @@ def _build():
         @staticmethod
         def get_training_transforms(patch_size, rotation_for_DA, deep_supervision_scales,
                                     mirror_axes, do_dummy_2d_data_aug, *args, **kwargs):
-            """nnU-Net's CPU pipeline without the spatial transform, the mirroring and the
-            deep-supervision downsampling (all three run in `augscope_batch` on the GPU)."""
+            """nnU-Net's CPU pipeline without the spatial transform, the intensity transforms, the
+            mirroring and the deep-supervision downsampling (all of them run in `augscope_batch`
+            on the GPU)."""
             compose = nnUNetTrainer.get_training_transforms(
                 patch_size, rotation_for_DA, None, mirror_axes, do_dummy_2d_data_aug, *args,
                 **kwargs)
-            compose.transforms = [t for t in compose.transforms if not isinstance(t, moved)]
+            compose.transforms = [t for t in compose.transforms if not runs_on_the_gpu(t)]
             return compose
 
         def augscope_augment(self):
@@ -84,13 +99,6 @@ def _build():
                 patch = [int(i) for i in self.configuration_manager.patch_size]
                 dev = self.device
                 device = f"cuda:{dev.index or 0}" if dev.type == "cuda" else "cpu"
-                steps = read_preset(self.augscope_preset).get("intensity", [])
-                if steps and steps != read_preset("nnunet-v2").get("intensity", []):
-                    raise RuntimeError(
-                        "nnUNetTrainerAugscopeGPU runs nnU-Net's own intensity transforms in its "
-                        "data loaders; the preset's [[intensity]] steps differ from nnU-Net's "
-                        "defaults and would not be applied: remove them from the preset, or train "
-                        "with the exported trainer (augscope preset export --to nnunet)")
                 aug = Augment(self.augscope_preset, seed=self.augscope_seed, ndim=len(patch),
                               device=device, patch_size=patch, patch_center="centre")
                 self._augscope = aug
@@ -117,8 +125,6 @@ def _build():
             imgs, segs = [], []
             for b in range(data.shape[0]):
                 plan, _ = aug.draw(grid, self._augscope_seen + b, epoch, channels=data.shape[1])
-                # nnU-Net's data loaders ran the intensity steps (see the module's text).
-                plan.pop("intensity", None)
                 imgs.append(apply(data[b], plan, channels=True, device=aug.device,
                                   precision=aug.precision).image)
                 lab = apply(target[b].float(), _label_plan(plan), channels=True,

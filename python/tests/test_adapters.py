@@ -239,6 +239,11 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
     kinds = [type(t) for t in compose.transforms]
     assert SpatialTransform not in kinds and MirrorTransform not in kinds
     assert DownsampleSegForDSTransform not in kinds
+    # nnU-Net's intensity transforms leave the CPU pipeline too: augscope runs the preset's.
+    inner = [type(getattr(t, "transform", t)).__name__ for t in compose.transforms]
+    assert not {"GaussianNoiseTransform", "GaussianBlurTransform", "GammaTransform",
+                "ContrastTransform", "MultiplicativeBrightnessTransform",
+                "SimulateLowResolutionTransform"} & set(inner), inner
 
     trainer = cls.__new__(cls)
     trainer.configuration_manager = SimpleNamespace(patch_size=patch)
@@ -260,7 +265,7 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
         plan, _ = aug.draw([22, 24, 20], b, 2)
         want = augscope.apply(data[b], plan, channels=True).image
         assert torch.equal(out["data"][b], want)
-        lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0),
+        lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0, intensity=[]),
                              channels=True).image.round().to(torch.int16)
         for k, w in enumerate(ds._apply_to_segmentation(lab)):
             assert torch.equal(out["target"][k][b], w)
@@ -268,3 +273,18 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
     out2 = trainer.augscope_batch({"data": data, "target": target})
     plan2, _ = aug.draw([22, 24, 20], 2, 2)
     assert torch.equal(out2["data"][0], augscope.apply(data[0], plan2, channels=True).image)
+    # nnunet-v2: the intensity steps reach the image, never the target.
+    trainer._augscope = None
+    trainer.augscope_preset = "nnunet-v2"
+    aug = augscope.Augment("nnunet-v2", seed=11, patch_size=patch)
+    seen = 0
+    for k in range(6):
+        out = trainer.augscope_batch({"data": data, "target": target})
+        for b in range(2):
+            plan, _ = aug.draw([22, 24, 20], 2 * k + b, 2, channels=1)
+            seen += bool(plan.get("intensity"))
+            assert torch.equal(out["data"][b], augscope.apply(data[b], plan, channels=True).image)
+            lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0, intensity=[]),
+                                 channels=True).image.round().to(torch.int16)
+            assert torch.equal(out["target"][0][b], ds._apply_to_segmentation(lab)[0])
+    assert seen > 0, "no draw of twelve had an intensity step"

@@ -49,6 +49,22 @@ def test_cuda_tensors_equal_the_cli_on_cuda(work, mode, order):
     assert np.array_equal(out.label.cpu().numpy(), our_lab.astype(np.uint8))
 
 
+def test_intensity_steps_on_cuda_tensors_equal_the_cli_on_cuda(work):
+    """The intensity steps run on the device arrays themselves (f32 storage): the same bits as
+    the CLI on CUDA, and the label map untouched by them."""
+    v, lab = volume((30, 34, 31)), labels((30, 34, 31))
+    steps = ["--noise", "0.2", "--blur", "0.8", "--contrast", "1.2", "--lowres",
+             "0.6", "--gamma", "1.3", "--gamma-retain-stats"]
+    ours, our_lab, plan = cli_cuda(work, v, PLAN_ARGS + steps, lab=lab, tag="int")
+    assert [s for step in plan["intensity"] for s in step] == [
+        "gaussian_noise", "gaussian_blur", "contrast", "low_resolution", "gamma"]
+    out = augscope.apply(on_gpu(v), plan, label=on_gpu(lab))
+    assert out.image.is_cuda
+    assert np.array_equal(out.image.cpu().numpy(), ours)
+    _, plain_lab, _ = cli_cuda(work, v, PLAN_ARGS, lab=lab, tag="int0")
+    assert np.array_equal(out.label.cpu().numpy(), plain_lab.astype(np.uint8))
+
+
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
 @pytest.mark.parametrize("order", [1, 3])
 def test_half_precision_storage(work, precision, order):
