@@ -267,10 +267,42 @@ fn tile(
         label: None,
     };
     match plane {
+        // A step that needs the whole channel (statistics, neighbours, the noise's counters)
+        // cannot be computed from a plane: the whole grid, then its plane.
+        Some((axis, index)) if plan.intensity.iter().any(|s| s.needs_whole_channel()) => {
+            let mut full = vec![0f32; tile_len(image, None)];
+            let whole = Outputs {
+                image: &mut full,
+                label: None,
+            };
+            engine.apply(job, whole)?;
+            copy_plane(&full, &image.shape, axis, index, out.image);
+            Ok(())
+        }
         Some((axis, index)) => engine
             .apply_plane(job, Plane { axis, index }, Some(resident), out)
             .map(|_| ()),
         None => engine.apply(job, out).map(|_| ()),
+    }
+}
+
+/// Plane `index` of `axis` of each channel of `full` (C order, channels first, spatial `shape`)
+/// into `out`, channel by channel, the other axes in increasing order (as
+/// `Backend::apply_plane` writes a plane).
+fn copy_plane(full: &[f32], shape: &[usize], axis: usize, index: usize, out: &mut [f32]) {
+    let n: usize = shape.iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut o = out.iter_mut();
+    for ch in full.chunks(n.max(1)) {
+        for a in 0..outer {
+            let start = (a * shape[axis] + index) * inner;
+            // The source first: zip takes from its first iterator before it knows the second
+            // is done, which must not cost an output value.
+            for (src, dst) in ch[start..start + inner].iter().zip(&mut o) {
+                *dst = *src;
+            }
+        }
     }
 }
 
@@ -470,4 +502,57 @@ fn displacement(gpu: Option<&dyn Backend>, plan: &Plan, shape: &[usize]) -> Opti
         .displacement_stats(plan, &out_shape)
         .ok()
         .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::cpu::CpuBackend;
+
+    /// A tile whose plan needs the whole channel (contrast) is the plane of the whole grid's
+    /// result, in the order a plane apply writes it; a plan without such a step takes the plane
+    /// path, which the same copy reproduces.
+    #[test]
+    fn whole_channel_tiles_are_planes_of_the_whole_grid() {
+        let shape = vec![4, 5, 6];
+        let n: usize = shape.iter().product();
+        let image = Volume::new(
+            (0..2 * n).map(|i| i as f32 * 0.5).collect(),
+            shape.clone(),
+            2,
+        );
+        let cpu = CpuBackend::new();
+        // A flip moves voxels exactly: both paths give the same bits.
+        let plan = Plan {
+            flip: vec![1],
+            ..Plan::default()
+        };
+        for axis in 0..3 {
+            let index = shape[axis] / 2;
+            let len = tile_len(&image, Some((axis, index)));
+            let mut by_plane = vec![0f32; len];
+            tile(&cpu, &plan, &image, Some((axis, index)), 1, &mut by_plane)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut full = vec![0f32; 2 * n];
+            tile(&cpu, &plan, &image, None, 1, &mut full).unwrap_or_else(|e| panic!("{e}"));
+            let mut copied = vec![0f32; len];
+            copy_plane(&full, &shape, axis, index, &mut copied);
+            assert_eq!(copied, by_plane, "axis {axis}");
+        }
+        let contrast = Plan {
+            intensity: vec![
+                serde_json::from_str(r#"{"contrast": {"factors": [1.5]}}"#)
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ],
+            ..plan
+        };
+        let mut tile_out = vec![0f32; tile_len(&image, Some((1, 2)))];
+        tile(&cpu, &contrast, &image, Some((1, 2)), 1, &mut tile_out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut full = vec![0f32; 2 * n];
+        tile(&cpu, &contrast, &image, None, 1, &mut full).unwrap_or_else(|e| panic!("{e}"));
+        let mut want = vec![0f32; tile_out.len()];
+        copy_plane(&full, &shape, 1, 2, &mut want);
+        assert_eq!(tile_out, want);
+    }
 }
