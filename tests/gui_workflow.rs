@@ -339,3 +339,54 @@ fn a_saved_preset_being_edited_has_no_unsaved_edits_after_a_restart() {
     h.run_steps(3);
     assert!(h.state().title().ends_with('*'), "{}", h.state().title());
 }
+
+#[test]
+fn the_editor_lists_the_intensity_steps_and_edits_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut h = scan_harness(dir.path());
+    edit_nnunet(&mut h);
+    for step in [
+        "Intensity",
+        "1. gaussian_noise",
+        "5. low_resolution",
+        "7. gamma",
+    ] {
+        assert!(h.query_by_label(step).is_some(), "{step} is listed");
+    }
+    let steps = |h: &Harness<'_, App>| {
+        h.state()
+            .state
+            .draft
+            .as_ref()
+            .map(|d| d.intensity.iter().map(|s| s.name()).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    assert_eq!(steps(&h).len(), 7);
+    // Remove the noise: the draft loses it, and the preset in use now differs.
+    h.get_all_by_label("remove")
+        .next()
+        .expect("a remove button")
+        .scroll_to_me();
+    h.run_steps(3);
+    h.get_all_by_label("remove")
+        .next()
+        .expect("a remove button")
+        .click_accesskit();
+    h.run_steps(4);
+    assert_eq!(steps(&h)[0], "gaussian_blur");
+    assert!(h.state().rt.editor.unsaved(&h.state().state));
+    // Add it back from the families' list, at the end.
+    h.get_all_by_role_and_label(Role::ComboBox, "add a step")
+        .next()
+        .expect("the add-a-step control")
+        .scroll_to_me();
+    h.run_steps(3);
+    h.get_all_by_role_and_label(Role::ComboBox, "add a step")
+        .next()
+        .expect("the add-a-step control")
+        .click();
+    h.run_steps(3);
+    h.get_by_label("gaussian_noise").click();
+    h.run_steps(4);
+    assert_eq!(steps(&h).last().copied(), Some("gaussian_noise"));
+}
