@@ -12,6 +12,9 @@ use super::{
 };
 use crate::core::draws::{Range, SplitMix64};
 
+/// The largest sigma, in voxels (601 taps; a training pipeline blurs by a voxel or two).
+pub const MAX_SIGMA: f64 = 100.0;
+
 /// The drawn sigmas, in voxels, one per spatial axis.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,8 +72,11 @@ impl StepValues for Blur {
                     s.len()
                 ));
             }
-            if let Some(v) = s.iter().find(|v| !v.is_finite() || **v <= 0.0 || **v > 1e3) {
-                return Err(format!("sigma {v} is not a number in (0, 1000]"));
+            if let Some(v) = s
+                .iter()
+                .find(|v| !v.is_finite() || **v <= 0.0 || **v > MAX_SIGMA)
+            {
+                return Err(format!("sigma {v} is not a number in (0, {MAX_SIGMA}]"));
             }
         }
         Ok(())
@@ -137,8 +143,11 @@ impl StepSpec for BlurSpec {
         check_p("p", self.p)?;
         check_p("p_per_channel", self.p_per_channel)?;
         check_range("sigma", self.sigma, Some(0.0))?;
-        if self.sigma[1] > 1e3 {
-            return Err(format!("sigma {} is above 1000 voxels", self.sigma[1]));
+        if self.sigma[1] > MAX_SIGMA {
+            return Err(format!(
+                "sigma {} is above {MAX_SIGMA} voxels",
+                self.sigma[1]
+            ));
         }
         Ok(())
     }
