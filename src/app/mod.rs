@@ -13,7 +13,6 @@ pub mod code;
 pub mod export;
 pub mod format;
 pub mod grid;
-pub mod intensity_editor;
 pub mod latency;
 pub mod legend;
 pub mod overlay;

@@ -4,6 +4,8 @@
 //! `State::draft`, so edits are undone like the sliders; it validates as it goes with the rules
 //! and messages of loading a TOML file ([`Preset::validate`], [`Preset::check_ndim`]).
 
+mod intensity;
+
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use eframe::egui;
@@ -296,7 +298,7 @@ fn axis_names(ndim: usize) -> &'static [&'static str] {
 }
 
 /// A probability slider.
-pub(super) fn prob(ui: &mut egui::Ui, label: &str, p: &mut f64) {
+fn prob(ui: &mut egui::Ui, label: &str, p: &mut f64) {
     ui.horizontal(|ui| {
         let l = ui.label(label);
         ui.add(egui::Slider::new(p, 0.0..=1.0).fixed_decimals(2))
@@ -305,7 +307,7 @@ pub(super) fn prob(ui: &mut egui::Ui, label: &str, p: &mut f64) {
 }
 
 /// A `[lo, hi]` range as two drag values with a unit.
-pub(super) fn range(ui: &mut egui::Ui, label: &str, r: &mut Range, speed: f64, unit: &str) {
+fn range(ui: &mut egui::Ui, label: &str, r: &mut Range, speed: f64, unit: &str) {
     ui.horizontal(|ui| {
         let l = ui.label(label);
         ui.add(
@@ -587,7 +589,7 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &Realis
             .response
             .labelled_by(l.id);
     });
-    super::intensity_editor::intensity_section(ui, &mut p.intensity);
+    intensity::intensity_section(ui, &mut p.intensity);
 }
 
 /// The editor window (while `rt.editor.open`).

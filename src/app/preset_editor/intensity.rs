@@ -5,7 +5,7 @@
 
 use eframe::egui;
 
-use super::preset_editor::{prob, range};
+use super::{prob, range};
 use crate::core::draws::Distribution;
 use crate::core::intensity::{
     BlurSpec, BrightnessSpec, ContrastSpec, GammaSpec, IntensitySpec, LowResolutionSpec, NoiseSpec,
