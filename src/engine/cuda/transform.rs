@@ -269,13 +269,18 @@ impl DeviceEngine {
                 match caller.as_deref_mut() {
                     Some(c) => {
                         self.copy_on_device(c)?;
-                        if steps {
+                        if steps && !job.plan.intensity.is_empty() {
                             self.intensity_device(
                                 &mut c.out,
                                 &[job.plan],
                                 &shape,
                                 job.image.channels,
                             )?;
+                            // The caller reads its arrays when the call returns.
+                            self.dev
+                                .stream
+                                .synchronize()
+                                .map_err(|e| driver_error("the intensity steps", e))?;
                         }
                     }
                     None => {
