@@ -18,7 +18,9 @@ Xvfb "$DISP" -screen 0 1600x1000x24 >/dev/null 2>&1 &
 XVFB=$!
 APP=""
 trap 'kill $APP $XVFB 2>/dev/null || true; rm -rf "$TMP"' EXIT
-for _ in $(seq 1 50); do xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.2; done
+# Xvfb may take a while on a loaded machine: wait up to a minute for the display, then say so.
+for _ in $(seq 1 300); do xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.2; done
+xdotool getdisplaygeometry >/dev/null 2>&1 || { echo "Xvfb did not open display $DISP" >&2; exit 1; }
 "$BIN" preset export --to torchio --ndim 3 nnunet-v2 > "$TMP/want.py"
 # The code window open on the TorchIO tab (the window's default place: x 300, y 80 points).
 AUGSCOPE_SHOT="code=1;preset=nnunet-v2" "$BIN" view assets/mni152_t1.nii.gz >"$TMP/app.log" 2>&1 &
