@@ -125,17 +125,13 @@ pub struct BlurSpec {
     pub p: f64,
     /// The sigma's range, in voxels.
     pub sigma: Range,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     pub p_per_channel: f64,
     #[serde(default)]
     pub synchronize_channels: bool,
     /// One sigma for every axis of a channel.
     #[serde(default)]
     pub synchronize_axes: bool,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl StepSpec for BlurSpec {

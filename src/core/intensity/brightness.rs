@@ -46,14 +46,10 @@ pub struct BrightnessSpec {
     pub multiplier: Range,
     #[serde(default)]
     pub distribution: Distribution,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     pub p_per_channel: f64,
     #[serde(default)]
     pub synchronize_channels: bool,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl StepSpec for BrightnessSpec {

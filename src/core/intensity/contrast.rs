@@ -23,9 +23,6 @@ pub struct Contrast {
 fn yes() -> bool {
     true
 }
-fn one() -> f64 {
-    1.0
-}
 
 impl StepValues for Contrast {
     fn count(&self) -> usize {
@@ -76,7 +73,7 @@ pub struct ContrastSpec {
     pub distribution: Distribution,
     #[serde(default = "yes")]
     pub preserve_range: bool,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     pub p_per_channel: f64,
     #[serde(default)]
     pub synchronize_channels: bool,

@@ -101,14 +101,10 @@ pub struct GammaSpec {
     /// Probability that a channel keeps its mean and standard deviation.
     #[serde(default)]
     pub p_retain_stats: f64,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     pub p_per_channel: f64,
     #[serde(default)]
     pub synchronize_channels: bool,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl StepSpec for GammaSpec {

@@ -133,9 +133,12 @@ fn resize_linear(src: &[f32], from: &[usize], out: &mut [f32], to: &[usize]) {
     let ost = strides(to);
     let nd = to.len();
     out.par_iter_mut().enumerate().for_each(|(i, v)| {
-        let t: Vec<(usize, usize, f32, f32)> =
-            (0..nd).map(|a| taps[a][(i / ost[a]) % to[a]]).collect();
-        *v = nest(src, &t, 0);
+        // At most three axes: the taps of this voxel on the stack, not a vector per voxel.
+        let mut t = [(0, 0, 1.0, 0.0); 3];
+        for (a, ta) in t.iter_mut().enumerate().take(nd) {
+            *ta = taps[a][(i / ost[a]) % to[a]];
+        }
+        *v = nest(src, &t[..nd], 0);
     });
 }
 
@@ -156,7 +159,7 @@ fn nest(src: &[f32], t: &[(usize, usize, f32, f32)], base: usize) -> f32 {
 pub struct LowResolutionSpec {
     pub p: f64,
     pub scale: Range,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     pub p_per_channel: f64,
     #[serde(default)]
     pub synchronize_channels: bool,
@@ -166,10 +169,6 @@ pub struct LowResolutionSpec {
     /// Axes that keep their resolution (nnU-Net's axis 0 for anisotropic patches).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_axes: Vec<usize>,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl StepSpec for LowResolutionSpec {

@@ -375,6 +375,11 @@ pub(crate) fn py_bool(b: bool) -> &'static str {
     if b { "True" } else { "False" }
 }
 
+/// The default of `p_per_channel`: every channel takes part.
+pub(crate) fn one() -> f64 {
+    1.0
+}
+
 /// A probability in [0, 1], or why not.
 pub(crate) fn check_p(name: &str, p: f64) -> Result<(), String> {
     if (0.0..=1.0).contains(&p) {

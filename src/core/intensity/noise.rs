@@ -67,14 +67,10 @@ pub struct NoiseSpec {
     pub p: f64,
     /// The standard deviation's range (batchgeneratorsv2's `noise_variance`).
     pub std: Range,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     pub p_per_channel: f64,
     #[serde(default)]
     pub synchronize_channels: bool,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl StepSpec for NoiseSpec {
