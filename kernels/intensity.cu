@@ -183,8 +183,8 @@ extern "C" __global__ void int_retain(float* x, long long n, const double* befor
 }
 
 // ---------------------------------------------------------------------------------------------
-// Blur along one axis: taps w[0..taps) centred, the channel mirrored at its edges without the
-// edge repeated, summed in tap order from 0 (gaussian_blur).
+// Blur along one axis: taps w[0..taps) centred, summed in tap order from 0, the channel padded
+// as `pad` says (src/core/intensity/conv.rs): every blur family.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ long long mirror_index(long long i, long long n) {
     if (n == 1) return 0;
@@ -194,8 +194,19 @@ __device__ __forceinline__ long long mirror_index(long long i, long long n) {
     return m < n ? m : period - m;
 }
 
+// Beyond the edge: pad 0 mirrors without the edge repeated, 1 reflects with it (scipy's reflect),
+// 2 reads zeros (the index -1: the tap is skipped).
+__device__ __forceinline__ long long pad_index(long long i, long long n, int pad) {
+    if (i >= 0 && i < n) return i;
+    if (pad == 2) return -1;
+    if (pad == 0) return mirror_index(i, n);
+    long long m = i % (2 * n);
+    if (m < 0) m += 2 * n;
+    return m < n ? m : 2 * n - 1 - m;
+}
+
 extern "C" __global__ void int_blur_axis(const float* src, float* dst, int n0, int n1, int n2,
-                                         int axis, const float* w, int taps) {
+                                         int axis, const float* w, int taps, int pad) {
     const long long total = (long long)n0 * n1 * n2;
     const long long inner = axis == 0 ? (long long)n1 * n2 : (axis == 1 ? n2 : 1);
     const long long len = axis == 0 ? n0 : (axis == 1 ? n1 : n2);
@@ -206,7 +217,8 @@ extern "C" __global__ void int_blur_axis(const float* src, float* dst, int n0, i
         const long long base = v - i * inner;
         float acc = 0.0f;
         for (int t = 0; t < taps; t++) {
-            const long long j = mirror_index(i + t - r, len);
+            const long long j = pad_index(i + t - r, len, pad);
+            if (j < 0) continue;
             acc = __fadd_rn(acc, __fmul_rn(w[t], src[base + j * inner]));
         }
         dst[v] = acc;
@@ -284,5 +296,112 @@ extern "C" __global__ void int_up(const float* small, float* dst, int m0, int m1
 #undef PLANE
 #undef ROW
 #undef AT
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MONAI and TorchIO families (src/core/intensity/monai_*.rs, torchio_*.rs), with the CPU
+// engine's arithmetic: every f32 and f64 operation rounded as written (no contraction into fma).
+// ---------------------------------------------------------------------------------------------
+
+// x += o: monai_shift_intensity.
+extern "C" __global__ void int_add(float* x, long long n, float o) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        x[i] = __fadd_rn(x[i], o);
+    }
+}
+
+// x += noise(z) with z the standard normal field: mode 0 (MONAI) f32(mean + std * z) in f64,
+// mode 1 (TorchIO) z * f32(std) + f32(mean) in f32.
+extern "C" __global__ void int_noise_mean(float* x, long long n, double mean, double sd,
+                                          unsigned int key0, unsigned int key1, unsigned int k,
+                                          int mode) {
+    const float m32 = (float)mean, s32 = (float)sd;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float z = normal_value(key0, key1, k, (unsigned long long)i);
+        const float v = mode == 0 ? (float)__dadd_rn(mean, __dmul_rn(sd, (double)z))
+                                  : __fadd_rn(__fmul_rn(z, s32), m32);
+        x[i] = __fadd_rn(x[i], v);
+    }
+}
+
+// sign(x) |x|^g: torchio_gamma.
+extern "C" __global__ void int_signpow(float* x, long long n, float g) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        x[i] = v > 0.0f ? powf(v, g) : (v < 0.0f ? -powf(-v, g) : __fmul_rn(v, 0.0f));
+    }
+}
+
+// ((x - min) / (range + 1e-7))^g * range + min, all in f32: monai_adjust_contrast.
+extern "C" __global__ void int_monai_contrast(float* x, long long n, float g, const double* st) {
+    const float lo = (float)st[1], hi = (float)st[2];
+    const float range = __fsub_rn(hi, lo);
+    const float denom = __fadd_rn(range, 1e-7f);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float p = powf(__fdiv_rn(__fsub_rn(x[i], lo), denom), g);
+        x[i] = __fadd_rn(__fmul_rn(p, range), lo);
+    }
+}
+
+// std_before * ((x - mean_after) / (std_after + 1e-8)) + mean_before: monai_adjust_contrast's
+// retained statistics (Bessel-corrected standard deviations, rounded to f32 first).
+extern "C" __global__ void int_monai_retain(float* x, long long n, const double* before,
+                                            const double* after) {
+    const double dn = (double)n, dof = (double)(n < 2 ? 1 : n - 1);
+    const float mn = (float)(before[0] / dn), sd = (float)sqrt(before[3] / dof);
+    const float m = (float)(after[0] / dn);
+    const float s = __fadd_rn((float)sqrt(after[3] / dof), 1e-8f);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        x[i] = __fadd_rn(__fmul_rn(sd, __fdiv_rn(__fsub_rn(x[i], m), s)), mn);
+    }
+}
+
+// The polynomial bias fields (src/core/intensity/bias.rs): per voxel, the basis of each axis up
+// to `order` at its coordinate (coords: n0 + n1 + n2 doubles), the terms (4 doubles each: the
+// powers on axes 0, 1, 2 and the coefficient) summed in order as ((c b0) b1) b2, then
+// convention 0 (MONAI) f32(x exp(f)) in f64, 1 (TorchIO) x f32(exp(f)) in f32. Legendre for 0,
+// monomials for 1.
+#define BIAS_MAX_ORDER 8
+extern "C" __global__ void int_bias(float* x, int n0, int n1, int n2, const double* coords,
+                                    const double* terms, int nterms, int order, int convention) {
+    const long long total = (long long)n0 * n1 * n2;
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < total;
+         v += (long long)gridDim.x * blockDim.x) {
+        const int i2 = (int)(v % n2), i1 = (int)((v / n2) % n1), i0 = (int)(v / ((long long)n1 * n2));
+        const double c[3] = {coords[i0], coords[n0 + i1], coords[n0 + n1 + i2]};
+        double b[3][BIAS_MAX_ORDER + 1];
+        for (int a = 0; a < 3; a++) {
+            b[a][0] = 1.0;
+            for (int k = 1; k <= order; k++) {
+                if (convention == 1) {
+                    b[a][k] = __dmul_rn(b[a][k - 1], c[a]);
+                } else if (k == 1) {
+                    b[a][k] = c[a];
+                } else {
+                    const double m = (double)(k - 1);
+                    b[a][k] = __ddiv_rn(__dsub_rn(__dmul_rn(__dmul_rn(__dadd_rn(2.0 * m, 1.0), c[a]),
+                                                            b[a][k - 1]),
+                                                  __dmul_rn(m, b[a][k - 2])),
+                                        __dadd_rn(m, 1.0));
+                }
+            }
+        }
+        double f = 0.0;
+        for (int t = 0; t < nterms; t++) {
+            const double* tt = terms + 4 * t;
+            double p = tt[3];
+            p = __dmul_rn(p, b[0][(int)tt[0]]);
+            p = __dmul_rn(p, b[1][(int)tt[1]]);
+            p = __dmul_rn(p, b[2][(int)tt[2]]);
+            f = __dadd_rn(f, p);
+        }
+        x[v] = convention == 0 ? (float)__dmul_rn((double)x[v], exp(f))
+                               : __fmul_rn(x[v], (float)exp(f));
     }
 }

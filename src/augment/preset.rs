@@ -23,7 +23,7 @@ pub const PRESET_VERSION: u32 = 1;
 
 pub use crate::core::draws::Range;
 use crate::core::draws::SplitMix64;
-use crate::core::intensity::IntensitySpec;
+use crate::core::intensity::{DrawFor, IntensitySpec};
 
 /// A preset: what may happen to a sample, and how likely.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -466,7 +466,12 @@ impl Preset {
             let mut steps = vec![];
             for (i, spec) in self.intensity.iter().enumerate() {
                 let mut rng = SplitMix64::new(seed, STREAM_INTENSITY + i as u64);
-                let (step, mut d) = spec.sample(&mut rng, channels.max(1), ndim);
+                let img = DrawFor {
+                    channels: channels.max(1),
+                    ndim,
+                    spacing_mm,
+                };
+                let (step, mut d) = spec.sample(&mut rng, &img);
                 d["step"] = spec.name().into();
                 steps.push(d);
                 plan.intensity.extend(step);

@@ -267,6 +267,7 @@ fn intensity_of(a: &ApplyArgs, ndim: usize) -> Vec<IntensityStep> {
                 .collect();
         steps.push(IntensityStep::Gamma(Gamma { channels }));
     }
+    steps.extend(a.step.iter().cloned());
     steps
 }
 

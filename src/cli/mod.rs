@@ -214,6 +214,10 @@ fn parse_elastic(s: &str) -> Result<(f64, f64), String> {
     }
 }
 
+fn parse_step(s: &str) -> Result<crate::core::intensity::IntensityStep, String> {
+    serde_json::from_str(s).map_err(|e| format!("not an intensity step: {e}"))
+}
+
 fn parse_cval(s: &str) -> Result<f32, String> {
     s.parse::<f32>()
         .map_err(|_| format!("'{s}' is not a number"))
@@ -291,6 +295,11 @@ struct ApplyArgs {
         help_heading = "Intensity (after the resample, image only, in this order)"
     )]
     gamma_retain_stats: bool,
+    /// An intensity step of any family with its values, as a plan's `intensity` entry (JSON),
+    /// e.g. '{"torchio_gamma": {"gammas": [1.3]}}' (docs/presets.md lists the families);
+    /// repeatable; acts after the flags' steps, in the order given.
+    #[arg(long, value_name = "JSON", value_parser = parse_step, help_heading = "Intensity (after the resample, image only, in this order)")]
+    step: Vec<crate::core::intensity::IntensityStep>,
     /// Seed of the elastic noise and of --noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,

@@ -7,60 +7,7 @@ use eframe::egui;
 
 use super::{prob, range};
 use crate::core::draws::Distribution;
-use crate::core::intensity::{
-    BlurSpec, BrightnessSpec, ContrastSpec, GammaSpec, IntensitySpec, LowResolutionSpec, NoiseSpec,
-};
-
-/// Every family, as added: nnU-Net v2's values (its default pipeline).
-fn families() -> Vec<IntensitySpec> {
-    vec![
-        IntensitySpec::GaussianNoise(NoiseSpec {
-            p: 0.1,
-            std: [0.0, 0.1],
-            p_per_channel: 1.0,
-            synchronize_channels: true,
-        }),
-        IntensitySpec::GaussianBlur(BlurSpec {
-            p: 0.2,
-            sigma: [0.5, 1.0],
-            p_per_channel: 0.5,
-            synchronize_channels: false,
-            synchronize_axes: false,
-        }),
-        IntensitySpec::Brightness(BrightnessSpec {
-            p: 0.15,
-            multiplier: [0.75, 1.25],
-            distribution: Distribution::Split,
-            p_per_channel: 1.0,
-            synchronize_channels: false,
-        }),
-        IntensitySpec::Contrast(ContrastSpec {
-            p: 0.15,
-            factor: [0.75, 1.25],
-            distribution: Distribution::Split,
-            preserve_range: true,
-            p_per_channel: 1.0,
-            synchronize_channels: false,
-        }),
-        IntensitySpec::LowResolution(LowResolutionSpec {
-            p: 0.25,
-            scale: [0.5, 1.0],
-            p_per_channel: 0.5,
-            synchronize_channels: false,
-            synchronize_axes: true,
-            ignore_axes: vec![],
-        }),
-        IntensitySpec::Gamma(GammaSpec {
-            p: 0.3,
-            gamma: [0.7, 1.5],
-            distribution: Distribution::Split,
-            p_invert: 0.0,
-            p_retain_stats: 1.0,
-            p_per_channel: 1.0,
-            synchronize_channels: false,
-        }),
-    ]
-}
+use crate::core::intensity::{Field, IntensitySpec};
 
 /// The section, after the spatial transforms and their sampling.
 pub fn intensity_section(ui: &mut egui::Ui, steps: &mut Vec<IntensitySpec>) {
@@ -68,15 +15,15 @@ pub fn intensity_section(ui: &mut egui::Ui, steps: &mut Vec<IntensitySpec>) {
     ui.label(egui::RichText::new("Intensity").strong())
         .on_hover_text(
             "after the resample, on the image only (never a label map), in this order; each step \
-             is batchgeneratorsv2's transform of that name, exact to the library; values in the \
-             units training sees (nnU-Net's z-scored image)",
+             is its library's transform (batchgeneratorsv2, MONAI or TorchIO), exact to the \
+             library; values in the units training sees (nnU-Net's z-scored image)",
         );
     let (mut remove, mut up) = (None, None);
     for (i, s) in steps.iter_mut().enumerate() {
         ui.push_id(("intensity-step", i), |ui| {
             ui.horizontal(|ui| {
                 ui.label(egui::RichText::new(format!("{}. {}", i + 1, s.name())).strong());
-                ui.weak(s.batchgenerators_class());
+                ui.weak(format!("{} {}", s.library().label(), s.class()));
                 if i > 0
                     && ui
                         .small_button("up")
@@ -104,10 +51,10 @@ pub fn intensity_section(ui: &mut egui::Ui, steps: &mut Vec<IntensitySpec>) {
         egui::ComboBox::from_id_salt("intensity-add")
             .selected_text("family…")
             .show_ui(ui, |ui| {
-                for f in families() {
+                for f in IntensitySpec::families() {
                     if ui
                         .selectable_label(false, f.name())
-                        .on_hover_text(f.batchgenerators_class())
+                        .on_hover_text(format!("{} {}", f.library().label(), f.class()))
                         .clicked()
                     {
                         add = Some(f);
@@ -122,54 +69,32 @@ pub fn intensity_section(ui: &mut egui::Ui, steps: &mut Vec<IntensitySpec>) {
     }
 }
 
-/// The fields of one step.
+/// The fields of one step, as its family lists them.
 fn step_body(ui: &mut egui::Ui, s: &mut IntensitySpec) {
-    match s {
-        IntensitySpec::GaussianNoise(n) => {
-            prob(ui, "p", &mut n.p);
-            range(ui, "std", &mut n.std, 0.005, "");
-            channels(ui, &mut n.p_per_channel, &mut n.synchronize_channels);
-        }
-        IntensitySpec::GaussianBlur(b) => {
-            prob(ui, "p", &mut b.p);
-            range(ui, "sigma", &mut b.sigma, 0.01, " vox");
-            channels(ui, &mut b.p_per_channel, &mut b.synchronize_channels);
-            ui.checkbox(&mut b.synchronize_axes, "one sigma for every axis");
-        }
-        IntensitySpec::Brightness(b) => {
-            prob(ui, "p", &mut b.p);
-            range(ui, "multiplier", &mut b.multiplier, 0.01, "");
-            distribution(ui, &mut b.distribution);
-            channels(ui, &mut b.p_per_channel, &mut b.synchronize_channels);
-        }
-        IntensitySpec::Contrast(c) => {
-            prob(ui, "p", &mut c.p);
-            range(ui, "factor", &mut c.factor, 0.01, "");
-            distribution(ui, &mut c.distribution);
-            ui.checkbox(&mut c.preserve_range, "clip to the channel's range");
-            channels(ui, &mut c.p_per_channel, &mut c.synchronize_channels);
-        }
-        IntensitySpec::LowResolution(l) => {
-            prob(ui, "p", &mut l.p);
-            range(ui, "scale", &mut l.scale, 0.01, "");
-            channels(ui, &mut l.p_per_channel, &mut l.synchronize_channels);
-            ui.checkbox(&mut l.synchronize_axes, "one factor for every axis");
-        }
-        IntensitySpec::Gamma(g) => {
-            prob(ui, "p", &mut g.p);
-            range(ui, "gamma", &mut g.gamma, 0.01, "");
-            distribution(ui, &mut g.distribution);
-            prob(ui, "p invert", &mut g.p_invert);
-            prob(ui, "p retain stats", &mut g.p_retain_stats);
-            channels(ui, &mut g.p_per_channel, &mut g.synchronize_channels);
+    for f in s.fields() {
+        match f {
+            Field::Prob(label, v) => prob(ui, label, v),
+            Field::Range(label, v, speed, unit) => range(ui, label, v, speed, unit),
+            Field::Number(label, v, speed, unit) => {
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    ui.add(egui::DragValue::new(v).speed(speed).suffix(unit))
+                        .labelled_by(l.id);
+                });
+            }
+            Field::Flag(label, v) => {
+                ui.checkbox(v, label);
+            }
+            Field::Distribution(d) => distribution(ui, d),
+            Field::Count(label, v, max) => {
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    ui.add(egui::DragValue::new(v).range(0..=max))
+                        .labelled_by(l.id);
+                });
+            }
         }
     }
-}
-
-/// `p_per_channel` and `synchronize_channels`.
-fn channels(ui: &mut egui::Ui, p: &mut f64, sync: &mut bool) {
-    prob(ui, "p per channel", p);
-    ui.checkbox(sync, "one value for every channel");
 }
 
 /// Uniform, or batchgeneratorsv2's `BGContrast` split draw.

@@ -3,12 +3,11 @@
 //! `_build_kernel(σ, truncate=6)`), normalised to sum 1, over the channel padded by reflection
 //! without the edge repeated (torch's `reflect`, scipy's `mirror`). Sums in f32, tap by tap.
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    IntensityStep, PerChannel, StepSpec, StepValues, check_p, check_range, draw_channels, py_bool,
-    py_float, py_range,
+    DrawFor, Field, IntensitySpec, IntensityStep, Pad, PerChannel, StepSpec, StepValues, check_p,
+    check_range, convolve_axis, draw_channels, one_value, py_bool, py_float, py_range, single,
 };
 use crate::core::draws::{Range, SplitMix64};
 
@@ -47,17 +46,6 @@ pub fn blur_kernel(sigma: f64) -> Vec<f32> {
     pdf.iter().map(|p| (p / sum) as f32).collect()
 }
 
-/// The index `i` (which may lie outside `0..n`) reflected into the axis without repeating the
-/// edge, folded as often as it takes.
-pub(crate) fn mirror(i: isize, n: usize) -> usize {
-    if n == 1 {
-        return 0;
-    }
-    let period = 2 * (n as isize - 1);
-    let m = i.rem_euclid(period);
-    (if m < n as isize { m } else { period - m }) as usize
-}
-
 impl StepValues for Blur {
     fn count(&self) -> usize {
         self.sigmas.len()
@@ -84,37 +72,27 @@ impl StepValues for Blur {
     fn apply_channel(&self, entry: usize, _: usize, x: &mut [f32], shape: &[usize]) {
         if let Some(Some(s)) = self.sigmas.get(entry) {
             for (axis, sigma) in s.iter().enumerate().take(shape.len()) {
-                convolve_axis(x, shape, axis, &blur_kernel(*sigma));
+                convolve_axis(x, shape, axis, &blur_kernel(*sigma), Pad::Mirror);
             }
         }
     }
     fn needs_whole_channel(&self) -> bool {
         true
     }
-}
-
-/// `x` (C order, `shape`) convolved along `axis` with the odd kernel `w`, mirror-padded.
-fn convolve_axis(x: &mut [f32], shape: &[usize], axis: usize, w: &[f32]) {
-    let n = shape[axis];
-    let inner: usize = shape[axis + 1..].iter().product();
-    if n == 0 || inner == 0 || w.len() <= 1 {
-        return;
-    }
-    let r = (w.len() / 2) as isize;
-    let src = x.to_vec();
-    // One output row (fixed outer index and position i along the axis) per task, `inner` long.
-    x.par_chunks_mut(inner).enumerate().for_each(|(row, out)| {
-        let (o, i) = (row / n, row % n);
-        let base = o * n * inner;
-        out.fill(0.0);
-        for (t, &wt) in w.iter().enumerate() {
-            let j = mirror(i as isize + t as isize - r, n);
-            let line = &src[base + j * inner..base + (j + 1) * inner];
-            for (v, s) in out.iter_mut().zip(line) {
-                *v += wt * *s;
-            }
+    fn fixed(&self) -> Option<IntensitySpec> {
+        let s = single(&self.sigmas)?;
+        let first = *s.first()?;
+        if s.iter().any(|v| *v != first) {
+            return None;
         }
-    });
+        Some(IntensitySpec::GaussianBlur(BlurSpec {
+            p: 1.0,
+            sigma: one_value(first),
+            p_per_channel: 1.0,
+            synchronize_channels: true,
+            synchronize_axes: true,
+        }))
+    }
 }
 
 /// When blur fires and how its sigmas are drawn (nnU-Net v2: p 0.2, `[0.5, 1]`, each channel
@@ -135,6 +113,15 @@ pub struct BlurSpec {
 }
 
 impl StepSpec for BlurSpec {
+    fn library_default() -> Self {
+        BlurSpec {
+            p: 0.2,
+            sigma: [0.5, 1.0],
+            p_per_channel: 0.5,
+            synchronize_channels: false,
+            synchronize_axes: false,
+        }
+    }
     fn validate(&self) -> Result<(), String> {
         check_p("p", self.p)?;
         check_p("p_per_channel", self.p_per_channel)?;
@@ -147,12 +134,27 @@ impl StepSpec for BlurSpec {
         }
         Ok(())
     }
+    fn p(&self) -> f64 {
+        self.p
+    }
+    fn fields(&mut self) -> Vec<Field<'_>> {
+        vec![
+            Field::Prob("p", &mut self.p),
+            Field::Range("sigma", &mut self.sigma, 0.01, " vox"),
+            Field::Prob("p per channel", &mut self.p_per_channel),
+            Field::Flag(
+                "one value for every channel",
+                &mut self.synchronize_channels,
+            ),
+            Field::Flag("one sigma for every axis", &mut self.synchronize_axes),
+        ]
+    }
     fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        ndim: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
+        let (channels, ndim) = (img.channels, img.ndim);
         let (v, drawn) = draw_channels(
             rng,
             self.p,
@@ -173,14 +175,14 @@ impl StepSpec for BlurSpec {
             drawn,
         )
     }
-    fn batchgeneratorsv2(&self) -> String {
-        format!(
+    fn batchgeneratorsv2(&self) -> Option<String> {
+        Some(format!(
             "GaussianBlurTransform(blur_sigma={}, synchronize_channels={}, synchronize_axes={}, \
              p_per_channel={}, benchmark=True)",
             py_range(self.sigma, Default::default()),
             py_bool(self.synchronize_channels),
             py_bool(self.synchronize_axes),
             py_float(self.p_per_channel)
-        )
+        ))
     }
 }

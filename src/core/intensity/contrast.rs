@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::mean_min_max;
 use super::{
-    IntensityStep, PerChannel, StepSpec, StepValues, check_p, check_range, draw_channels, py_bool,
-    py_float, py_range,
+    DrawFor, Field, IntensitySpec, IntensityStep, PerChannel, StepSpec, StepValues, check_p,
+    check_range, draw_channels, one_value, py_bool, py_float, py_range, single,
 };
 use crate::core::draws::{Distribution, Range, SplitMix64};
 
@@ -16,12 +16,8 @@ use crate::core::draws::{Distribution, Range, SplitMix64};
 #[serde(deny_unknown_fields)]
 pub struct Contrast {
     pub factors: PerChannel<f64>,
-    #[serde(default = "yes")]
+    #[serde(default = "super::yes")]
     pub preserve_range: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl StepValues for Contrast {
@@ -41,6 +37,16 @@ impl StepValues for Contrast {
     }
     fn needs_whole_channel(&self) -> bool {
         true
+    }
+    fn fixed(&self) -> Option<IntensitySpec> {
+        Some(IntensitySpec::Contrast(ContrastSpec {
+            p: 1.0,
+            factor: one_value(single(&self.factors)?),
+            distribution: Default::default(),
+            preserve_range: self.preserve_range,
+            p_per_channel: 1.0,
+            synchronize_channels: true,
+        }))
     }
 }
 
@@ -71,7 +77,7 @@ pub struct ContrastSpec {
     pub factor: Range,
     #[serde(default)]
     pub distribution: Distribution,
-    #[serde(default = "yes")]
+    #[serde(default = "super::yes")]
     pub preserve_range: bool,
     #[serde(default = "super::one")]
     pub p_per_channel: f64,
@@ -80,17 +86,43 @@ pub struct ContrastSpec {
 }
 
 impl StepSpec for ContrastSpec {
+    fn library_default() -> Self {
+        ContrastSpec {
+            p: 0.15,
+            factor: [0.75, 1.25],
+            distribution: Distribution::Split,
+            preserve_range: true,
+            p_per_channel: 1.0,
+            synchronize_channels: false,
+        }
+    }
     fn validate(&self) -> Result<(), String> {
         check_p("p", self.p)?;
         check_p("p_per_channel", self.p_per_channel)?;
         check_range("factor", self.factor, None)
     }
+    fn p(&self) -> f64 {
+        self.p
+    }
+    fn fields(&mut self) -> Vec<Field<'_>> {
+        vec![
+            Field::Prob("p", &mut self.p),
+            Field::Range("factor", &mut self.factor, 0.01, ""),
+            Field::Distribution(&mut self.distribution),
+            Field::Flag("clip to the channel's range", &mut self.preserve_range),
+            Field::Prob("p per channel", &mut self.p_per_channel),
+            Field::Flag(
+                "one value for every channel",
+                &mut self.synchronize_channels,
+            ),
+        ]
+    }
     fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        _: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
+        let channels = img.channels;
         let (v, drawn) = draw_channels(
             rng,
             self.p,
@@ -107,14 +139,14 @@ impl StepSpec for ContrastSpec {
         });
         (step, drawn)
     }
-    fn batchgeneratorsv2(&self) -> String {
-        format!(
+    fn batchgeneratorsv2(&self) -> Option<String> {
+        Some(format!(
             "ContrastTransform(contrast_range={}, preserve_range={}, synchronize_channels={}, \
              p_per_channel={})",
             py_range(self.factor, self.distribution),
             py_bool(self.preserve_range),
             py_bool(self.synchronize_channels),
             py_float(self.p_per_channel)
-        )
+        ))
     }
 }

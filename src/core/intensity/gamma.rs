@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::{mean_min_max, std_about};
 use super::{
-    IntensityStep, PerChannel, StepSpec, StepValues, check_p, check_range, py_bool, py_float,
-    py_range,
+    DrawFor, Field, IntensitySpec, IntensityStep, PerChannel, StepSpec, StepValues, check_p,
+    check_range, one_value, py_bool, py_float, py_range, single,
 };
 use crate::core::draws::{Distribution, Range, SplitMix64};
 
@@ -55,6 +55,19 @@ impl StepValues for Gamma {
     }
     fn needs_whole_channel(&self) -> bool {
         true
+    }
+    fn fixed(&self) -> Option<IntensitySpec> {
+        let v = single(&self.channels)?;
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        Some(IntensitySpec::Gamma(GammaSpec {
+            p: 1.0,
+            gamma: one_value(v.gamma),
+            distribution: Default::default(),
+            p_invert: flag(v.invert),
+            p_retain_stats: flag(v.retain_stats),
+            p_per_channel: 1.0,
+            synchronize_channels: true,
+        }))
     }
 }
 
@@ -108,6 +121,17 @@ pub struct GammaSpec {
 }
 
 impl StepSpec for GammaSpec {
+    fn library_default() -> Self {
+        GammaSpec {
+            p: 0.3,
+            gamma: [0.7, 1.5],
+            distribution: Distribution::Split,
+            p_invert: 0.0,
+            p_retain_stats: 1.0,
+            p_per_channel: 1.0,
+            synchronize_channels: false,
+        }
+    }
     fn validate(&self) -> Result<(), String> {
         check_p("p", self.p)?;
         check_p("p_per_channel", self.p_per_channel)?;
@@ -115,12 +139,29 @@ impl StepSpec for GammaSpec {
         check_p("p_retain_stats", self.p_retain_stats)?;
         check_range("gamma", self.gamma, Some(0.0))
     }
+    fn p(&self) -> f64 {
+        self.p
+    }
+    fn fields(&mut self) -> Vec<Field<'_>> {
+        vec![
+            Field::Prob("p", &mut self.p),
+            Field::Range("gamma", &mut self.gamma, 0.01, ""),
+            Field::Distribution(&mut self.distribution),
+            Field::Prob("p invert", &mut self.p_invert),
+            Field::Prob("p retain stats", &mut self.p_retain_stats),
+            Field::Prob("p per channel", &mut self.p_per_channel),
+            Field::Flag(
+                "one value for every channel",
+                &mut self.synchronize_channels,
+            ),
+        ]
+    }
     fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        _: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
+        let channels = img.channels;
         // As batchgeneratorsv2: the channels, then each one's retain and invert decisions, then
         // the gammas (one shared, or one each); every decision drawn.
         let fire = rng.chance(self.p);
@@ -151,8 +192,8 @@ impl StepSpec for GammaSpec {
             .then_some(IntensityStep::Gamma(Gamma { channels: values }));
         (step, drawn)
     }
-    fn batchgeneratorsv2(&self) -> String {
-        format!(
+    fn batchgeneratorsv2(&self) -> Option<String> {
+        Some(format!(
             "GammaTransform(gamma={}, p_invert_image={}, synchronize_channels={}, \
              p_per_channel={}, p_retain_stats={})",
             py_range(self.gamma, self.distribution),
@@ -160,6 +201,6 @@ impl StepSpec for GammaSpec {
             py_bool(self.synchronize_channels),
             py_float(self.p_per_channel),
             py_float(self.p_retain_stats)
-        )
+        ))
     }
 }

@@ -12,8 +12,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    IntensityStep, PerChannel, StepSpec, StepValues, check_p, check_range, draw_channels, py_bool,
-    py_float, py_range,
+    DrawFor, Field, IntensitySpec, IntensityStep, PerChannel, StepSpec, StepValues, check_p,
+    check_range, draw_channels, one_value, py_bool, py_float, py_range, single,
 };
 use crate::core::draws::{Range, SplitMix64};
 
@@ -63,6 +63,21 @@ impl StepValues for LowResolution {
     }
     fn needs_whole_channel(&self) -> bool {
         true
+    }
+    fn fixed(&self) -> Option<IntensitySpec> {
+        let s = single(&self.scales)?;
+        let first = *s.first()?;
+        if s.iter().any(|v| *v != first) {
+            return None;
+        }
+        Some(IntensitySpec::LowResolution(LowResolutionSpec {
+            p: 1.0,
+            scale: one_value(first),
+            p_per_channel: 1.0,
+            synchronize_channels: true,
+            synchronize_axes: true,
+            ignore_axes: vec![],
+        }))
     }
 }
 
@@ -172,6 +187,16 @@ pub struct LowResolutionSpec {
 }
 
 impl StepSpec for LowResolutionSpec {
+    fn library_default() -> Self {
+        LowResolutionSpec {
+            p: 0.25,
+            scale: [0.5, 1.0],
+            p_per_channel: 0.5,
+            synchronize_channels: false,
+            synchronize_axes: true,
+            ignore_axes: vec![],
+        }
+    }
     fn validate(&self) -> Result<(), String> {
         check_p("p", self.p)?;
         check_p("p_per_channel", self.p_per_channel)?;
@@ -184,12 +209,27 @@ impl StepSpec for LowResolutionSpec {
         }
         Ok(())
     }
+    fn p(&self) -> f64 {
+        self.p
+    }
+    fn fields(&mut self) -> Vec<Field<'_>> {
+        vec![
+            Field::Prob("p", &mut self.p),
+            Field::Range("scale", &mut self.scale, 0.01, ""),
+            Field::Prob("p per channel", &mut self.p_per_channel),
+            Field::Flag(
+                "one value for every channel",
+                &mut self.synchronize_channels,
+            ),
+            Field::Flag("one factor for every axis", &mut self.synchronize_axes),
+        ]
+    }
     fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        ndim: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
+        let (channels, ndim) = (img.channels, img.ndim);
         let (v, drawn) = draw_channels(
             rng,
             self.p,
@@ -212,7 +252,7 @@ impl StepSpec for LowResolutionSpec {
             drawn,
         )
     }
-    fn batchgeneratorsv2(&self) -> String {
+    fn batchgeneratorsv2(&self) -> Option<String> {
         let ignore = if self.ignore_axes.is_empty() {
             "ignore_axes".to_string()
         } else {
@@ -222,13 +262,13 @@ impl StepSpec for LowResolutionSpec {
                 own.concat()
             )
         };
-        format!(
+        Some(format!(
             "SimulateLowResolutionTransform(scale={}, synchronize_channels={}, \
              synchronize_axes={}, ignore_axes={ignore}, allowed_channels=None, p_per_channel={})",
             py_range(self.scale, Default::default()),
             py_bool(self.synchronize_channels),
             py_bool(self.synchronize_axes),
             py_float(self.p_per_channel)
-        )
+        ))
     }
 }

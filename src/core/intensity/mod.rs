@@ -18,52 +18,209 @@
 //! channel out, as a library's `p_per_channel` does. Statistics (mean, minimum, maximum, standard
 //! deviation) are of the whole channel of the resampled image, summed in f64; the values are f32.
 
+//! Intensity families: what a plan does to the image's values after the resample (docs/design.md
+//! §9). One file per family holds all of it: its preset section with validation, sampling, the
+//! editor's fields and each library's transform, its plan step with the drawn values, and its
+//! formula on the CPU. Each family is exact to the library it comes from; where libraries mean
+//! different functions by one word ("gamma", "blur", "bias field") they are different families,
+//! named after their library:
+//!
+//! | step | file | library | transform |
+//! |---|---|---|---|
+//! | `gaussian_noise` | `noise.rs` | batchgeneratorsv2 0.3.6 | `GaussianNoiseTransform` |
+//! | `gaussian_blur` | `blur.rs` | batchgeneratorsv2 0.3.6 | `GaussianBlurTransform` |
+//! | `brightness` | `brightness.rs` | batchgeneratorsv2 0.3.6 | `MultiplicativeBrightnessTransform` |
+//! | `contrast` | `contrast.rs` | batchgeneratorsv2 0.3.6 | `ContrastTransform` |
+//! | `low_resolution` | `lowres.rs` | batchgeneratorsv2 0.3.6 | `SimulateLowResolutionTransform` |
+//! | `gamma` | `gamma.rs` | batchgeneratorsv2 0.3.6 | `GammaTransform` |
+//! | `monai_shift_intensity` | `monai_shift.rs` | MONAI 1.6.1 | `RandShiftIntensity` |
+//! | `monai_scale_intensity` | `monai_scale.rs` | MONAI 1.6.1 | `RandScaleIntensity` |
+//! | `monai_gaussian_noise` | `monai_noise.rs` | MONAI 1.6.1 | `RandGaussianNoise` |
+//! | `monai_gaussian_smooth` | `monai_smooth.rs` | MONAI 1.6.1 | `RandGaussianSmooth` |
+//! | `monai_adjust_contrast` | `monai_contrast.rs` | MONAI 1.6.1 | `RandAdjustContrast` |
+//! | `monai_bias_field` | `monai_bias.rs` | MONAI 1.6.1 | `RandBiasField` |
+//! | `torchio_noise` | `torchio_noise.rs` | TorchIO 1.2.1 | `RandomNoise` |
+//! | `torchio_blur` | `torchio_blur.rs` | TorchIO 1.2.1 | `RandomBlur` |
+//! | `torchio_gamma` | `torchio_gamma.rs` | TorchIO 1.2.1 | `RandomGamma` |
+//! | `torchio_bias_field` | `torchio_bias.rs` | TorchIO 1.2.1 | `RandomBiasField` |
+//!
+//! Shared arithmetic has one copy: the separable convolution and its paddings (`conv.rs`), the
+//! polynomial bias fields (`bias.rs`), the statistics (`stats.rs`) and the noise field
+//! (`core::philox`).
+//!
+//! Steps act on the image only, in the order the plan lists them; a label map never receives one
+//! (the engines apply them to the image output alone). Each step holds its drawn values per
+//! channel: a list with one entry (for every channel) or one per channel, where `null` leaves a
+//! channel out, as a library's `p_per_channel` does. Statistics (mean, minimum, maximum, standard
+//! deviation) are of the whole channel of the resampled image (of the whole image where the
+//! library takes them so), summed in f64; the values are f32. Axes are augscope's: a family whose
+//! library orders axes otherwise (MONAI's spatial axes x first, TorchIO's 2D `(W, H, 1)`) maps
+//! them when it draws.
+
 use serde::{Deserialize, Serialize};
 
-use super::draws::SplitMix64;
+use super::draws::{Distribution, Range, SplitMix64};
 
+mod bias;
 mod blur;
 mod brightness;
 mod contrast;
+mod conv;
 mod gamma;
 mod lowres;
+mod monai_bias;
+mod monai_contrast;
+mod monai_noise;
+mod monai_scale;
+mod monai_shift;
+mod monai_smooth;
 mod noise;
 mod stats;
+mod torchio_bias;
+mod torchio_blur;
+mod torchio_gamma;
+mod torchio_noise;
 
+pub use bias::{BiasField, Convention, MAX_BIAS_ORDER, Term, axis_coordinates, basis};
 pub use blur::{Blur, BlurSpec, blur_kernel};
 pub use brightness::{Brightness, BrightnessSpec};
 pub use contrast::{Contrast, ContrastSpec};
+pub use conv::{Pad, convolve_axis};
 pub use gamma::{Gamma, GammaSpec, GammaValue};
 pub use lowres::{LowResolution, LowResolutionSpec, low_resolution_shape};
+pub use monai_bias::MonaiBiasSpec;
+pub use monai_contrast::{MonaiContrast, MonaiContrastSpec};
+pub use monai_noise::{MonaiNoise, MonaiNoiseSpec};
+pub use monai_scale::{MonaiScale, MonaiScaleSpec};
+pub use monai_shift::{MonaiShift, MonaiShiftSpec};
+pub use monai_smooth::{MonaiSmooth, MonaiSmoothSpec, erf_kernel};
 pub use noise::{Noise, NoiseSpec};
+pub use torchio_bias::TorchioBiasSpec;
+pub use torchio_blur::{TorchioBlur, TorchioBlurSpec, scipy_gaussian_kernel};
+pub use torchio_gamma::{TorchioGamma, TorchioGammaSpec};
+pub use torchio_noise::{TorchioNoise, TorchioNoiseSpec};
 
 /// Values per channel: one entry for every channel, or one per channel; `None` leaves a channel
 /// out.
 pub type PerChannel<T> = Vec<Option<T>>;
 
-/// One step of a plan's intensity part, with its drawn values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum IntensityStep {
-    GaussianNoise(Noise),
-    GaussianBlur(Blur),
-    Brightness(Brightness),
-    Contrast(Contrast),
-    LowResolution(LowResolution),
-    Gamma(Gamma),
+/// The library whose transform a family follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Library {
+    /// batchgeneratorsv2 0.3.6, which nnU-Net v2 trains with.
+    Batchgeneratorsv2,
+    /// MONAI 1.6.1.
+    Monai,
+    /// TorchIO 1.2.1.
+    Torchio,
 }
 
-/// A family's preset section: when its step fires and how its values are drawn. In a preset
-/// file, an entry of the `[[intensity]]` list, named by `step`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "snake_case")]
-pub enum IntensitySpec {
-    GaussianNoise(NoiseSpec),
-    GaussianBlur(BlurSpec),
-    Brightness(BrightnessSpec),
-    Contrast(ContrastSpec),
-    LowResolution(LowResolutionSpec),
-    Gamma(GammaSpec),
+impl Library {
+    /// The library and the version its families follow, for messages and notes.
+    pub fn label(self) -> &'static str {
+        match self {
+            Library::Batchgeneratorsv2 => "batchgeneratorsv2 0.3.6",
+            Library::Monai => "MONAI 1.6.1",
+            Library::Torchio => "TorchIO 1.2.1",
+        }
+    }
+
+    /// The export target that trains with the library's transforms.
+    pub fn target(self) -> &'static str {
+        match self {
+            Library::Batchgeneratorsv2 => "nnunet",
+            Library::Monai => "monai",
+            Library::Torchio => "torchio",
+        }
+    }
+}
+
+/// What the image a step is drawn for looks like.
+#[derive(Clone, Copy, Debug)]
+pub struct DrawFor<'a> {
+    /// Channels (at least 1).
+    pub channels: usize,
+    /// Spatial axes (2 or 3).
+    pub ndim: usize,
+    /// Voxel size in mm per axis (empty: 1 mm).
+    pub spacing_mm: &'a [f64],
+}
+
+impl DrawFor<'_> {
+    /// The voxel size of `axis` in mm (1 where the image has none).
+    pub fn spacing(&self, axis: usize) -> f64 {
+        self.spacing_mm.get(axis).copied().unwrap_or(1.0)
+    }
+}
+
+/// One field of a preset section, for an editor: its label and the value it edits.
+pub enum Field<'a> {
+    /// A probability in [0, 1].
+    Prob(&'static str, &'a mut f64),
+    /// A `[lo, hi]` range, dragged by `speed`, with a unit suffix.
+    Range(&'static str, &'a mut Range, f64, &'static str),
+    /// One number, dragged by `speed`, with a unit suffix.
+    Number(&'static str, &'a mut f64, f64, &'static str),
+    /// An on/off choice.
+    Flag(&'static str, &'a mut bool),
+    /// Uniform or batchgeneratorsv2's split draw.
+    Distribution(&'a mut Distribution),
+    /// A whole number in `0..=max`.
+    Count(&'static str, &'a mut usize, usize),
+}
+
+/// A library's transform with its arguments: one description that the Python snippets and the
+/// MONAI bundle's JSON both render.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub class: &'static str,
+    pub args: Vec<(&'static str, Arg)>,
+}
+
+/// An argument of a [`Call`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    Float(f64),
+    Bool(bool),
+    Int(usize),
+    Range(Range),
+}
+
+impl Call {
+    /// `class(lead, k=v, …)` as Python source; `lead` (such as `keys=KEYS[0]`) goes first when
+    /// not empty.
+    pub fn python(&self, prefix: &str, lead: &str) -> String {
+        let mut args: Vec<String> = vec![];
+        if !lead.is_empty() {
+            args.push(lead.to_string());
+        }
+        for (k, a) in &self.args {
+            let v = match a {
+                Arg::Float(v) => py_float(*v),
+                Arg::Bool(b) => py_bool(*b).to_string(),
+                Arg::Int(i) => i.to_string(),
+                Arg::Range(r) => format!("({}, {})", py_float(r[0]), py_float(r[1])),
+            };
+            args.push(format!("{k}={v}"));
+        }
+        format!("{prefix}{}({})", self.class, args.join(", "))
+    }
+
+    /// The arguments as JSON values, in order.
+    pub fn json_args(&self) -> Vec<(&'static str, serde_json::Value)> {
+        self.args
+            .iter()
+            .map(|(k, a)| {
+                let v = match a {
+                    Arg::Float(v) => serde_json::json!(v),
+                    Arg::Bool(b) => serde_json::json!(b),
+                    Arg::Int(i) => serde_json::json!(i),
+                    Arg::Range(r) => serde_json::json!(r),
+                };
+                (*k, v)
+            })
+            .collect()
+    }
 }
 
 /// What a plan step is to the engines: its values and its formula.
@@ -73,87 +230,157 @@ pub trait StepValues {
     /// Whether the values can act on an image of `ndim` spatial axes (any when `None`); the
     /// count is checked by the caller.
     fn check(&self, ndim: Option<usize>) -> Result<(), String>;
-    /// Applies entry `entry` to `x`, channel `channel` of the image, of spatial `shape`.
+    /// Applies entry `entry` to `x`, channel `channel` of the image, of spatial `shape`. For a
+    /// [`whole_image`](Self::whole_image) step, `x` is every channel at once (entry and channel
+    /// 0).
     fn apply_channel(&self, entry: usize, channel: usize, x: &mut [f32], shape: &[usize]);
     /// Whether the step needs more of the channel than the voxel it writes (statistics,
     /// neighbours, the voxel's index in the whole grid), so that a plane alone cannot be
     /// computed.
     fn needs_whole_channel(&self) -> bool;
+    /// Whether the step's statistics span every channel (its library takes them over the whole
+    /// image): it then acts on all channels at once, as one array.
+    fn whole_image(&self) -> bool {
+        false
+    }
+    /// The preset section that always draws these values, where one can (ranges of one value,
+    /// p = 1); `None` for values no section draws (per channel, or a noise field's own key).
+    fn fixed(&self) -> Option<IntensitySpec> {
+        None
+    }
 }
 
-/// What a preset section is to sampling.
+/// What a preset section is to sampling, the editor and the exports.
 pub trait StepSpec {
+    /// The section with its library's defaults (where the library has none, a small value that
+    /// shows the step).
+    fn library_default() -> Self
+    where
+        Self: Sized;
     /// Whether the section's values are usable.
     fn validate(&self) -> Result<(), String>;
-    /// Draws the step for an image of `channels` channels and `ndim` spatial axes from `rng`
-    /// (the step's own stream): the step when it fires, and every decision drawn.
+    /// The probability that the step fires.
+    fn p(&self) -> f64;
+    /// Draws the step for an image like `img` from `rng` (the step's own stream): the step when
+    /// it fires, and every decision drawn.
     fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        ndim: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value);
+    /// The section's fields, in the order an editor shows them.
+    fn fields(&mut self) -> Vec<Field<'_>>;
     /// The batchgeneratorsv2 0.3.6 transform that draws the same step (inside its
-    /// `RandomTransform`, which the caller adds), as Python source. In nnU-Net's trainer
-    /// `ignore_axes` names the axes its dummy-2D mode leaves alone (`None` otherwise).
-    fn batchgeneratorsv2(&self) -> String;
+    /// `RandomTransform`, which the caller adds), as Python source; `None` where the library has
+    /// no transform with the family's semantics. In nnU-Net's trainer `ignore_axes` names the
+    /// axes its dummy-2D mode leaves alone (`None` otherwise).
+    fn batchgeneratorsv2(&self) -> Option<String> {
+        None
+    }
+    /// The MONAI 1.6.1 dictionary transform that draws the same step on the image key (with
+    /// its `prob`, without `keys`); `None` where MONAI has none.
+    fn monai(&self) -> Option<Call> {
+        None
+    }
+    /// The TorchIO 1.2.1 transform that draws the same step (with its `p`); `None` where TorchIO
+    /// has none.
+    fn torchio(&self) -> Option<Call> {
+        None
+    }
 }
 
-macro_rules! each_step {
-    ($s:expr, $v:ident => $e:expr) => {
-        match $s {
-            IntensityStep::GaussianNoise($v) => $e,
-            IntensityStep::GaussianBlur($v) => $e,
-            IntensityStep::Brightness($v) => $e,
-            IntensityStep::Contrast($v) => $e,
-            IntensityStep::LowResolution($v) => $e,
-            IntensityStep::Gamma($v) => $e,
+/// The families, one line each: the plan step's variant and values, the preset section's type,
+/// the step's name, its library and the library's transform.
+macro_rules! families {
+    ($( $variant:ident($values:ty, $spec:ty) = $name:literal, $lib:ident, $class:literal; )*) => {
+        /// One step of a plan's intensity part, with its drawn values.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub enum IntensityStep {
+            $( #[serde(rename = $name)] $variant($values), )*
+        }
+
+        /// A family's preset section: when its step fires and how its values are drawn. In a
+        /// preset file, an entry of the `[[intensity]]` list, named by `step`.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "step")]
+        pub enum IntensitySpec {
+            $( #[serde(rename = $name)] $variant($spec), )*
+        }
+
+        impl IntensityStep {
+            fn values(&self) -> &dyn StepValues {
+                match self { $( IntensityStep::$variant(v) => v, )* }
+            }
+            /// The step's name in done lists, plans and messages.
+            pub fn name(&self) -> &'static str {
+                match self { $( IntensityStep::$variant(_) => $name, )* }
+            }
+            /// The library whose transform the step follows.
+            pub fn library(&self) -> Library {
+                match self { $( IntensityStep::$variant(_) => Library::$lib, )* }
+            }
+            /// The library's transform whose formula the step follows.
+            pub fn class(&self) -> &'static str {
+                match self { $( IntensityStep::$variant(_) => $class, )* }
+            }
+        }
+
+        impl IntensitySpec {
+            fn spec(&self) -> &dyn StepSpec {
+                match self { $( IntensitySpec::$variant(v) => v, )* }
+            }
+            fn spec_mut(&mut self) -> &mut dyn StepSpec {
+                match self { $( IntensitySpec::$variant(v) => v, )* }
+            }
+            /// The name of the step the section draws.
+            pub fn name(&self) -> &'static str {
+                match self { $( IntensitySpec::$variant(_) => $name, )* }
+            }
+            /// The library whose transform the section draws.
+            pub fn library(&self) -> Library {
+                match self { $( IntensitySpec::$variant(_) => Library::$lib, )* }
+            }
+            /// The library's transform the section draws.
+            pub fn class(&self) -> &'static str {
+                match self { $( IntensitySpec::$variant(_) => $class, )* }
+            }
+            /// Every family, with its library's defaults, in the table's order.
+            pub fn families() -> Vec<IntensitySpec> {
+                vec![ $( IntensitySpec::$variant(<$spec as StepSpec>::library_default()), )* ]
+            }
         }
     };
 }
 
-macro_rules! each_spec {
-    ($s:expr, $v:ident => $e:expr) => {
-        match $s {
-            IntensitySpec::GaussianNoise($v) => $e,
-            IntensitySpec::GaussianBlur($v) => $e,
-            IntensitySpec::Brightness($v) => $e,
-            IntensitySpec::Contrast($v) => $e,
-            IntensitySpec::LowResolution($v) => $e,
-            IntensitySpec::Gamma($v) => $e,
-        }
-    };
+families! {
+    GaussianNoise(Noise, NoiseSpec) = "gaussian_noise", Batchgeneratorsv2, "GaussianNoiseTransform";
+    GaussianBlur(Blur, BlurSpec) = "gaussian_blur", Batchgeneratorsv2, "GaussianBlurTransform";
+    Brightness(Brightness, BrightnessSpec) = "brightness", Batchgeneratorsv2,
+        "MultiplicativeBrightnessTransform";
+    Contrast(Contrast, ContrastSpec) = "contrast", Batchgeneratorsv2, "ContrastTransform";
+    LowResolution(LowResolution, LowResolutionSpec) = "low_resolution", Batchgeneratorsv2,
+        "SimulateLowResolutionTransform";
+    Gamma(Gamma, GammaSpec) = "gamma", Batchgeneratorsv2, "GammaTransform";
+    MonaiShiftIntensity(MonaiShift, MonaiShiftSpec) = "monai_shift_intensity", Monai,
+        "RandShiftIntensity";
+    MonaiScaleIntensity(MonaiScale, MonaiScaleSpec) = "monai_scale_intensity", Monai,
+        "RandScaleIntensity";
+    MonaiGaussianNoise(MonaiNoise, MonaiNoiseSpec) = "monai_gaussian_noise", Monai,
+        "RandGaussianNoise";
+    MonaiGaussianSmooth(MonaiSmooth, MonaiSmoothSpec) = "monai_gaussian_smooth", Monai,
+        "RandGaussianSmooth";
+    MonaiAdjustContrast(MonaiContrast, MonaiContrastSpec) = "monai_adjust_contrast", Monai,
+        "RandAdjustContrast";
+    MonaiBiasField(BiasField, MonaiBiasSpec) = "monai_bias_field", Monai, "RandBiasField";
+    TorchioNoise(TorchioNoise, TorchioNoiseSpec) = "torchio_noise", Torchio, "RandomNoise";
+    TorchioBlur(TorchioBlur, TorchioBlurSpec) = "torchio_blur", Torchio, "RandomBlur";
+    TorchioGamma(TorchioGamma, TorchioGammaSpec) = "torchio_gamma", Torchio, "RandomGamma";
+    TorchioBiasField(BiasField, TorchioBiasSpec) = "torchio_bias_field", Torchio,
+        "RandomBiasField";
 }
 
 impl IntensityStep {
-    /// The step's name in done lists, plans and messages.
-    pub fn name(&self) -> &'static str {
-        match self {
-            IntensityStep::GaussianNoise(_) => "gaussian_noise",
-            IntensityStep::GaussianBlur(_) => "gaussian_blur",
-            IntensityStep::Brightness(_) => "brightness",
-            IntensityStep::Contrast(_) => "contrast",
-            IntensityStep::LowResolution(_) => "low_resolution",
-            IntensityStep::Gamma(_) => "gamma",
-        }
-    }
-
-    /// The batchgeneratorsv2 0.3.6 transform whose formula the step follows.
-    pub fn batchgenerators_class(&self) -> &'static str {
-        match self {
-            IntensityStep::GaussianNoise(_) => "GaussianNoiseTransform",
-            IntensityStep::GaussianBlur(_) => "GaussianBlurTransform",
-            IntensityStep::Brightness(_) => "MultiplicativeBrightnessTransform",
-            IntensityStep::Contrast(_) => "ContrastTransform",
-            IntensityStep::LowResolution(_) => "SimulateLowResolutionTransform",
-            IntensityStep::Gamma(_) => "GammaTransform",
-        }
-    }
-
-    fn values(&self) -> &dyn StepValues {
-        each_step!(self, s => s)
-    }
-
     /// Whether the values can act on an image of `channels` channels (any count when `None`)
     /// and `ndim` spatial axes (any when `None`): one entry, or one per channel; every value
     /// usable.
@@ -183,6 +410,10 @@ impl IntensityStep {
         if n == 0 {
             return;
         }
+        if v.whole_image() {
+            v.apply_channel(0, 0, data, shape);
+            return;
+        }
         for (c, x) in data.chunks_mut(n).enumerate() {
             let entry = if v.count() == 1 { 0 } else { c };
             v.apply_channel(entry, c, x, shape);
@@ -194,25 +425,35 @@ impl IntensityStep {
     pub fn needs_whole_channel(&self) -> bool {
         self.values().needs_whole_channel()
     }
-}
 
-impl IntensitySpec {
-    /// The name of the step the section draws.
-    pub fn name(&self) -> &'static str {
+    /// The separable kernel of a blur family for value entry `entry`: the taps per spatial axis
+    /// (augscope's order) and the padding; `None` for a step that is not a blur or leaves the
+    /// entry out.
+    pub fn separable(&self, entry: usize) -> Option<(Vec<Vec<f32>>, Pad)> {
+        let pick = |n: usize| if n == 1 { 0 } else { entry };
         match self {
-            IntensitySpec::GaussianNoise(_) => "gaussian_noise",
-            IntensitySpec::GaussianBlur(_) => "gaussian_blur",
-            IntensitySpec::Brightness(_) => "brightness",
-            IntensitySpec::Contrast(_) => "contrast",
-            IntensitySpec::LowResolution(_) => "low_resolution",
-            IntensitySpec::Gamma(_) => "gamma",
+            IntensityStep::GaussianBlur(b) => {
+                let s = b.sigmas.get(pick(b.sigmas.len()))?.as_ref()?;
+                Some((s.iter().map(|&v| blur_kernel(v)).collect(), Pad::Mirror))
+            }
+            IntensityStep::MonaiGaussianSmooth(m) => {
+                Some((m.sigmas.iter().map(|&v| erf_kernel(v)).collect(), Pad::Zero))
+            }
+            IntensityStep::TorchioBlur(t) => Some((
+                t.sigmas.iter().map(|&v| scipy_gaussian_kernel(v)).collect(),
+                Pad::Reflect,
+            )),
+            _ => None,
         }
     }
 
-    fn spec(&self) -> &dyn StepSpec {
-        each_spec!(self, s => s)
+    /// Whether the step acts on every channel at once (see [`StepValues::whole_image`]).
+    pub fn whole_image(&self) -> bool {
+        self.values().whole_image()
     }
+}
 
+impl IntensitySpec {
     /// Whether the section's values are usable; the error names the step.
     pub fn validate(&self) -> Result<(), String> {
         self.spec()
@@ -224,127 +465,67 @@ impl IntensitySpec {
     pub fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        ndim: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
-        self.spec().sample(rng, channels, ndim)
+        self.spec().sample(rng, img)
     }
 
-    /// The batchgeneratorsv2 0.3.6 transform of the section, with its probability
-    /// (`RandomTransform(…, apply_probability=p)`), as Python source.
-    pub fn batchgeneratorsv2(&self) -> String {
-        format!(
-            "RandomTransform({}, apply_probability={})",
-            self.spec().batchgeneratorsv2(),
-            py_float(self.p())
-        )
+    /// The section's fields, for an editor.
+    pub fn fields(&mut self) -> Vec<Field<'_>> {
+        self.spec_mut().fields()
+    }
+
+    /// The batchgeneratorsv2 0.3.6 transform of the section with its probability
+    /// (`RandomTransform(…, apply_probability=p)`), as Python source; `None` for a family of
+    /// another library.
+    pub fn batchgeneratorsv2(&self) -> Option<String> {
+        self.spec().batchgeneratorsv2().map(|t| {
+            format!(
+                "RandomTransform({t}, apply_probability={})",
+                py_float(self.p())
+            )
+        })
+    }
+
+    /// The MONAI 1.6.1 dictionary transform of the section (see [`StepSpec::monai`]).
+    pub fn monai(&self) -> Option<Call> {
+        self.spec().monai()
+    }
+
+    /// The TorchIO 1.2.1 transform of the section (see [`StepSpec::torchio`]).
+    pub fn torchio(&self) -> Option<Call> {
+        self.spec().torchio()
     }
 
     /// The `# NOTE:` line of an export to `library`, which has no transform with the step's
     /// semantics: the step is left out of that snippet.
     pub fn left_out_note(&self, library: &str) -> String {
+        let own = self.library();
         format!(
-            "intensity step {} (batchgeneratorsv2's {}, p {}) is left out: {library} has no \
-             transform with its semantics (its namesake differs in formula or sampling); export \
-             to nnunet or python to train with it",
+            "intensity step {} ({}'s {}, p {}) is left out: {library} has no transform with its \
+             semantics (its namesake differs in formula or sampling); export to {} or python to \
+             train with it",
             self.name(),
-            self.batchgenerators_class(),
-            py_float(self.p())
+            own.label(),
+            self.class(),
+            py_float(self.p()),
+            own.target()
         )
-    }
-
-    /// The batchgeneratorsv2 0.3.6 transform the section draws.
-    pub fn batchgenerators_class(&self) -> &'static str {
-        match self {
-            IntensitySpec::GaussianNoise(_) => "GaussianNoiseTransform",
-            IntensitySpec::GaussianBlur(_) => "GaussianBlurTransform",
-            IntensitySpec::Brightness(_) => "MultiplicativeBrightnessTransform",
-            IntensitySpec::Contrast(_) => "ContrastTransform",
-            IntensitySpec::LowResolution(_) => "SimulateLowResolutionTransform",
-            IntensitySpec::Gamma(_) => "GammaTransform",
-        }
     }
 
     /// The probability that the step fires.
     pub fn p(&self) -> f64 {
-        each_spec!(self, s => s.p)
+        self.spec().p()
     }
 
-    /// The section that always draws `step`'s values, when they are one entry for every channel
-    /// (ranges of one value, p = 1); `None` for values per channel, which no section draws. The
-    /// noise keeps its standard deviation; its field is the one of the sample's stream.
+    /// The section that always draws `step`'s values (see [`StepValues::fixed`]).
     pub fn fixed(step: &IntensityStep) -> Option<IntensitySpec> {
-        let one = |v: f64| [v, v];
-        Some(match step {
-            IntensityStep::GaussianNoise(n) => IntensitySpec::GaussianNoise(NoiseSpec {
-                p: 1.0,
-                std: one(single(&n.std)?),
-                p_per_channel: 1.0,
-                synchronize_channels: true,
-            }),
-            IntensityStep::GaussianBlur(b) => {
-                let s = single(&b.sigmas)?;
-                let first = *s.first()?;
-                if s.iter().any(|v| *v != first) {
-                    return None;
-                }
-                IntensitySpec::GaussianBlur(BlurSpec {
-                    p: 1.0,
-                    sigma: one(first),
-                    p_per_channel: 1.0,
-                    synchronize_channels: true,
-                    synchronize_axes: true,
-                })
-            }
-            IntensityStep::Brightness(b) => IntensitySpec::Brightness(BrightnessSpec {
-                p: 1.0,
-                multiplier: one(single(&b.multipliers)?),
-                distribution: Default::default(),
-                p_per_channel: 1.0,
-                synchronize_channels: true,
-            }),
-            IntensityStep::Contrast(c) => IntensitySpec::Contrast(ContrastSpec {
-                p: 1.0,
-                factor: one(single(&c.factors)?),
-                distribution: Default::default(),
-                preserve_range: c.preserve_range,
-                p_per_channel: 1.0,
-                synchronize_channels: true,
-            }),
-            IntensityStep::LowResolution(l) => {
-                let s = single(&l.scales)?;
-                let first = *s.first()?;
-                if s.iter().any(|v| *v != first) {
-                    return None;
-                }
-                IntensitySpec::LowResolution(LowResolutionSpec {
-                    p: 1.0,
-                    scale: one(first),
-                    p_per_channel: 1.0,
-                    synchronize_channels: true,
-                    synchronize_axes: true,
-                    ignore_axes: vec![],
-                })
-            }
-            IntensityStep::Gamma(g) => {
-                let v = single(&g.channels)?;
-                let flag = |b: bool| if b { 1.0 } else { 0.0 };
-                IntensitySpec::Gamma(GammaSpec {
-                    p: 1.0,
-                    gamma: one(v.gamma),
-                    distribution: Default::default(),
-                    p_invert: flag(v.invert),
-                    p_retain_stats: flag(v.retain_stats),
-                    p_per_channel: 1.0,
-                    synchronize_channels: true,
-                })
-            }
-        })
+        step.values().fixed()
     }
 }
 
 /// The one value of a list that holds one entry for every channel.
-fn single<T: Clone>(v: &PerChannel<T>) -> Option<T> {
+pub(crate) fn single<T: Clone>(v: &PerChannel<T>) -> Option<T> {
     match &v[..] {
         [Some(x)] => Some(x.clone()),
         _ => None,
@@ -373,6 +554,11 @@ pub(crate) fn py_range(r: [f64; 2], dist: crate::core::draws::Distribution) -> S
 /// Python's `True` or `False`.
 pub(crate) fn py_bool(b: bool) -> &'static str {
     if b { "True" } else { "False" }
+}
+
+/// The default of a flag that is on unless said otherwise.
+pub(crate) fn yes() -> bool {
+    true
 }
 
 /// The default of `p_per_channel`: every channel takes part.
@@ -444,3 +630,8 @@ pub(crate) fn draw_channels<T: Clone + Serialize>(
 
 #[cfg(test)]
 mod tests;
+
+/// A range of one value.
+pub(crate) fn one_value(v: f64) -> Range {
+    [v, v]
+}

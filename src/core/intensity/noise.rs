@@ -11,8 +11,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    IntensityStep, PerChannel, StepSpec, StepValues, check_p, check_range, draw_channels, py_bool,
-    py_float, py_range,
+    DrawFor, Field, IntensitySpec, IntensityStep, PerChannel, StepSpec, StepValues, check_p,
+    check_range, draw_channels, one_value, py_bool, py_float, py_range, single,
 };
 use crate::core::draws::{Range, SplitMix64};
 use crate::core::philox::normal_value;
@@ -44,18 +44,20 @@ impl StepValues for Noise {
         let Some(Some(s)) = self.std.get(entry) else {
             return;
         };
-        let (s, seed, k) = (*s as f32, self.seed, channel as u32);
-        const CHUNK: usize = 4096;
-        x.par_chunks_mut(CHUNK).enumerate().for_each(|(ci, c)| {
-            let base = (ci * CHUNK) as u64;
-            for (j, v) in c.iter_mut().enumerate() {
-                *v += normal_value(seed, k, base + j as u64) * s;
-            }
-        });
+        let s = *s as f32;
+        add_field(x, self.seed, channel, |z| z * s);
     }
     fn needs_whole_channel(&self) -> bool {
         // The noise of a voxel is keyed by its index in the whole grid.
         true
+    }
+    fn fixed(&self) -> Option<IntensitySpec> {
+        Some(IntensitySpec::GaussianNoise(NoiseSpec {
+            p: 1.0,
+            std: one_value(single(&self.std)?),
+            p_per_channel: 1.0,
+            synchronize_channels: true,
+        }))
     }
 }
 
@@ -74,6 +76,14 @@ pub struct NoiseSpec {
 }
 
 impl StepSpec for NoiseSpec {
+    fn library_default() -> Self {
+        NoiseSpec {
+            p: 0.1,
+            std: [0.0, 0.1],
+            p_per_channel: 1.0,
+            synchronize_channels: true,
+        }
+    }
     fn validate(&self) -> Result<(), String> {
         check_p("p", self.p)?;
         check_p("p_per_channel", self.p_per_channel)?;
@@ -86,12 +96,26 @@ impl StepSpec for NoiseSpec {
         }
         Ok(())
     }
+    fn p(&self) -> f64 {
+        self.p
+    }
+    fn fields(&mut self) -> Vec<Field<'_>> {
+        vec![
+            Field::Prob("p", &mut self.p),
+            Field::Range("std", &mut self.std, 0.005, ""),
+            Field::Prob("p per channel", &mut self.p_per_channel),
+            Field::Flag(
+                "one value for every channel",
+                &mut self.synchronize_channels,
+            ),
+        ]
+    }
     fn sample(
         &self,
         rng: &mut SplitMix64,
-        channels: usize,
-        _: usize,
+        img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
+        let channels = img.channels;
         let (v, drawn) = draw_channels(
             rng,
             self.p,
@@ -106,12 +130,30 @@ impl StepSpec for NoiseSpec {
             drawn,
         )
     }
-    fn batchgeneratorsv2(&self) -> String {
-        format!(
+    fn batchgeneratorsv2(&self) -> Option<String> {
+        Some(format!(
             "GaussianNoiseTransform(noise_variance={}, p_per_channel={}, synchronize_channels={})",
             py_range(self.std, Default::default()),
             py_float(self.p_per_channel),
             py_bool(self.synchronize_channels)
-        )
+        ))
     }
+}
+
+/// `x[i] += noise(z)`, where `z` is the standard normal field of `seed` at voxel `i` of channel
+/// `channel` (`core::philox::normal_value`): every noise family's loop.
+pub(crate) fn add_field(
+    x: &mut [f32],
+    seed: u64,
+    channel: usize,
+    noise: impl Fn(f32) -> f32 + Sync,
+) {
+    const CHUNK: usize = 4096;
+    let k = channel as u32;
+    x.par_chunks_mut(CHUNK).enumerate().for_each(|(ci, c)| {
+        let base = (ci * CHUNK) as u64;
+        for (j, v) in c.iter_mut().enumerate() {
+            *v += noise(normal_value(seed, k, base + j as u64));
+        }
+    });
 }

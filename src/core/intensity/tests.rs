@@ -111,9 +111,9 @@ fn blur_kernels_have_batchgenerators_sizes_and_sum_to_one() {
     for (i, v) in line[1..8].iter().enumerate() {
         assert!((v - k[i]).abs() < 1e-7);
     }
-    assert_eq!(blur::mirror(-1, 5), 1);
-    assert_eq!(blur::mirror(5, 5), 3);
-    assert_eq!(blur::mirror(-9, 5), 1);
+    assert_eq!(Pad::Mirror.index(-1, 5), Some(1));
+    assert_eq!(Pad::Mirror.index(5, 5), Some(3));
+    assert_eq!(Pad::Mirror.index(-9, 5), Some(1));
 }
 
 #[test]
@@ -253,7 +253,14 @@ fn sampling_draws_batchgenerators_choices() {
     let (mut below, mut n) = (0, 0);
     for seed in 0..2000 {
         let mut rng = SplitMix64::new(seed, 77);
-        let (step, _) = spec.sample(&mut rng, 2, 3);
+        let (step, _) = spec.sample(
+            &mut rng,
+            &DrawFor {
+                channels: 2,
+                ndim: 3,
+                spacing_mm: &[],
+            },
+        );
         let Some(IntensityStep::Gamma(g)) = step else {
             panic!("p = 1 always fires")
         };
@@ -273,5 +280,17 @@ fn sampling_draws_batchgenerators_choices() {
         p_per_channel: 1.0,
         synchronize_channels: false,
     });
-    assert!(never.sample(&mut SplitMix64::new(1, 2), 1, 3).0.is_none());
+    assert!(
+        never
+            .sample(
+                &mut SplitMix64::new(1, 2),
+                &DrawFor {
+                    channels: 1,
+                    ndim: 3,
+                    spacing_mm: &[]
+                }
+            )
+            .0
+            .is_none()
+    );
 }

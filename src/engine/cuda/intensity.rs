@@ -6,7 +6,9 @@
 //! operations are the same; the statistics sum in another order, `powf` may differ by an ulp).
 
 use super::*;
-use crate::core::intensity::{IntensityStep, blur_kernel, low_resolution_shape};
+use crate::core::intensity::{
+    BiasField, IntensityStep, Pad, axis_coordinates, low_resolution_shape,
+};
 use cudarc::driver::CudaViewMut;
 
 /// Blocks of the statistics' first pass (partials summed by one thread in order).
@@ -59,12 +61,8 @@ impl DeviceEngine {
         let longest_taps = plans
             .iter()
             .flat_map(|p| &p.intensity)
-            .filter_map(|s| match s {
-                IntensityStep::GaussianBlur(b) => Some(b),
-                _ => None,
-            })
-            .flat_map(|b| b.sigmas.iter().flatten().flatten())
-            .map(|&s| blur_kernel(s).len())
+            .flat_map(|s| (0..channels).filter_map(move |c| s.separable(c)))
+            .flat_map(|(taps, _)| taps.into_iter().map(|t| t.len()))
             .max()
             .unwrap_or(1);
         let mut sc = Scratch {
@@ -77,6 +75,12 @@ impl DeviceEngine {
         };
         for (k, plan) in plans.iter().enumerate() {
             for step in &plan.intensity {
+                if step.whole_image() {
+                    // Statistics over every channel: the sample's image as one array.
+                    let mut x = out.slice_mut(k * per..(k + 1) * per);
+                    self.step_on_channel(step, 0, &mut x, shape, &mut sc)?;
+                    continue;
+                }
                 for c in 0..channels {
                     let off = k * per + c * n;
                     let mut x = out.slice_mut(off..off + n);
@@ -144,12 +148,51 @@ impl DeviceEngine {
                     self.gamma(x, *g, sc)?;
                 }
             }
-            IntensityStep::GaussianBlur(s) => {
-                if let Some(sigmas) = entry(&s.sigmas, c) {
-                    for (axis, &sigma) in sigmas.iter().enumerate().take(shape.len()) {
-                        self.blur_axis(x, shape, axis, &blur_kernel(sigma), sc)?;
+            IntensityStep::GaussianBlur(_)
+            | IntensityStep::MonaiGaussianSmooth(_)
+            | IntensityStep::TorchioBlur(_) => {
+                if let Some((taps, pad)) = step.separable(c) {
+                    for (axis, w) in taps.iter().enumerate().take(shape.len()) {
+                        self.blur_axis(x, shape, axis, w, pad, sc)?;
                     }
                 }
+            }
+            IntensityStep::MonaiShiftIntensity(s) => {
+                if let Some(&o) = entry(&s.offsets, c) {
+                    let f = self.int_fn("int_add")?;
+                    let o = o as f32;
+                    let cfg = grid_1d(x.len())?;
+                    let mut b = self.dev.stream.launch_builder(&f);
+                    b.arg(&mut *x).arg(&n).arg(&o);
+                    // SAFETY: int_add(float* x, i64 n, float o): x holds n floats.
+                    unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_add", e))?;
+                }
+            }
+            IntensityStep::MonaiScaleIntensity(s) => {
+                if let Some(&f) = entry(&s.factors, c) {
+                    self.mul(x, (1.0 + f) as f32)?;
+                }
+            }
+            IntensityStep::MonaiGaussianNoise(s) => {
+                self.noise_mean(x, s.mean, s.std, s.seed, c, 0)?;
+            }
+            IntensityStep::TorchioNoise(s) => {
+                self.noise_mean(x, s.mean, s.std, s.seed, c, 1)?;
+            }
+            IntensityStep::TorchioGamma(s) => {
+                if let Some(&g) = entry(&s.gammas, c) {
+                    let f = self.int_fn("int_signpow")?;
+                    let g = g as f32;
+                    let cfg = grid_1d(x.len())?;
+                    let mut b = self.dev.stream.launch_builder(&f);
+                    b.arg(&mut *x).arg(&n).arg(&g);
+                    // SAFETY: int_signpow(float* x, i64 n, float g): x holds n floats.
+                    unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_signpow", e))?;
+                }
+            }
+            IntensityStep::MonaiAdjustContrast(s) => self.monai_contrast(x, s, sc)?,
+            IntensityStep::MonaiBiasField(s) | IntensityStep::TorchioBiasField(s) => {
+                self.bias(x, shape, s)?;
             }
             IntensityStep::LowResolution(s) => {
                 if let Some(scales) = entry(&s.scales, c) {
@@ -279,9 +322,10 @@ impl DeviceEngine {
         shape: &[usize],
         axis: usize,
         w: &[f32],
+        pad: Pad,
         sc: &mut Scratch,
     ) -> Result<(), EngineError> {
-        if w.len() <= 1 || x.is_empty() {
+        if w.is_empty() || w == [1.0] || x.is_empty() {
             return Ok(());
         }
         let mut taps = sc.taps.s.slice_mut(0..w.len());
@@ -291,7 +335,7 @@ impl DeviceEngine {
             .map_err(|e| driver_error("the blur taps", e))?;
         let [n0, n1, n2] = dims3(shape)?;
         let a = (axis + 3 - shape.len()) as i32;
-        let nt = w.len() as i32;
+        let (nt, pad) = (w.len() as i32, pad.code());
         let f = self.int_fn("int_blur_axis")?;
         let mut tmp = sc.tmp.s.slice_mut(0..x.len());
         let taps = sc.taps.s.slice(0..w.len());
@@ -305,15 +349,147 @@ impl DeviceEngine {
             .arg(&n2)
             .arg(&a)
             .arg(&taps)
-            .arg(&nt);
+            .arg(&nt)
+            .arg(&pad);
         // SAFETY: int_blur_axis(const float* src, float* dst, int n0, int n1, int n2, int axis,
-        // const float* w, int taps): src and dst hold n0·n1·n2 floats (the channel; tmp holds a
-        // channel), w holds taps floats; every index read is mirrored into its axis.
+        // const float* w, int taps, int pad): src and dst hold n0·n1·n2 floats (the channel; tmp
+        // holds a channel), w holds taps floats; every index read is folded into its axis or
+        // skipped.
         unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_blur_axis", e))?;
         self.dev
             .stream
             .memcpy_dtod(&tmp, x)
             .map_err(|e| driver_error("the blurred channel", e))?;
+        Ok(())
+    }
+
+    /// The noise field of `seed` added with a mean (`mode` 0: MONAI's f64 arithmetic, 1:
+    /// TorchIO's f32).
+    fn noise_mean(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        mean: f64,
+        sd: f64,
+        seed: u64,
+        c: usize,
+        mode: i32,
+    ) -> Result<(), EngineError> {
+        let f = self.int_fn("int_noise_mean")?;
+        let n = x.len() as i64;
+        let (key0, key1, k) = (seed as u32, (seed >> 32) as u32, c as u32);
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(&mut *x)
+            .arg(&n)
+            .arg(&mean)
+            .arg(&sd)
+            .arg(&key0)
+            .arg(&key1)
+            .arg(&k)
+            .arg(&mode);
+        // SAFETY: int_noise_mean(float* x, i64 n, double mean, double sd, u32 key0, u32 key1,
+        // u32 k, int mode): x holds n floats; the grid-stride loop stays below n.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_noise_mean", e))?;
+        Ok(())
+    }
+
+    /// MONAI's adjust contrast on `x` (the whole image): inverted, powered on the range,
+    /// statistics restored, inverted back.
+    fn monai_contrast(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        s: &crate::core::intensity::MonaiContrast,
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        let n = x.len() as i64;
+        if s.invert {
+            self.mul(x, -1.0)?;
+        }
+        self.stats(x, sc, 0, s.retain_stats)?;
+        let g = s.gamma as f32;
+        {
+            let f = self.int_fn("int_monai_contrast")?;
+            let st = sc.stats.s.slice(0..4);
+            let cfg = grid_1d(x.len())?;
+            let mut b = self.dev.stream.launch_builder(&f);
+            b.arg(&mut *x).arg(&n).arg(&g).arg(&st);
+            // SAFETY: int_monai_contrast(float* x, i64 n, float g, const double* st): x holds n
+            // floats, st the 4 doubles of set 0.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_monai_contrast", e))?;
+        }
+        if s.retain_stats {
+            self.stats(x, sc, 1, true)?;
+            let f = self.int_fn("int_monai_retain")?;
+            let (before, after) = (sc.stats.s.slice(0..4), sc.stats.s.slice(4..8));
+            let cfg = grid_1d(x.len())?;
+            let mut b = self.dev.stream.launch_builder(&f);
+            b.arg(&mut *x).arg(&n).arg(&before).arg(&after);
+            // SAFETY: int_monai_retain(float* x, i64 n, const double* before, const double*
+            // after): x holds n floats, before and after the two sets of 4 doubles above.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_monai_retain", e))?;
+        }
+        if s.invert {
+            self.mul(x, -1.0)?;
+        }
+        Ok(())
+    }
+
+    /// A polynomial bias field on the channel `x` (`shape`).
+    fn bias(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        shape: &[usize],
+        field: &BiasField,
+    ) -> Result<(), EngineError> {
+        let [n0, n1, n2] = dims3(shape)?;
+        if x.is_empty() || field.terms.is_empty() {
+            return Ok(());
+        }
+        // Kernel axes: a 2D image is (1, n1, n2), its axis 0 of one voxel at power 0.
+        let lead = 3 - shape.len();
+        let mut coords = vec![0.0f64; lead];
+        for &len in shape {
+            coords.extend(axis_coordinates(field.convention, len));
+        }
+        let mut terms = Vec::with_capacity(4 * field.terms.len());
+        for t in &field.terms {
+            let mut p = [0.0f64; 3];
+            for (a, &v) in t.powers.iter().enumerate().take(shape.len()) {
+                p[lead + a] = v as f64;
+            }
+            terms.extend(p);
+            terms.push(t.c);
+        }
+        let mut dc = DevBuf::<f64>::new(&self.dev, coords.len(), "the bias field's coordinates")?;
+        let mut dt = DevBuf::<f64>::new(&self.dev, terms.len(), "the bias field's terms")?;
+        self.dev
+            .stream
+            .memcpy_htod(&coords, &mut dc.s)
+            .map_err(|e| driver_error("the bias field's coordinates", e))?;
+        self.dev
+            .stream
+            .memcpy_htod(&terms, &mut dt.s)
+            .map_err(|e| driver_error("the bias field's terms", e))?;
+        let f = self.int_fn("int_bias")?;
+        let nterms = field.terms.len() as i32;
+        let order = field.order() as i32;
+        let conv = field.convention.code();
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(&mut *x)
+            .arg(&n0)
+            .arg(&n1)
+            .arg(&n2)
+            .arg(&dc.s)
+            .arg(&dt.s)
+            .arg(&nterms)
+            .arg(&order)
+            .arg(&conv);
+        // SAFETY: int_bias(float* x, int n0, int n1, int n2, const double* coords, const double*
+        // terms, int nterms, int order, int convention): x holds n0·n1·n2 floats, coords
+        // n0 + n1 + n2 doubles, terms 4·nterms; every power is at most order <= MAX_BIAS_ORDER
+        // (the plan's validation), the kernel's table size.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_bias", e))?;
         Ok(())
     }
 

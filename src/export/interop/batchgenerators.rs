@@ -10,7 +10,8 @@ use super::*;
 /// the notes on what they cannot hold.
 pub fn batchgenerators_params(p: &Preset, ndim: usize) -> (Map<String, Value>, Vec<String>) {
     let mut m = Map::new();
-    let mut notes: Vec<String> = intensity_left_out(p, "batchgenerators 0.25's parameter dict");
+    let mut notes: Vec<String> =
+        intensity_left_out(p, "batchgenerators 0.25's parameter dict", |_| false);
     notes.extend(voxel_target_note(p, "batchgenerators"));
     match &p.elastic {
         Some(e) => {

@@ -36,6 +36,7 @@ use torchio::torchio;
 
 use crate::augment::Space;
 use crate::augment::preset::{Preset, PresetError, Range, ScaleDistribution, Unit};
+use crate::core::intensity::IntensitySpec;
 
 /// A training pipeline that a preset can be exported to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,11 +230,16 @@ fn notes_block(notes: &[String]) -> String {
     notes.iter().map(|n| format!("# NOTE: {n}\n")).collect()
 }
 
-/// The notes of a target that has no transform with the semantics of the preset's intensity
-/// steps (batchgeneratorsv2's): one per step, said by the step's family.
-fn intensity_left_out(p: &Preset, library: &str) -> Vec<String> {
+/// The notes of a target on the preset's intensity steps it has no transform for (`has` says
+/// which it has): one per step left out, said by the step's family.
+fn intensity_left_out(
+    p: &Preset,
+    library: &str,
+    has: impl Fn(&IntensitySpec) -> bool,
+) -> Vec<String> {
     p.intensity
         .iter()
+        .filter(|s| !has(s))
         .map(|s| s.left_out_note(library))
         .collect()
 }

@@ -106,7 +106,7 @@ fn lit_ranges(r: &[Range]) -> Arg {
 /// library's own order, each beside the note that says where the library differs from augscope;
 /// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn pipeline(p: &Preset, ndim: usize) -> Pipeline {
-    let mut notes: Vec<String> = intensity_left_out(p, "MONAI");
+    let mut notes: Vec<String> = intensity_left_out(p, "MONAI", |s| s.monai().is_some());
     notes.extend(voxel_target_note(p, "MONAI"));
     let mut entries = vec![];
     let affine = |prob: Num, key: &'static str, arg: Arg| Entry {
@@ -340,7 +340,17 @@ pub(super) fn monai(p: &Preset, ndim: usize) -> String {
         }
         body.push(line);
     }
+    // The MONAI intensity families, on the image key, after the resample.
+    let steps: Vec<_> = p.intensity.iter().filter_map(|s| s.monai()).collect();
+    for c in &steps {
+        body.push(format!("        {},", c.python("", "keys=KEYS[0]")));
+    }
     let mut imports = vec!["Compose"];
+    for c in &steps {
+        if !imports.contains(&c.class) {
+            imports.push(c.class);
+        }
+    }
     for k in [Kind::RandAffined, Kind::RandFlipd, Kind::Rand3DElasticd] {
         if pl.has(k) || (k == Kind::RandAffined && pl.has(Kind::RandIsotropicScaled)) {
             imports.push(k.name());

@@ -67,6 +67,16 @@ fn entry_json(e: &Entry) -> Value {
     Value::Object(m)
 }
 
+/// The MONAI transforms the intensity families export to.
+const INTENSITY_TARGETS: [&str; 6] = [
+    "RandShiftIntensityd",
+    "RandScaleIntensityd",
+    "RandGaussianNoised",
+    "RandGaussianSmoothd",
+    "RandAdjustContrastd",
+    "RandBiasFieldd",
+];
+
 /// What the preset's name is stored behind in `_augscope_`.
 const NAME_PREFIX: &str = "text: ";
 
@@ -113,7 +123,8 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
                 ScaleDistribution::Split => "split",
             }),
             "range_deg_2d": p.rotate.as_ref().and_then(|r| r.range_deg_2d),
-            // MONAI runs no batchgeneratorsv2 step (a NOTE each); kept for the import.
+            // Every step, for the import: the MONAI families also run above, the others are
+            // left out (a NOTE each).
             "intensity": p.intensity,
         }),
     );
@@ -124,7 +135,18 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
     if pl.has(Kind::RandIsotropicScaled) {
         root.insert("rand_isotropic_scaled".into(), json!(ISOTROPIC_EXPR));
     }
-    let transforms: Vec<Value> = pl.entries.iter().map(entry_json).collect();
+    let mut transforms: Vec<Value> = pl.entries.iter().map(entry_json).collect();
+    // The MONAI intensity families, on the image key, after the resample (the import reads them
+    // back from `_augscope_`, with every other step).
+    for c in p.intensity.iter().filter_map(|s| s.monai()) {
+        let mut m = Map::new();
+        m.insert("_target_".into(), json!(c.class));
+        m.insert("keys".into(), json!("@keys#0"));
+        for (k, v) in c.json_args() {
+            m.insert(k.into(), v);
+        }
+        transforms.push(Value::Object(m));
+    }
     root.insert(
         "train".into(),
         json!({ "preprocessing": {
@@ -399,6 +421,10 @@ fn read_transforms(
             .as_object()
             .ok_or_else(|| bad(format!("transforms[{i}] is not an object")))?;
         let target = m.get("_target_").and_then(Value::as_str).unwrap_or("?");
+        if INTENSITY_TARGETS.contains(&target) {
+            // An intensity step: the import takes the steps from `_augscope_`.
+            continue;
+        }
         let what = format!("transforms[{i}] ({target})");
         let mut args: Vec<&str> = m
             .keys()

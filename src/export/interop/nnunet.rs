@@ -257,17 +257,26 @@ fn padding_mode(mode: &str) -> Option<&'static str> {
 /// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 /// The preset's intensity steps as the items of a Python list, one per line.
 fn intensity_list(p: &Preset) -> String {
-    p.intensity
+    let items: String = p
+        .intensity
         .iter()
-        .map(|s| format!("\n        {},", s.batchgeneratorsv2()))
-        .collect::<String>()
-        + if p.intensity.is_empty() { "" } else { "\n    " }
+        .filter_map(|s| s.batchgeneratorsv2())
+        .map(|t| format!("\n        {t},"))
+        .collect();
+    if items.is_empty() {
+        items
+    } else {
+        items + "\n    "
+    }
 }
 
 pub(super) fn nnunet(p: &Preset, ndim: usize) -> String {
     let mut notes: Vec<String> = voxel_target_note(p, "nnU-Net (batchgeneratorsv2)")
         .into_iter()
         .collect();
+    notes.extend(intensity_left_out(p, "batchgeneratorsv2", |s| {
+        s.batchgeneratorsv2().is_some()
+    }));
     let n_angles = if ndim == 3 { 3 } else { 1 };
     let (rotation, p_rot, p_rot_axis) = match &p.rotate {
         Some(r) => (
@@ -335,9 +344,9 @@ pub(super) fn nnunet(p: &Preset, ndim: usize) -> String {
     if p.translate.is_some() {
         notes.push("nnU-Net's SpatialTransform has no translation; it is left out".into());
     }
-    if p.intensity.is_empty() {
+    if !p.intensity.iter().any(|s| s.batchgeneratorsv2().is_some()) {
         notes.push(
-            "the preset has no intensity steps: the trainer trains without nnU-Net's seven \
+            "the preset has no batchgeneratorsv2 intensity steps: the trainer trains without nnU-Net's seven \
              (noise, blur, brightness, contrast, low resolution, two gammas); the nnunet-v2 \
              preset's [[intensity]] entries bring them back"
                 .into(),

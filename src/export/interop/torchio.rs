@@ -221,7 +221,7 @@ class RandomAlphaSigmaElastic(tio.RandomElasticDeformation):
 /// library's own order, each beside the note that says where the library differs from augscope;
 /// read top to bottom, the function is that mapping, and splitting it would scatter the table.
 pub(super) fn torchio(p: &Preset, ndim: usize) -> String {
-    let mut notes = intensity_left_out(p, "TorchIO");
+    let mut notes = intensity_left_out(p, "TorchIO", |s| s.torchio().is_some());
     let s = &p.sampling;
     let interp = match s.order {
         0 => "nearest",
@@ -351,6 +351,11 @@ pub(super) fn torchio(p: &Preset, ndim: usize) -> String {
                 ));
             }
         }
+    }
+    // The TorchIO intensity families, after the resample (TorchIO applies them to scalar images
+    // only).
+    for c in p.intensity.iter().filter_map(|s| s.torchio()) {
+        body.push(format!("        {},", c.python("tio.", "")));
     }
     let mut out = header(p, Target::TorchIo, "TorchIO", ndim);
     out.push_str(

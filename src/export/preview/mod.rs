@@ -36,6 +36,7 @@ mod torchio;
 use std::fmt;
 
 use crate::augment::{CoordMap, Elastic, Plan, PlanError, Space};
+use crate::core::intensity::Library;
 use crate::core::volume::Volume;
 use crate::engine::field::ElasticField;
 
@@ -158,10 +159,10 @@ pub enum PreviewError {
     #[error("{0} is augscope's own model: run it through the engine")]
     Own(&'static str),
     #[error(
-        "{0} has no model of intensity steps yet (its own transforms differ from \
-         batchgeneratorsv2's): preview the spatial part, or preview as nnunet"
+        "{0} has no transform with the semantics of intensity step {1} ({2}'s): preview as \
+         {3}, or preview the spatial part"
     )]
-    Intensity(&'static str),
+    Intensity(&'static str, &'static str, &'static str, &'static str),
 }
 
 /// Runs a library's model of `plan` on the CPU. For [`Model::is_own`] models, use the engine.
@@ -173,27 +174,44 @@ pub fn preview(
 ) -> Result<Preview, PreviewError> {
     plan.validate(image.ndim())?;
     if !plan.intensity.is_empty() {
-        if model != Model::Nnunet {
-            return Err(PreviewError::Intensity(model.label()));
+        let library = match model {
+            Model::Nnunet => Some(Library::Batchgeneratorsv2),
+            Model::Monai => Some(Library::Monai),
+            Model::TorchIo => Some(Library::Torchio),
+            Model::Augscope | Model::Batchgenerators => None,
+        };
+        if let Some(step) = plan.intensity.iter().find(|s| Some(s.library()) != library) {
+            let own = step.library();
+            return Err(PreviewError::Intensity(
+                model.label(),
+                step.name(),
+                own.label(),
+                own.target(),
+            ));
         }
         for step in &plan.intensity {
             step.validate(Some(image.channels), Some(image.ndim()))
                 .map_err(|why| PreviewError::Plan(PlanError::Intensity(why)))?;
         }
-        // nnU-Net's intensity steps are batchgeneratorsv2's, whose formulas the steps follow:
-        // the spatial model, then the steps on its image.
+        // Every step is a family of the model's library, whose formula it follows: the spatial
+        // model, then the steps on its image.
         let spatial = Plan {
             intensity: vec![],
             ..plan.clone()
         };
-        let mut p = nnunet::nnunet(image, label, &spatial)?;
+        let mut p = match model {
+            Model::Monai => monai::monai(image, label, &spatial)?,
+            Model::TorchIo => torchio::torchio(image, label, &spatial)?,
+            _ => nnunet::nnunet(image, label, &spatial)?,
+        };
         for step in &plan.intensity {
             let shape = p.image.shape.clone();
             step.apply(&mut p.image.data, &shape, p.image.channels);
             p.steps.push(format!(
-                "{}: batchgeneratorsv2's {}, as augscope's",
+                "{}: {}'s {}, as augscope's",
                 step.name(),
-                step.batchgenerators_class()
+                step.library().label(),
+                step.class()
             ));
         }
         return Ok(p);
