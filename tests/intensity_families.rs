@@ -118,7 +118,19 @@ fn every_step_gives_the_cpu_image_on_every_engine() {
               {"contrast": {"factors": [0.8, 1.2], "preserve_range": true}},
               {"low_resolution": {"scales": [null, [0.55, 0.5, 0.75]]}},
               {"gamma": {"channels": [{"gamma": 1.3, "invert": true, "retain_stats": true},
-                                      {"gamma": 0.8, "retain_stats": true}]}}]}"#,
+                                      {"gamma": 0.8, "retain_stats": true}]}},
+              {"monai_shift_intensity": {"offsets": [0.5, -0.5]}},
+              {"monai_scale_intensity": {"factors": [0.1]}},
+              {"monai_gaussian_noise": {"mean": 0.0, "std": 0.2, "seed": 8}},
+              {"monai_gaussian_smooth": {"sigmas": [0.6, 0.9, 1.2]}},
+              {"monai_adjust_contrast": {"gamma": 1.2, "retain_stats": true}},
+              {"monai_bias_field": {"convention": "monai",
+                                    "terms": [{"powers": [1, 2, 0], "c": 0.2}]}},
+              {"torchio_noise": {"mean": 0.1, "std": 0.3, "seed": 2}},
+              {"torchio_blur": {"sigmas": [0.8, 0.0, 1.1]}},
+              {"torchio_gamma": {"gammas": [1.1, 0.9]}},
+              {"torchio_bias_field": {"convention": "torchio",
+                                      "terms": [{"powers": [0, 1, 1], "c": -0.3}]}}]}"#,
     )
     .unwrap();
     let image = volume(2);
@@ -186,6 +198,30 @@ fn bad_preset_values_are_one_line_and_exit_2() {
         ),
         ("step = \"sharpen\"\np = 0.1\n", "sharpen"),
         (
+            "step = \"monai_gaussian_noise\"\np = 0.1\nstd = -1.0\n",
+            "std -1",
+        ),
+        (
+            "step = \"monai_adjust_contrast\"\np = 0.1\ngamma = [-0.5, 2.0]\n",
+            "above 0",
+        ),
+        (
+            "step = \"torchio_noise\"\np = 0.5\nstd = [nan, 0.25]\n",
+            "finite",
+        ),
+        (
+            "step = \"torchio_bias_field\"\np = 1.0\norder = 3\ncoefficients = [-5.0, 5.0]\n",
+            "overflow",
+        ),
+        (
+            "step = \"monai_bias_field\"\np = 1.0\ndegree = 0\ncoeff_range = [0.0, 0.1]\n",
+            "degree",
+        ),
+        (
+            "step = \"torchio_blur\"\np = 1.1\nstd = [0.0, 2.0]\n",
+            "probability",
+        ),
+        (
             "step = \"gamma\"\np = 0.1\ngamma = [0.7, 1.5]\np_per_channel = -0.5\n",
             "p_per_channel",
         ),
@@ -220,8 +256,43 @@ fn device_steps_equal_the_cpu_engine() {
         return;
     };
     let image = volume(2);
-    let cases: [(&str, f32); 7] = [
+    let cases: [(&str, f32); 18] = [
         (r#"{"brightness": {"multipliers": [1.3, 0.7]}}"#, 0.0),
+        (
+            r#"{"monai_shift_intensity": {"offsets": [0.3, -1.5]}}"#,
+            0.0,
+        ),
+        (r#"{"monai_scale_intensity": {"factors": [0.2]}}"#, 0.0),
+        (
+            r#"{"monai_gaussian_noise": {"mean": 0.1, "std": 0.4, "seed": 9}}"#,
+            0.0,
+        ),
+        (
+            r#"{"torchio_noise": {"mean": -0.2, "std": 0.7, "seed": 4}}"#,
+            0.0,
+        ),
+        (
+            r#"{"monai_gaussian_smooth": {"sigmas": [0.7, 1.3, 2.1]}}"#,
+            0.0,
+        ),
+        (r#"{"torchio_blur": {"sigmas": [0.0, 0.9, 1.6]}}"#, 0.0),
+        (r#"{"torchio_gamma": {"gammas": [1.3, 0.6]}}"#, 1e-5),
+        (
+            r#"{"monai_adjust_contrast": {"gamma": 1.7, "invert": true, "retain_stats": true}}"#,
+            1e-4,
+        ),
+        (r#"{"monai_adjust_contrast": {"gamma": 0.6}}"#, 1e-4),
+        (
+            r#"{"monai_bias_field": {"convention": "monai", "terms": [
+                {"powers": [0, 0, 0], "c": 0.1}, {"powers": [1, 0, 2], "c": -0.3},
+                {"powers": [0, 3, 0], "c": 0.25}]}}"#,
+            1e-5,
+        ),
+        (
+            r#"{"torchio_bias_field": {"convention": "torchio", "terms": [
+                {"powers": [2, 1, 0], "c": 0.4}, {"powers": [0, 0, 3], "c": -0.2}]}}"#,
+            1e-5,
+        ),
         (
             r#"{"gaussian_blur": {"sigmas": [[0.6, 1.0, 2.5], [0.5, 0.5, 0.5]]}}"#,
             0.0,
@@ -301,5 +372,84 @@ fn device_steps_equal_the_cpu_engine() {
             frac > 0.9999 && nan == 0,
             "batched: {frac} within 1e-4, worst {worst}"
         );
+    }
+}
+
+#[test]
+fn library_families_draw_on_augscope_axes_in_their_library_order() {
+    use augscope::core::draws::SplitMix64;
+    use augscope::core::intensity::{DrawFor, IntensitySpec, IntensityStep};
+    let draw = |toml: &str, ndim: usize, spacing: &[f64]| -> IntensityStep {
+        let spec: IntensitySpec = toml::from_str(toml).unwrap();
+        spec.validate().unwrap();
+        let img = DrawFor {
+            channels: 2,
+            ndim,
+            spacing_mm: spacing,
+        };
+        spec.sample(&mut SplitMix64::new(3, 64), &img).0.unwrap()
+    };
+    // MONAI's sigma_x is augscope's last axis.
+    let s = r#"step = "monai_gaussian_smooth"
+p = 1.0
+sigma_x = [3.0, 3.0]
+sigma_y = [2.0, 2.0]
+sigma_z = [1.0, 1.0]"#;
+    match draw(s, 3, &[]) {
+        IntensityStep::MonaiGaussianSmooth(m) => assert_eq!(m.sigmas, [1.0, 2.0, 3.0]),
+        other => panic!("{other:?}"),
+    }
+    match draw(s, 2, &[]) {
+        IntensityStep::MonaiGaussianSmooth(m) => assert_eq!(m.sigmas, [2.0, 3.0]),
+        other => panic!("{other:?}"),
+    }
+    // TorchIO's std is in mm: divided by each axis's voxel size.
+    let b = "step = \"torchio_blur\"\np = 1.0\nstd = [2.0, 2.0]";
+    match draw(b, 3, &[1.0, 2.0, 4.0]) {
+        IntensityStep::TorchioBlur(t) => assert_eq!(t.sigmas, [2.0, 1.0, 0.5]),
+        other => panic!("{other:?}"),
+    }
+    // MONAI's coefficient count is (degree + ndim choose ndim); TorchIO draws (order + 3 choose
+    // 3) and keeps, in 2D, the terms without a z power.
+    let mb = "step = \"monai_bias_field\"\np = 1.0\ndegree = 3\ncoeff_range = [0.0, 0.1]";
+    for (ndim, n) in [(3, 20), (2, 10)] {
+        match draw(mb, ndim, &[]) {
+            IntensityStep::MonaiBiasField(f) => {
+                assert_eq!(f.terms.len(), n);
+                assert!(f.terms.iter().all(|t| t.powers.len() == ndim));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let tb = "step = \"torchio_bias_field\"\np = 1.0\norder = 3\ncoefficients = [-0.5, 0.5]";
+    for (ndim, n) in [(3, 20), (2, 10)] {
+        match draw(tb, ndim, &[]) {
+            IntensityStep::TorchioBiasField(f) => {
+                assert_eq!(f.terms.len(), n);
+                assert!(f.terms.iter().all(|t| t.powers.iter().sum::<usize>() <= 3));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Every family's library defaults validate and draw; the table names each one's library.
+    for f in IntensitySpec::families() {
+        f.validate().unwrap();
+        let (step, _) = f.sample(
+            &mut SplitMix64::new(1, 64),
+            &DrawFor {
+                channels: 2,
+                ndim: 3,
+                spacing_mm: &[],
+            },
+        );
+        if let Some(step) = step {
+            assert_eq!(step.name(), f.name());
+            step.validate(Some(2), Some(3)).unwrap();
+        }
+        assert!(f.name().starts_with(match f.library() {
+            augscope::core::intensity::Library::Monai => "monai_",
+            augscope::core::intensity::Library::Torchio => "torchio_",
+            augscope::core::intensity::Library::Batchgeneratorsv2 => "",
+        }));
     }
 }

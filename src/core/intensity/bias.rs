@@ -131,27 +131,34 @@ impl BiasField {
                     .collect()
             })
             .collect();
+        // Rows along the last axis: the leading axes' product is fixed along a row.
+        let last = *shape.last().unwrap_or(&1);
         let n: usize = shape.iter().product();
-        (0..n)
-            .into_par_iter()
-            .map(|flat| {
-                let mut idx = vec![0; shape.len()];
-                let mut r = flat;
-                for a in (0..shape.len()).rev() {
+        let mut out = vec![0.0; n];
+        out.par_chunks_mut(last.max(1))
+            .enumerate()
+            .for_each(|(row, o)| {
+                let mut idx = [0usize; 3];
+                let mut r = row;
+                for a in (0..shape.len().saturating_sub(1)).rev() {
                     idx[a] = r % shape[a];
                     r /= shape[a];
                 }
-                let mut f = 0.0;
-                for t in &self.terms {
-                    let mut v = t.c;
-                    for (a, &p) in t.powers.iter().enumerate() {
-                        v *= tables[a][idx[a]][p];
+                let l = shape.len() - 1;
+                for (i, f) in o.iter_mut().enumerate() {
+                    idx[l] = i;
+                    let mut sum = 0.0;
+                    for t in &self.terms {
+                        let mut v = t.c;
+                        for (a, &p) in t.powers.iter().enumerate() {
+                            v *= tables[a][idx[a]][p];
+                        }
+                        sum += v;
                     }
-                    f += v;
+                    *f = sum;
                 }
-                f
-            })
-            .collect()
+            });
+        out
     }
 }
 

@@ -25,7 +25,8 @@ pub struct MonaiSmooth {
 pub fn erf_kernel(sigma: f64) -> Vec<f32> {
     let s = sigma as f32 as f64;
     let tail = ((s * 4.0).max(0.5) + 0.5) as i64;
-    let t = (0.707_106_78_f32 / s as f32) as f64;
+    // MONAI's 0.70710678 as the f32 it becomes beside a float32 tensor: 1/√2 rounded to f32.
+    let t = (std::f32::consts::FRAC_1_SQRT_2 / s as f32) as f64;
     (-tail..=tail)
         .map(|x| {
             let x = x as f64;

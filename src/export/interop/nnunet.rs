@@ -344,9 +344,9 @@ pub(super) fn nnunet(p: &Preset, ndim: usize) -> String {
     if p.translate.is_some() {
         notes.push("nnU-Net's SpatialTransform has no translation; it is left out".into());
     }
-    if !p.intensity.iter().any(|s| s.batchgeneratorsv2().is_some()) {
+    if p.intensity.is_empty() {
         notes.push(
-            "the preset has no batchgeneratorsv2 intensity steps: the trainer trains without nnU-Net's seven \
+            "the preset has no intensity steps: the trainer trains without nnU-Net's seven \
              (noise, blur, brightness, contrast, low resolution, two gammas); the nnunet-v2 \
              preset's [[intensity]] entries bring them back"
                 .into(),

@@ -5,13 +5,13 @@
 # radians; scale > 1 samples a larger region (content smaller) in both; alpha and sigma in
 # voxels, the same displacement alpha * gaussian_filter(U(-1, 1), sigma) (only the noise
 # differs). The patch is the whole array, centred (random_crop=False).
-# NOTE: intensity step gaussian_noise (batchgeneratorsv2's GaussianNoiseTransform, p 0.1) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gaussian_blur (batchgeneratorsv2's GaussianBlurTransform, p 0.2) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step brightness (batchgeneratorsv2's MultiplicativeBrightnessTransform, p 0.15) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step contrast (batchgeneratorsv2's ContrastTransform, p 0.15) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step low_resolution (batchgeneratorsv2's SimulateLowResolutionTransform, p 0.25) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gamma (batchgeneratorsv2's GammaTransform, p 0.1) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gamma (batchgeneratorsv2's GammaTransform, p 0.3) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gaussian_noise (batchgeneratorsv2 0.3.6's GaussianNoiseTransform, p 0.1) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gaussian_blur (batchgeneratorsv2 0.3.6's GaussianBlurTransform, p 0.2) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step brightness (batchgeneratorsv2 0.3.6's MultiplicativeBrightnessTransform, p 0.15) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step contrast (batchgeneratorsv2 0.3.6's ContrastTransform, p 0.15) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step low_resolution (batchgeneratorsv2 0.3.6's SimulateLowResolutionTransform, p 0.25) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gamma (batchgeneratorsv2 0.3.6's GammaTransform, p 0.1) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gamma (batchgeneratorsv2 0.3.6's GammaTransform, p 0.3) is left out: batchgenerators 0.25's parameter dict has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
 # NOTE: batchgenerators draws scales below and above 1 with equal chance (augscope's distribution = "split"); the preset draws uniformly
 import json
 

@@ -6,13 +6,13 @@
 # larger region, as augscope); an integer mode is the spline order, resampled by scipy's
 # map_coordinates with scipy's boundary names. Compose(lazy=True) multiplies the affine
 # transforms (and flips) into one resample, as augscope does.
-# NOTE: intensity step gaussian_noise (batchgeneratorsv2's GaussianNoiseTransform, p 0.1) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gaussian_blur (batchgeneratorsv2's GaussianBlurTransform, p 0.2) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step brightness (batchgeneratorsv2's MultiplicativeBrightnessTransform, p 0.15) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step contrast (batchgeneratorsv2's ContrastTransform, p 0.15) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step low_resolution (batchgeneratorsv2's SimulateLowResolutionTransform, p 0.25) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gamma (batchgeneratorsv2's GammaTransform, p 0.1) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gamma (batchgeneratorsv2's GammaTransform, p 0.3) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gaussian_noise (batchgeneratorsv2 0.3.6's GaussianNoiseTransform, p 0.1) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gaussian_blur (batchgeneratorsv2 0.3.6's GaussianBlurTransform, p 0.2) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step brightness (batchgeneratorsv2 0.3.6's MultiplicativeBrightnessTransform, p 0.15) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step contrast (batchgeneratorsv2 0.3.6's ContrastTransform, p 0.15) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step low_resolution (batchgeneratorsv2 0.3.6's SimulateLowResolutionTransform, p 0.25) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gamma (batchgeneratorsv2 0.3.6's GammaTransform, p 0.1) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gamma (batchgeneratorsv2 0.3.6's GammaTransform, p 0.3) is left out: MONAI has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
 from monai.transforms import Compose, RandAffined, RandFlipd
 
 KEYS = ("image", "label")

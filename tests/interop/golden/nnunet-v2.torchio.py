@@ -6,13 +6,13 @@
 # classes below are small subclasses of TorchIO's own transforms: they turn, scale and
 # translate the stored array about its voxel centre (n - 1) / 2 as augscope does, through
 # each image's affine, so RAS, LAS, LPS and oblique scans get the same array-axis transform.
-# NOTE: intensity step gaussian_noise (batchgeneratorsv2's GaussianNoiseTransform, p 0.1) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gaussian_blur (batchgeneratorsv2's GaussianBlurTransform, p 0.2) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step brightness (batchgeneratorsv2's MultiplicativeBrightnessTransform, p 0.15) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step contrast (batchgeneratorsv2's ContrastTransform, p 0.15) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step low_resolution (batchgeneratorsv2's SimulateLowResolutionTransform, p 0.25) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gamma (batchgeneratorsv2's GammaTransform, p 0.1) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
-# NOTE: intensity step gamma (batchgeneratorsv2's GammaTransform, p 0.3) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gaussian_noise (batchgeneratorsv2 0.3.6's GaussianNoiseTransform, p 0.1) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gaussian_blur (batchgeneratorsv2 0.3.6's GaussianBlurTransform, p 0.2) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step brightness (batchgeneratorsv2 0.3.6's MultiplicativeBrightnessTransform, p 0.15) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step contrast (batchgeneratorsv2 0.3.6's ContrastTransform, p 0.15) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step low_resolution (batchgeneratorsv2 0.3.6's SimulateLowResolutionTransform, p 0.25) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gamma (batchgeneratorsv2 0.3.6's GammaTransform, p 0.1) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
+# NOTE: intensity step gamma (batchgeneratorsv2 0.3.6's GammaTransform, p 0.3) is left out: TorchIO has no transform with its semantics (its namesake differs in formula or sampling); export to nnunet or python to train with it
 # NOTE: TorchIO (SimpleITK's resampler) pads with a constant or the nearest edge voxel only; the preset's mode "grid-constant" is not expressible: the snippet pads with cval 0.0 instead
 
 import numpy as np
