@@ -54,7 +54,7 @@ class CpuFallbackWarning(RuntimeWarning):
 
 _PRECISION = ["f32"]
 
-BUNDLED = ("nnunet-v2", "nnunet-v1-3d", "batchgenerators")
+BUNDLED = ("nnunet-v2", "nnunet-v1-3d", "batchgenerators", "monai-brats")
 EPOCH_STRIDE = 1 << 32
 
 Output = namedtuple("Output", ["image", "label", "plan", "done", "info"])

@@ -627,10 +627,14 @@ pub const BUNDLED: &[(&str, &str)] = &[
         "batchgenerators",
         include_str!("../../assets/presets/batchgenerators_spatial_default.toml"),
     ),
+    (
+        "monai-brats",
+        include_str!("../../assets/presets/monai_brats.toml"),
+    ),
 ];
 
 /// Loads a preset from a file, or a bundled one by name (`nnunet-v2`, `nnunet-v1-3d`,
-/// `batchgenerators`) when no such file exists.
+/// `batchgenerators`, `monai-brats`) when no such file exists.
 pub fn load_or_bundled(path_or_name: &Path) -> Result<Preset, PresetError> {
     if !path_or_name.exists()
         && let Some(name) = path_or_name.to_str()

@@ -416,7 +416,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 #[derive(Args)]
 struct BatchArgs {
-    /// Preset file (TOML), or a bundled preset: nnunet-v2, nnunet-v1-3d, batchgenerators.
+    /// Preset file (TOML), or a bundled preset: nnunet-v2, nnunet-v1-3d, batchgenerators,
+    /// monai-brats.
     #[arg(long)]
     preset: PathBuf,
     /// Samples per input.

@@ -46,7 +46,7 @@ PLAN_KEYS = ["flip", "rotate_rad", "scale", "translate", "elastic", "order", "mo
              "out_shape", "space", "spacing_mm"]
 MODES = ["constant", "grid-constant", "nearest", "reflect", "mirror", "grid-wrap", "wrap",
          "bogus", "", 3]
-BUNDLED = ["nnunet-v2", "nnunet-v1-3d", "batchgenerators"]
+BUNDLED = ["nnunet-v2", "nnunet-v1-3d", "batchgenerators", "monai-brats"]
 
 
 # --- the calls --------------------------------------------------------------------------------
