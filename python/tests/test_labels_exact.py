@@ -80,3 +80,21 @@ def test_intensity_steps_act_on_the_image_only():
     np.testing.assert_allclose(got.image, y, atol=1e-4 * (hi - lo))
     with pytest.raises(ValueError, match="gamma"):
         augscope.apply(image, {"intensity": [{"gamma": {"channels": [{"gamma": 0.0}]}}]})
+
+
+def test_monai_and_torchio_steps_act_on_the_image_only():
+    """The other libraries' families run from a plan dict too, on the image alone."""
+    image = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE) / 10 + 1
+    big, _, _ = maps(np.int64)
+    plan = {"rotate_rad": [0.2, 0.0, 0.0],
+            "intensity": [{"monai_shift_intensity": {"offsets": [1.5]}},
+                          {"torchio_gamma": {"gammas": [1.25]}}]}
+    spatial = augscope.apply(image, {"rotate_rad": [0.2, 0.0, 0.0]}, label=big, device="cpu")
+    got = augscope.apply(image, plan, label=big, device="cpu")
+    np.testing.assert_array_equal(got.label, spatial.label)
+    assert [d["transform"] for d in got.done][-2:] == ["monai_shift_intensity", "torchio_gamma"]
+    x = spatial.image.astype(np.float32) + np.float32(1.5)
+    y = np.sign(x) * np.abs(x) ** np.float32(1.25)
+    np.testing.assert_allclose(got.image, y, rtol=1e-6)
+    with pytest.raises(ValueError, match="torchio_gamma"):
+        augscope.apply(image, {"intensity": [{"torchio_gamma": {"gammas": [-1.0]}}]})
