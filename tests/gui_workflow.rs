@@ -389,4 +389,29 @@ fn the_editor_lists_the_intensity_steps_and_edits_them() {
     h.get_by_label("gaussian_noise").click();
     h.run_steps(4);
     assert_eq!(steps(&h).last().copied(), Some("gaussian_noise"));
+    // A family of another library, with its own fields (drawn from the family's list of them).
+    h.get_all_by_role_and_label(Role::ComboBox, "add a step")
+        .next()
+        .expect("the add-a-step control")
+        .scroll_to_me();
+    h.run_steps(3);
+    h.get_all_by_role_and_label(Role::ComboBox, "add a step")
+        .next()
+        .expect("the add-a-step control")
+        .click();
+    h.run_steps(3);
+    h.get_by_label("torchio_bias_field").click();
+    h.run_steps(4);
+    assert_eq!(steps(&h).last().copied(), Some("torchio_bias_field"));
+    assert!(h.query_by_label("8. torchio_bias_field").is_some());
+    for field in ["order", "coefficients"] {
+        assert!(
+            h.query_by_label(field).is_some(),
+            "the {field} field is shown"
+        );
+    }
+    let draft = h.state().state.draft.clone().expect("a draft");
+    draft
+        .validate()
+        .expect("the draft with TorchIO's bias field is valid");
 }

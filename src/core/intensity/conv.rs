@@ -62,21 +62,37 @@ pub fn convolve_axis(x: &mut [f32], shape: &[usize], axis: usize, w: &[f32], pad
     }
     let r = (w.len() / 2) as isize;
     let src = x.to_vec();
-    // One output row (fixed outer index and position i along the axis) per task, `inner` long.
-    x.par_chunks_mut(inner).enumerate().for_each(|(row, out)| {
-        let (o, i) = (row / n, row % n);
-        let base = o * n * inner;
+    // One output voxel: the taps in order, each product added to the sum (the CUDA kernel's
+    // order), over a row of `inner` voxels at once.
+    let row_at = |src: &[f32], i: usize, out: &mut [f32]| {
         out.fill(0.0);
         for (t, &wt) in w.iter().enumerate() {
             let Some(j) = pad.index(i as isize + t as isize - r, n) else {
                 continue;
             };
-            let line = &src[base + j * inner..base + (j + 1) * inner];
-            for (v, s) in out.iter_mut().zip(line) {
+            for (v, s) in out.iter_mut().zip(&src[j * inner..(j + 1) * inner]) {
                 *v += wt * *s;
             }
         }
-    });
+    };
+    if inner >= 64 {
+        // Long rows: one task per row (fixed outer index and position i along the axis).
+        x.par_chunks_mut(inner).enumerate().for_each(|(row, out)| {
+            let (o, i) = (row / n, row % n);
+            row_at(&src[o * n * inner..(o + 1) * n * inner], i, out);
+        });
+    } else {
+        // Short rows (the last axes): one task per block of the whole axis, so that a task is
+        // never a voxel or two.
+        x.par_chunks_mut(n * inner)
+            .enumerate()
+            .for_each(|(o, block)| {
+                let from = &src[o * n * inner..(o + 1) * n * inner];
+                for (i, out) in block.chunks_mut(inner).enumerate() {
+                    row_at(from, i, out);
+                }
+            });
+    }
 }
 
 #[cfg(test)]
