@@ -23,12 +23,23 @@ for _ in $(seq 1 300); do xdotool getdisplaygeometry >/dev/null 2>&1 && break; s
 xdotool getdisplaygeometry >/dev/null 2>&1 || { echo "Xvfb did not open display $DISP" >&2; exit 1; }
 "$BIN" preset export --to torchio --ndim 3 nnunet-v2 > "$TMP/want.py"
 # The code window open on the TorchIO tab (the window's default place: x 300, y 80 points).
-AUGSCOPE_SHOT="code=1;preset=nnunet-v2" "$BIN" view assets/mni152_t1.nii.gz >"$TMP/app.log" 2>&1 &
-APP=$!
+start_app() {
+  AUGSCOPE_SHOT="code=1;preset=nnunet-v2" "$BIN" view assets/mni152_t1.nii.gz >"$TMP/app.log" 2>&1 &
+  APP=$!
+}
+start_app
 WID=""
+STARTS=1
 for _ in $(seq 1 240); do
   WID=$(xdotool search --onlyvisible --name '^augscope' 2>/dev/null | head -1 || true)
   [ -n "$WID" ] && break
+  # On a loaded machine the first connection to a fresh Xvfb can be refused: start again, twice.
+  if ! kill -0 "$APP" 2>/dev/null && [ "$STARTS" -lt 3 ]; then
+    echo "the window did not open (start $STARTS): $(tail -1 "$TMP/app.log")" >&2
+    STARTS=$((STARTS + 1))
+    sleep 1
+    start_app
+  fi
   sleep 0.5
 done
 [ -n "$WID" ] || { echo "no augscope window appeared" >&2; cat "$TMP/app.log" >&2; exit 1; }

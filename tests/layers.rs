@@ -1,7 +1,7 @@
 //! The layering rule of docs/ARCHITECTURE.md, checked on the source: a folder of `src/` imports
 //! only the folders of the layers below it (core; io, augment, gpu; engine; filter; export; app;
-//! bench; cli), no two files import each other round a cycle, only `app` names egui, and `unsafe`
-//! appears only where a module allows it.
+//! bench; cli), no two files import each other round a cycle, only `app` names egui, `unsafe`
+//! appears only where a module allows it, and no module glob-imports another of this crate.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -312,4 +312,49 @@ fn no_two_files_import_each_other_round_a_cycle() {
     }
     // The scanner sees the imports it must: the engine's CUDA host path names the GPU runtime.
     assert!(next("engine/cuda").contains("gpu/buffer"));
+}
+
+/// `use super::*`, `use crate::…::*`, `use self::…::*` or `use child::*` (a module the file
+/// declares) outside a test module hides what a file takes from where: each import is named.
+/// A `pub use …::*` re-export (a module's facade) is allowed.
+#[test]
+fn no_module_glob_imports_another_of_this_crate() {
+    let mut bad = vec![];
+    for (_, path, text) in src_files() {
+        // A test module in a file of its own (`mod tests;`) takes its parent's items, as an
+        // inline one does.
+        if path.file_name().is_some_and(|f| f == "tests.rs") {
+            continue;
+        }
+        let code = code(&text);
+        let children: Vec<String> = code
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim_start();
+                let l = l.strip_prefix("pub ").unwrap_or(l);
+                let l = l.strip_prefix("pub(crate) ").unwrap_or(l);
+                l.strip_prefix("mod ")?
+                    .strip_suffix(';')
+                    .map(str::to_string)
+            })
+            .collect();
+        for (n, line) in code.lines().enumerate() {
+            // Test modules are indented; a file's own imports start the line.
+            let Some(used) = line.strip_prefix("use ") else {
+                continue;
+            };
+            let Some(module) = used.trim_end().strip_suffix("::*;") else {
+                continue;
+            };
+            let first = module.split("::").next().unwrap_or("");
+            if ["super", "crate", "self"].contains(&first) || children.iter().any(|c| c == first) {
+                bad.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "glob imports of this crate's modules (name what is imported):\n{}",
+        bad.join("\n")
+    );
 }

@@ -1,6 +1,14 @@
 //! `augscope apply`: one transform of one scan, written whole or not at all.
 
-use super::*;
+use anyhow::Context;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::{
+    ApplyArgs, BackendSpec, Elastic, LoadOptions, Numbers, Plan, SaveOptions, Space, engine, io,
+    preview, resolved, usage,
+};
 use crate::augment::DoneList;
 use crate::core::intensity::{Blur, Brightness, Contrast, Gamma, LowResolution, Noise};
 use crate::core::{GammaValue, IntensityStep, Volume};

@@ -1,7 +1,6 @@
 //! `augscope batch`: N augmented samples and a manifest.
 
-use super::*;
-
+use super::{BackendSpec, BatchArgs, preset_error, usage};
 pub(super) fn batch(a: BatchArgs) -> anyhow::Result<()> {
     use crate::export::batch;
     use std::sync::Arc;

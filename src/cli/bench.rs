@@ -1,7 +1,8 @@
 //! `augscope bench`: pipelines, filters and latency.
 
-use super::*;
+use anyhow::Context;
 
+use super::{BenchArgs, io, usage, write_text};
 pub(super) fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let shapes: Vec<Vec<usize>> = a.shape.iter().map(|s| s.0.clone()).collect();
     if let Some(s) = shapes.iter().find(|s| s.len() != 3 || s.contains(&0)) {
@@ -59,8 +60,8 @@ pub(super) fn bench_latency(a: &BenchArgs, shape: Option<Vec<usize>>) -> anyhow:
     };
     let rows = match &a.grid {
         Some(n) => {
-            let preset =
-                crate::augment::preset::load_or_bundled(&a.grid_preset).map_err(preset_error)?;
+            let preset = crate::augment::preset::load_or_bundled(&a.grid_preset)
+                .map_err(super::preset_error)?;
             let n = n
                 .parse()
                 .map_err(|_| usage(format!("--grid {n} is not 4, 9 or 16")))?;

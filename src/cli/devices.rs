@@ -1,7 +1,8 @@
 //! `augscope devices`: the CUDA devices, the kernel cache.
 
-use super::*;
+use anyhow::Context;
 
+use super::{usage, write_text};
 pub(super) fn devices(json: bool, clear_cache: bool) -> anyhow::Result<()> {
     if clear_cache {
         let Some(dir) = crate::gpu::kernel_cache::dir() else {

@@ -1,7 +1,8 @@
 //! `augscope filter`: one intensity filter over scans.
 
-use super::*;
+use std::path::{Path, PathBuf};
 
+use super::{FilterArgs, LoadOptions, SaveOptions, io, resolved, usage};
 /// Where the batch output of `input` goes: `dir/<input's file name>`, or `.npy` appended when
 /// that format cannot be written.
 pub(super) fn batch_output(dir: &Path, input: &Path) -> anyhow::Result<PathBuf> {

@@ -1,7 +1,8 @@
 //! `augscope info`: what is in a scan.
 
-use super::*;
+use std::path::{Path, PathBuf};
 
+use super::{LoadOptions, escape_controls, io, write_text};
 pub(super) fn info(path: &Path, channels: bool, series: Option<String>) -> anyhow::Result<()> {
     let loaded = io::load(
         path,

@@ -2,11 +2,9 @@
 //! ok, 2 bad input or usage (one clear line on stderr), 1 internal error. With no subcommand it
 //! opens the GUI.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::augment::preset::escape_controls;

@@ -1,7 +1,10 @@
 //! `augscope preset`: export, import and show presets.
 
-use super::*;
+use anyhow::Context;
 
+use std::path::Path;
+
+use super::{PresetCmd, io, usage};
 pub(super) fn preset_error(e: crate::augment::preset::PresetError) -> anyhow::Error {
     usage(e.to_string())
 }

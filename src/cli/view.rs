@@ -1,7 +1,6 @@
 //! The GUI (`augscope view`, or no subcommand).
 
-use super::*;
-
+use super::ViewArgs;
 pub(super) fn view(args: ViewArgs) -> anyhow::Result<()> {
     #[cfg(feature = "gui")]
     {
@@ -10,7 +9,7 @@ pub(super) fn view(args: ViewArgs) -> anyhow::Result<()> {
     #[cfg(not(feature = "gui"))]
     {
         let _ = args;
-        Err(usage(
+        Err(super::usage(
             "this augscope was built without the GUI (feature `gui`); use a subcommand, see --help",
         ))
     }

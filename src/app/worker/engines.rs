@@ -1,8 +1,9 @@
 //! The engines the worker runs on: the CUDA engine opened once per engine selection, and the
 //! engines of the slice-only path.
 
-use super::*;
+use std::sync::Arc;
 
+use super::{Backend, BackendSpec, CpuBackend, EngineError, Precision, Prepare, select};
 /// The CUDA engine of the explorer's engine selection, opened once per (spec, precision), or
 /// why there is none (the CPU engine runs then).
 #[derive(Default)]

@@ -1,8 +1,13 @@
 //! The filter stages of the explorer: the filtered scan kept per filter setting, filters after
 //! the transform, and FEBDS masks of the planes on screen.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
 
+use super::{
+    BackendSpec, Boundary, DisplaySlice, FebdsMethod, Filter, FilterStage, Precision, Volume,
+    slices,
+};
 /// The intensity filter of a request and where it acts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FilterStep {

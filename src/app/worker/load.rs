@@ -1,6 +1,10 @@
 //! Reading a scan and its label map for the explorer, with the window presets that suit it.
 
-use super::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{LoadOptions, Volume, io, slices};
 use crate::io::dicom::SeriesInfo;
 
 /// A DICOM folder of several series, and the request that opened it: the explorer offers its

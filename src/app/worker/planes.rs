@@ -1,8 +1,13 @@
 //! The planes on screen, each computed on its own while a slider moves, and the whole volume
 //! filled plane by plane once it rests.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
 
+use super::{
+    Backend, Compute, DisplaySlice, EngineError, Job, Outputs, Plan, Plane, Prepare, SliceEngines,
+    SliceSet, Timings, ViewGeom, Volume, engine, slices,
+};
 /// The display slices of one 3D view through `c.cursor`: `compute(plane, outputs)` fills the
 /// output plane (the engine's plane path), then it is cut for display.
 pub(super) fn view_plane(

@@ -8,9 +8,8 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::boundary::{Mode, SPLINE_PREPAD, fold_tap, map_coordinate};
+use super::boundary::Mode;
 use super::field::ElasticField;
-use super::spline::{coefficient_shape, prefilter_cubic_in_place, prepad, spline_weights};
 use super::{
     Backend, EngineError, Job, NewVolumes, NotApplied, Outputs, Plane, Prepare, Timings,
     apply_then_drop, check_grids, check_job, check_job_region, new_outputs, new_volumes,

@@ -2,8 +2,15 @@
 //! image, mode and cval), and the sampler that evaluates orders 0, 1 and 3 under a boundary mode
 //! at a row of input coordinates.
 
-use super::*;
+use std::sync::Arc;
 
+use rayon::prelude::*;
+
+use super::CpuBackend;
+use crate::augment::{CoordMap, Order, Plan};
+use crate::engine::boundary::{Mode, SPLINE_PREPAD, fold_tap, map_coordinate};
+use crate::engine::field::ElasticField;
+use crate::engine::spline::{coefficient_shape, prefilter_cubic_in_place, prepad, spline_weights};
 /// The values a sampler reads: the voxels themselves, or cubic spline coefficients.
 pub struct Coefficients<'a> {
     data: CoefData<'a>,

@@ -2,8 +2,28 @@
 //! cache, uploads and downloads, plane and whole-grid applies, coordinates, displacement
 //! statistics, and the process-wide registry of devices.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+
+use crate::core::{FieldSpec, Mode, Order, Plan, Volume};
+use crate::engine::boundary::SPLINE_PREPAD;
+use crate::engine::{EngineError, Job, Outputs, Precision, Timings};
+use crate::gpu::buffer::{DevBuf, SendPtr, Staging, ensure};
+use crate::gpu::device::{DeviceContext, MemStats};
+use crate::gpu::lock;
+
+use super::kernels::{
+    BLOCK, PF_WARPS, axis_split, build_defines, grid_out, prefilter_rows_enabled, shape3,
+};
+use super::{
+    Family, PadParams, driver_error, field_defines, grid_1d, nvrtc_version, resample_defines,
+    resample_params, sampler_defines,
+};
 /// Buffers kept between calls (the "reserved" part of the memory statistics).
 #[derive(Default)]
 pub(super) struct Workspace {
@@ -42,6 +62,12 @@ impl Workspace {
             + b(&self.field_scratch)
             + b(&self.coords)
     }
+}
+
+/// The cached unit field of one (seed, per-axis sigma in voxels, shape).
+pub(super) struct CachedField {
+    pub(super) spec: FieldSpec,
+    pub(super) buf: DevBuf<f32>,
 }
 
 #[derive(Default)]

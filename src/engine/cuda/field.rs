@@ -1,8 +1,17 @@
 //! The unit elastic field on the device: the separable gaussian passes with the Philox noise
 //! generated inside the first, and the cache of the last field (by its [`FieldSpec`]).
 
-use super::*;
+use std::sync::Arc;
 
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::core::FieldSpec;
+use crate::engine::EngineError;
+use crate::gpu::buffer::{DevBuf, ensure};
+
+use super::device::{CachedField, State};
+use super::kernels::{BLOCK, FIELD_TL, axis_split, contiguous_pass, field_pass_entry};
+use super::{DeviceEngine, Family, FieldWeights, driver_error, field_defines, field_weights};
 /// The device time of a field computation: nothing when the cached field was reused, else the
 /// events around its passes, read once the last pass has finished.
 pub(super) enum FieldTime {
@@ -22,12 +31,6 @@ impl FieldTime {
             }
         }
     }
-}
-
-/// The cached unit field of one (seed, per-axis sigma in voxels, shape).
-pub(super) struct CachedField {
-    pub(super) spec: FieldSpec,
-    pub(super) buf: DevBuf<f32>,
 }
 
 /// One separable pass of the field over `slabs` consecutive slabs of `shape` each: slab g (global

@@ -5,7 +5,13 @@
 //! engine's to f32 rounding (bit for bit for brightness, noise, blur and low resolution, where the
 //! operations are the same; the statistics sum in another order, `powf` may differ by an ulp).
 
-use super::*;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::core::Plan;
+use crate::engine::EngineError;
+use crate::gpu::buffer::DevBuf;
+
+use super::{DeviceEngine, Family, driver_error, grid_1d};
 use crate::core::intensity::{
     BiasField, IntensityStep, Pad, axis_coordinates, low_resolution_shape,
 };

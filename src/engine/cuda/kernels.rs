@@ -1,8 +1,16 @@
 //! The engine's kernels as the host sees them: the define sets of each build, the entry names,
 //! the parameter structs that mirror `kernels/*.cu`, launch shapes and the tuning knobs.
 
-use super::*;
+use std::sync::OnceLock;
 
+use cudarc::driver::{DeviceRepr, LaunchConfig};
+
+use crate::core::gaussian::gaussian_kernel1d;
+use crate::core::{CoordMap, Mode, Order};
+use crate::engine::{EngineError, Precision};
+use crate::gpu::nvrtc::store_define;
+
+use super::{Family, check_entries, compile, device_engine, mode_defines};
 /// Defines of a resample or prefilter build.
 pub fn sampler_defines(mode: Mode, order: Order, ndim: usize, store: Precision) -> Vec<String> {
     let mut d = mode_defines(mode);

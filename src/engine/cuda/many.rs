@@ -3,8 +3,14 @@
 //! through its share of a batch (as many jobs per launch as its memory allows). The launches
 //! themselves take the one host path of `transform.rs`.
 
-use super::*;
+use cudarc::driver::DeviceRepr;
 
+use crate::core::{Mode, Order};
+use crate::engine::{EngineError, Job, Outputs, Precision, Timings};
+use crate::gpu::buffer::SendPtr;
+
+use super::DeviceEngine;
+use super::kernels::{grid_out_k, resample_k};
 /// What jobs must share to run in one batched launch ([`DeviceEngine::apply_many`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ManyKey {

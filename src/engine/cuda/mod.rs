@@ -37,36 +37,22 @@ pub use kernels::{
 };
 pub use many::{ManyKey, SigmaGroup, field_slots, many_key};
 
-use device::*;
-use field::*;
-use kernels::*;
+use device::Region;
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::LaunchConfig;
 
-use super::boundary::SPLINE_PREPAD;
-use super::{
-    Backend, EngineError, Job, Outputs, Plane, Precision, Prepare, Timings, check_job_region,
-};
+use super::{Backend, EngineError, Job, Outputs, Plane, Precision, Prepare, Timings};
 
-use crate::core::gaussian::gaussian_kernel1d;
-use crate::core::{CoordMap, FieldSpec, Mode, Order, Plan, Volume};
-use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, Staging, ensure};
-use crate::gpu::device::{DeviceContext, MemStats};
+use crate::core::Plan;
+use crate::gpu::device::MemStats;
 
 /// A one-dimensional launch of `n` threads.
 pub(crate) fn grid_1d(n: usize) -> Result<LaunchConfig, EngineError> {
     Ok(crate::gpu::launch::grid_1d(n)?)
 }
-use crate::gpu::lock;
-use crate::gpu::nvrtc::store_define;
 
 /// A driver error as an engine error.
 pub(crate) fn driver_error(what: &str, e: cudarc::driver::DriverError) -> EngineError {
@@ -405,8 +391,14 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::many::*;
-    use super::*;
+    use super::many::{ManyStrides, field_slots, fill_stacked, scatter_stacked};
+    use super::{
+        BOUNDARY_CUH, Family, PadParams, ResampleParams, field_build_radius, field_defines,
+        field_weights, mode_defines,
+    };
+    use crate::core::Mode;
+    use crate::core::gaussian::gaussian_kernel1d;
+    use crate::gpu::buffer::SendPtr;
     use crate::gpu::nvrtc::ptx_entries;
 
     #[test]

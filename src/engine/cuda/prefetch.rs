@@ -3,9 +3,12 @@
 //! asks for its whole run at the start ([`Prepare::Modules`]), since its first samples may run
 //! one at a time and later ones together, with other entries and other field radii.
 
-use std::collections::HashSet;
+use crate::core::{FieldSpec, Mode, Order, Plan};
+use crate::engine::Precision;
 
-use super::*;
+use super::kernels::{field_pass_entry, resample_entry, resample_many_entry};
+use super::{DeviceEngine, Family, field_defines, resample_defines, sampler_defines};
+use std::collections::HashSet;
 
 /// What decides the modules of transforms of one kind.
 pub(super) struct Launches<'a> {

@@ -7,11 +7,29 @@
 //! parameters in device memory. The two entries give the same values bit for bit. What only one
 //! job can have (a plane, a resident image, the caller's device arrays) is its [`Region`].
 
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+
+use crate::core::{CoordMap, FieldSpec, Mode, Order, Plan};
+use crate::engine::{EngineError, Job, Outputs, Precision, Timings, check_job_region};
+use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, ensure};
+use crate::gpu::nvrtc::store_define;
+
+use super::device::{State, Workspace, copy_plane};
+use super::field::{FieldTime, philox_keys};
+use super::kernels::{grid_out_k, resample_entry, resample_k, resample_many_entry, shape3};
 use super::many::{
     ManyStrides, fill_stacked, fill_stacked_map, scatter_stacked, scatter_stacked_map,
 };
 use super::prefetch::Launches;
-use super::*;
+use super::{
+    DeviceEngine, Family, Region, ResampleParams, check_device_job, driver_error, field_slots,
+    grid_1d, many_key, mode_defines, resample_defines, resample_params, sampler_defines,
+};
 
 use cudarc::driver::CudaEvent;
 

@@ -1,10 +1,12 @@
 //! batchgenerators 0.25: `SpatialTransform` + `MirrorTransform` keyword arguments.
 
+use super::{
+    Preset, ScaleDistribution, Target, all_equal, axis_value, header, intensity_left_out,
+    notes_block, rad, rot_range, voxel_target_note,
+};
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
-
-use super::*;
 
 /// The keyword arguments of batchgenerators' `SpatialTransform` (0.25) plus `mirror_axes`, and
 /// the notes on what they cannot hold.

@@ -21,9 +21,11 @@
 //!   (an erf kernel, not the sampled gaussian of scipy truncated at 4 sigma) and multiplies by the
 //!   magnitude; it is not lazy, so the pending affine is resampled before it.
 
+use super::{
+    Preset, Range, ScaleDistribution, Target, Unit, axis_value, f, header, intensity_left_out,
+    notes_block, pair, rad, rot_range, voxel_target_note, x_first,
+};
 use std::fmt::Write as _;
-
-use super::*;
 
 /// A number in the pipeline: a literal, a millimetre value converted with the data's spacing, or
 /// the product of two probabilities.

@@ -11,10 +11,13 @@
 //! (`_notes_`, `_augscope_`); `_augscope_` keeps the preset fields MONAI has no place for (name,
 //! space, cval, label order, scale distribution), so that the import gives back the same preset.
 
+use super::{
+    Preset, PresetError, Range, ScaleDistribution, Space, Target, Unit, f, verified_against,
+    x_first,
+};
 use serde_json::{Map, Value, json};
 
 use super::monai::{Arg, Entry, Kind, Num, pipeline};
-use super::*;
 use crate::augment::preset::{
     ElasticSpec, FlipSpec, RotateSpec, SamplingSpec, ScaleSpec, TranslateSpec,
 };
@@ -648,6 +651,7 @@ fn range_deg_2d(aug: Option<&Map<String, Value>>) -> Option<Range> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::interop::export;
 
     fn round_trip(text: &str, ndim: usize) {
         let p = Preset::parse(text).unwrap();

@@ -10,9 +10,11 @@
 //! snippet hands it functions that draw exactly what augscope draws: per-axis ranges and
 //! probabilities, the split scale distribution, negated angles.
 
+use super::{
+    Preset, ScaleDistribution, Target, axis_value, f, header, intensity_left_out, notes_block,
+    pair, rad, rot_range, voxel_target_note,
+};
 use std::fmt::Write as _;
-
-use super::*;
 
 /// The Python after the constants: the callables, the mirror transform and the trainer.
 const BODY: &str = r#"

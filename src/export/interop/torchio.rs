@@ -8,9 +8,11 @@
 //! preset sampling), plus `RandomAlphaSigmaElastic` (TorchIO's B-spline deformation scaled to
 //! augscope's alpha and sigma). `tests/interop/check_torchio.py` runs them under TorchIO.
 
+use super::{
+    Preset, Range, ScaleDistribution, Space, Target, Unit, axis_value, f, header,
+    intensity_left_out, notes_block, pair, rot_range, tuple_of_pairs,
+};
 use std::fmt::Write as _;
-
-use super::*;
 
 /// Helpers shared by the classes below.
 const HELPERS: &str = r#"

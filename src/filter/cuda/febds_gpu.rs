@@ -2,8 +2,13 @@
 //! per device and shape), `|·|`, the 5×5 median and the gamma, then the threshold, the closing and
 //! the hole filling (`super::febds_segment`); only the mask comes back.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
+use super::{
+    Arrays, Borrowed, CudaFft, CudaSlice, EngineError, FilterTimings, Gpu, Method, Mode, Precision,
+    PushKernelArg, between, cufftType, driver_error, event, febds, filter_defines, float2, grid_1d,
+};
 /// Whether FEBDS `fft` runs its FFT on the GPU (libcufft loadable) rather than on the host.
 pub fn cufft_available() -> bool {
     // Probed once: each probe tries every candidate name of the library.

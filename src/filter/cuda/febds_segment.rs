@@ -5,8 +5,10 @@
 //! round of the hole filling, and takes Otsu's threshold and the global variance with the CPU's
 //! own functions ([`febds::Histc`], [`febds::squared_variance`]).
 
-use super::*;
-
+use super::{
+    CudaFunction, CudaSlice, DeviceRepr, EngineError, Gpu, LaunchConfig, Method, Mode, Precision,
+    PushKernelArg, device_engine, driver_error, febds, filter_defines, grid_1d,
+};
 /// Blocks of a grid-stride reduction over `n` values (256 threads each).
 fn reduce_grid(n: usize) -> LaunchConfig {
     LaunchConfig {

@@ -23,8 +23,7 @@ pub use febds_gpu::cufft_available;
 use febds_gpu::febds_gpu;
 pub use febds_segment::{febds_segment, fill_holes};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::cufft::CudaFft;
 use cudarc::cufft::sys::{cufftType, float2};
