@@ -529,8 +529,8 @@ impl Preset {
     /// the elastic noise is the sample seed's. `ndim` sizes the flip list (one entry would mean
     /// every axis). The plan's output shape, if any, is not kept: a preset keeps the input's
     /// grid. Name and description are left empty. Intensity steps become sections that always
-    /// draw their values (see [`IntensitySpec::fixed`]); a step with values per channel cannot
-    /// be drawn by a preset and is refused.
+    /// draw their values (see [`IntensitySpec::fixed`]); a step whose values no section draws
+    /// (values per channel, a bias field's coefficients) is refused.
     pub fn reproducing(plan: &Plan, ndim: usize) -> Result<Preset, PresetError> {
         let intensity = plan
             .intensity
@@ -538,7 +538,8 @@ impl Preset {
             .map(|step| {
                 IntensitySpec::fixed(step).ok_or_else(|| {
                     invalid(format!(
-                        "the plan's {} step holds values per channel, which a preset cannot draw",
+                        "the plan's {} step holds values no preset section draws (values per \
+                         channel, or values its library draws otherwise)",
                         step.name()
                     ))
                 })
