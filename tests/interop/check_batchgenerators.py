@@ -638,7 +638,7 @@ def distributions(work, count=10000):
 
 def bundled():
     vol, _ = smooth_volume()
-    for name in ("nnunet-v2", "nnunet-v1-3d", "batchgenerators"):
+    for name in ("nnunet-v2", "nnunet-v1-3d", "batchgenerators", "monai-brats"):
         for ndim in (3, 2):
             snippet = C.export_snippet("batchgenerators", name, ndim)
             C.check_verified_line(snippet, DISTS)

@@ -499,7 +499,7 @@ def _fired_flags(values, count):
 
 def bundled(report, vol):
     """The bundled presets' snippets run as they are (random draws): shape kept, values finite."""
-    for name in ("nnunet-v2", "nnunet-v1-3d", "batchgenerators"):
+    for name in ("nnunet-v2", "nnunet-v1-3d", "batchgenerators", "monai-brats"):
         for ndim in (3, 2):
             text = common.run("preset", "export", "--to", "torchio", "--ndim", ndim, name)
             arr = vol[::2, ::2, ::2] if ndim == 3 else vol[vol.shape[0] // 2]
