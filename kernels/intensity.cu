@@ -236,14 +236,29 @@ __device__ __forceinline__ long long nearest_exact(long long o, long long n, lon
     return s < n - 1 ? s : n - 1;
 }
 
+// torch's legacy nearest: the same size copies, twice the size halves, else floor(o * n/m) in f32.
+__device__ __forceinline__ long long nearest_legacy(long long o, long long n, long long m) {
+    if (n == m) return o;
+    if (m == 2 * n) return o >> 1;
+    const float scale = (float)n / (float)m;
+    long long s = (long long)floorf(__fmul_rn((float)o, scale));
+    return s < n - 1 ? s : n - 1;
+}
+
+__device__ __forceinline__ long long nearest_of(long long o, long long n, long long m, int exact) {
+    return exact ? nearest_exact(o, n, m) : nearest_legacy(o, n, m);
+}
+
+// exact = 1: nearest-exact (low_resolution); 0: torch's legacy nearest
+// (monai_simulate_low_resolution).
 extern "C" __global__ void int_down(const float* src, float* dst, int n0, int n1, int n2, int m0,
-                                    int m1, int m2) {
+                                    int m1, int m2, int exact) {
     const long long total = (long long)m0 * m1 * m2;
     for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < total;
          v += (long long)gridDim.x * blockDim.x) {
         const long long o2 = v % m2, o1 = (v / m2) % m1, o0 = v / ((long long)m1 * m2);
-        const long long s0 = nearest_exact(o0, n0, m0), s1 = nearest_exact(o1, n1, m1),
-                        s2 = nearest_exact(o2, n2, m2);
+        const long long s0 = nearest_of(o0, n0, m0, exact), s1 = nearest_of(o1, n1, m1, exact),
+                        s2 = nearest_of(o2, n2, m2, exact);
         dst[v] = src[(s0 * n1 + s1) * n2 + s2];
     }
 }
@@ -403,5 +418,54 @@ extern "C" __global__ void int_bias(float* x, int n0, int n1, int n2, const doub
         }
         x[v] = convention == 0 ? (float)__dmul_rn((double)x[v], exp(f))
                                : __fmul_rn(x[v], (float)exp(f));
+    }
+}
+
+// x = x + alpha * (x - b2), x the first blur and b2 the second: monai_gaussian_sharpen.
+extern "C" __global__ void int_sharpen(float* x, const float* b2, long long n, float alpha) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        x[i] = __fadd_rn(x[i], __fmul_rn(alpha, __fsub_rn(x[i], b2[i])));
+    }
+}
+
+// MONAI's histogram shift (src/core/intensity/monai_histogram.rs): the np reference points
+// pts[0..np] and the moved points pts[np..2np], in [0, 1], scaled to the range of st (set 0:
+// [sum, min, max, ...]) as p * (max - min) + min; each voxel through the torch interpolation.
+__device__ __forceinline__ float hist_scaled(float p, float r, float lo) {
+    return __fadd_rn(__fmul_rn(p, r), lo);
+}
+
+extern "C" __global__ void int_hist_shift(float* x, long long n, const double* st,
+                                          const float* pts, int np) {
+    const float lo = (float)st[1], hi = (float)st[2];
+    if (lo == hi) return;
+    const float r = __fsub_rn(hi, lo);
+    const float x0 = hist_scaled(pts[0], r, lo), xl = hist_scaled(pts[np - 1], r, lo);
+    const float y0 = hist_scaled(pts[np], r, lo), yl = hist_scaled(pts[2 * np - 1], r, lo);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        if (v < x0) {
+            x[i] = y0;
+            continue;
+        }
+        if (v > xl) {
+            x[i] = yl;
+            continue;
+        }
+        // The first point not below v (searchsorted, left), minus one, within the segments.
+        int a = 0, b = np;
+        while (a < b) {
+            const int mid = (a + b) / 2;
+            if (hist_scaled(pts[mid], r, lo) < v) a = mid + 1; else b = mid;
+        }
+        int k = a > 0 ? a - 1 : 0;
+        if (k > np - 2) k = np - 2;
+        const float xa = hist_scaled(pts[k], r, lo), xb = hist_scaled(pts[k + 1], r, lo);
+        const float ya = hist_scaled(pts[np + k], r, lo), yb = hist_scaled(pts[np + k + 1], r, lo);
+        const float m = __fdiv_rn(__fsub_rn(yb, ya), __fsub_rn(xb, xa));
+        const float c = __fsub_rn(ya, __fmul_rn(m, xa));
+        x[i] = __fadd_rn(__fmul_rn(m, v), c);
     }
 }

@@ -130,7 +130,11 @@ fn every_step_gives_the_cpu_image_on_every_engine() {
               {"torchio_blur": {"sigmas": [0.8, 0.0, 1.1]}},
               {"torchio_gamma": {"gammas": [1.1, 0.9]}},
               {"torchio_bias_field": {"convention": "torchio",
-                                      "terms": [{"powers": [0, 1, 1], "c": -0.3}]}}]}"#,
+                                      "terms": [{"powers": [0, 1, 1], "c": -0.3}]}},
+              {"monai_gaussian_sharpen": {"sigma1": [0.9, 0.7, 1.1], "sigma2": [0.5, 0.5, 0.6],
+                                          "alpha": 12.0}},
+              {"monai_histogram_shift": {"points": [0.0, 0.3, 0.45, 0.8, 1.0]}},
+              {"monai_simulate_low_resolution": {"zoom": 0.6}}]}"#,
     )
     .unwrap();
     let image = volume(2);
@@ -225,6 +229,20 @@ fn bad_preset_values_are_one_line_and_exit_2() {
             "step = \"gamma\"\np = 0.1\ngamma = [0.7, 1.5]\np_per_channel = -0.5\n",
             "p_per_channel",
         ),
+        (
+            "step = \"monai_histogram_shift\"\np = 0.1\nnum_control_points = 2\n",
+            "num_control_points",
+        ),
+        (
+            "step = \"monai_gaussian_sharpen\"\np = 0.1\nsigma1_x = [0.5, 1.0]\n\
+             sigma1_y = [0.5, 1.0]\nsigma1_z = [0.5, 1.0]\nsigma2_x = 0.7\nsigma2_y = 0.5\n\
+             sigma2_z = 0.5\nalpha = [10.0, 30.0]\n",
+            "sigma2_x 0.7",
+        ),
+        (
+            "step = \"monai_simulate_low_resolution\"\np = 0.1\nzoom_range = [0.5, 1.5]\n",
+            "above 1",
+        ),
     ] {
         let path = dir.path().join("p.toml");
         std::fs::write(&path, format!("{base}{body}")).unwrap();
@@ -256,7 +274,7 @@ fn device_steps_equal_the_cpu_engine() {
         return;
     };
     let image = volume(2);
-    let cases: [(&str, f32); 18] = [
+    let cases: [(&str, f32); 22] = [
         (r#"{"brightness": {"multipliers": [1.3, 0.7]}}"#, 0.0),
         (
             r#"{"monai_shift_intensity": {"offsets": [0.3, -1.5]}}"#,
@@ -308,6 +326,17 @@ fn device_steps_equal_the_cpu_engine() {
             1e-4,
         ),
         (r#"{"gamma": {"channels": [{"gamma": 0.7}, null]}}"#, 1e-4),
+        (
+            r#"{"monai_gaussian_sharpen": {"sigma1": [1.1, 0.8, 1.4], "sigma2": [0.5, 0.6, 0.7],
+                "alpha": 21.5}}"#,
+            0.0,
+        ),
+        (
+            r#"{"monai_histogram_shift": {"points": [0.0, 0.2, 0.35, 0.5, 0.9, 1.0]}}"#,
+            0.0,
+        ),
+        (r#"{"monai_simulate_low_resolution": {"zoom": 0.55}}"#, 0.0),
+        (r#"{"monai_simulate_low_resolution": {"zoom": 0.5}}"#, 0.0),
     ];
     for (json, tol) in cases {
         let plan = Plan {
@@ -402,6 +431,46 @@ sigma_z = [1.0, 1.0]"#;
     match draw(s, 2, &[]) {
         IntensityStep::MonaiGaussianSmooth(m) => assert_eq!(m.sigmas, [2.0, 3.0]),
         other => panic!("{other:?}"),
+    }
+    // The same for both of the sharpening's filters; sigma2 as one number draws up to sigma1.
+    let sh = r#"step = "monai_gaussian_sharpen"
+p = 1.0
+sigma1_x = [3.0, 3.0]
+sigma1_y = [2.0, 2.0]
+sigma1_z = [1.0, 1.0]
+sigma2_x = [0.75, 0.75]
+sigma2_y = 0.5
+sigma2_z = [0.25, 0.25]
+alpha = [7.0, 7.0]"#;
+    match draw(sh, 3, &[]) {
+        IntensityStep::MonaiGaussianSharpen(m) => {
+            assert_eq!(m.sigma1, [1.0, 2.0, 3.0]);
+            assert_eq!((m.sigma2[0], m.sigma2[2], m.alpha), (0.25, 0.75, 7.0));
+            assert!((0.5..=2.0).contains(&m.sigma2[1]), "{:?}", m.sigma2);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The histogram shift's moved points rise from 0 to 1, each below the next reference point.
+    let hs = "step = \"monai_histogram_shift\"\np = 1.0\nnum_control_points = [4, 12]";
+    for seed in 0..20 {
+        let spec: IntensitySpec = toml::from_str(hs).unwrap();
+        let img = DrawFor {
+            channels: 1,
+            ndim: 3,
+            spacing_mm: &[],
+        };
+        match spec.sample(&mut SplitMix64::new(seed, 64), &img).0.unwrap() {
+            IntensityStep::MonaiHistogramShift(h) => {
+                let n = h.points.len();
+                assert!((4..=12).contains(&n), "{n}");
+                assert_eq!((h.points[0], h.points[n - 1]), (0.0, 1.0));
+                for i in 1..n - 1 {
+                    assert!(h.points[i] >= h.points[i - 1], "{:?}", h.points);
+                    assert!(h.points[i] <= i as f64 / (n - 1) as f64 + 1.0 / (n - 1) as f64);
+                }
+            }
+            other => panic!("{other:?}"),
+        }
     }
     // TorchIO's std is in mm: divided by each axis's voxel size.
     let b = "step = \"torchio_blur\"\np = 1.0\nstd = [2.0, 2.0]";

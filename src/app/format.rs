@@ -95,7 +95,41 @@ pub fn done_line(d: &Done, spacing_mm: &[f64]) -> String {
             )
         }
         t if t.starts_with("filter") => filter_line(v),
-        _ => v.to_string(),
+        _ => short(v),
+    }
+}
+
+/// An intensity step's drawn values (their serde form) as a person reads them: `factors 0.962`,
+/// `sigmas 1.2, 0.8 vox`, a channel the step leaves out as `–`, `seed 42`; a list of more than
+/// four records (a bias field's terms) as its length.
+pub fn short(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, x)| match x {
+                Value::Array(a) if a.len() > 4 && a.iter().all(Value::is_object) => {
+                    format!("{} {k}", a.len())
+                }
+                _ => format!("{k} {}", short(x)),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| match x {
+                Value::Array(_) | Value::Object(_) => format!("({})", short(x)),
+                _ => short(x),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Null => "–".into(),
+        Value::Bool(b) => if *b { "on" } else { "off" }.into(),
+        Value::Number(n) => match n.as_u64() {
+            Some(i) => i.to_string(),
+            None => n.as_f64().map_or_else(|| n.to_string(), num),
+        },
+        Value::String(s) => s.clone(),
     }
 }
 
@@ -135,6 +169,21 @@ fn filter_line(v: &serde_json::Value) -> String {
 mod tests {
     use super::*;
     use crate::augment::DoneList;
+
+    #[test]
+    fn intensity_values_are_short() {
+        let v = serde_json::json!({"factors": [-0.0189740772464339403]});
+        assert_eq!(short(&v), "factors -0.019");
+        let v = serde_json::json!({"channels": [{"gamma": 1.30000001, "invert": true}, null]});
+        assert_eq!(short(&v), "channels (gamma 1.3, invert on), –");
+        let v = serde_json::json!({"std": [0.2], "seed": 18446744073709551615u64});
+        assert_eq!(short(&v), "std 0.2, seed 18446744073709551615");
+        let terms: Vec<_> = (0..6).map(|i| serde_json::json!({"c": i})).collect();
+        let v = serde_json::json!({"convention": "monai", "terms": terms});
+        assert_eq!(short(&v), "convention monai, 6 terms");
+        let v = serde_json::json!({"scales": [[0.5, 0.75], null]});
+        assert_eq!(short(&v), "scales (0.5, 0.75), –");
+    }
 
     #[test]
     fn numbers_are_short() {

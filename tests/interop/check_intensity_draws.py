@@ -9,7 +9,8 @@ are independent). The library builds the same transform with the same values and
 from one state (torch, numpy and MONAI's `set_random_state` seeded with 1234 + k):
 
 - MONAI: `t.randomize(...)`, then whether it fired (`t._do_transform`) and its drawn attributes
-  (`_offset`, `factor`, `x/y/z`, `gamma_value`, `_coeff`); for RandGaussianNoise the mean and std
+  (`_offset`, `factor`, `x/y/z`, `gamma_value`, `_coeff`, `x1`…`a`, `floating_control_points`,
+  `zoom_factor`); for RandGaussianNoise the mean and std
   that its randomize passes to `R.normal` (a wrapper of `t.R` records them and returns zeros).
 - TorchIO: the transform called on a tiny subject, so that its own `__call__` makes the firing
   decision (`torch.rand(1).item() > p`), with `get_params` wrapped to record what it draws; the
@@ -125,6 +126,15 @@ def ax(names, values):
 ZYX, MS = ("sigma z", "sigma y", "sigma x"), ("mean", "std")
 
 
+SHARP = ("sigma1 z", "sigma1 y", "sigma1 x", "sigma2 z", "sigma2 y", "sigma2 x", "alpha")
+
+
+def control_points(points):
+    """The histogram shift's count of control points and its first and last moved inner ones."""
+    return [("control points", float(len(points))), ("first inner point", float(points[1])),
+            ("last inner point", float(points[-2]))]
+
+
 def coefficients(values):
     return [("coefficient", float(x)) for x in values]
 
@@ -161,6 +171,21 @@ FAMILIES = [
      lambda: mt.RandBiasField(degree=2, coeff_range=(-0.15, 0.25), prob=0.45),
      lambda t: coefficients(t._coeff),
      lambda v: coefficients(x["c"] for x in v["terms"] if v["convention"] == "monai")),
+    ("monai", "monai_gaussian_sharpen", "",
+     dict(p=0.45, sigma1_x=[0.4, 0.9], sigma1_y=[0.6, 1.2], sigma1_z=[0.5, 1.5], sigma2_x=0.3,
+          sigma2_y=[0.2, 0.5], sigma2_z=0.25, alpha=[5.0, 25.0]), 1,
+     lambda: mt.RandGaussianSharpen(sigma1_x=(0.4, 0.9), sigma1_y=(0.6, 1.2),
+                                    sigma1_z=(0.5, 1.5), sigma2_x=0.3, sigma2_y=(0.2, 0.5),
+                                    sigma2_z=0.25, alpha=(5.0, 25.0), prob=0.45),
+     lambda t: ax(SHARP, (t.z1, t.y1, t.x1, t.z2, t.y2, t.x2, t.a)),
+     lambda v: ax(SHARP, v["sigma1"] + v["sigma2"] + [v["alpha"]])),
+    ("monai", "monai_histogram_shift", "", dict(p=0.55, num_control_points=[4, 9]), 1,
+     lambda: mt.RandHistogramShift(num_control_points=(4, 9), prob=0.55),
+     lambda t: control_points(t.floating_control_points),
+     lambda v: control_points(v["points"])),
+    ("monai", "monai_simulate_low_resolution", "", dict(p=0.4, zoom_range=[0.35, 0.9]), 2,
+     lambda: mt.RandSimulateLowResolution(zoom_range=(0.35, 0.9), prob=0.4),
+     lambda t: named("zoom", t.zoom_factor), lambda v: named("zoom", v["zoom"])),
     ("torchio", "torchio_noise", "", dict(p=0.4, mean=[-0.1, 0.2], std=[0.05, 0.3]), 1,
      lambda: tio.RandomNoise(mean=(-0.1, 0.2), std=(0.05, 0.3), p=0.4),
      lambda calls: ax(MS, calls[0][:2]), lambda v: ax(MS, (v["mean"], v["std"]))),

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """augscope's MONAI 1.6.1 and TorchIO 1.2.1 intensity families against the libraries themselves,
 with the drawn values fed: for each family (MONAI shift, scale, Gaussian noise, Gaussian smooth,
-adjust contrast with and without inversion and retained statistics, bias field; TorchIO noise,
+adjust contrast with and without inversion and retained statistics, bias field, Gaussian sharpen,
+histogram shift, simulated low resolution; TorchIO noise,
 blur, gamma, bias field), on a 3D one-channel volume, a 3D two-channel volume (values per
 channel where the family has them) and, for the families that depend on the axes, a 2D image,
 `augscope apply --step` with the values against the library's random transform (probability 1)
@@ -238,6 +239,38 @@ def cases(rng, z_field):
         out.append(("TorchIO", "torchio_bias_field", tag, img,
                     {"torchio_bias_field": {"convention": "torchio", "terms": terms}},
                     tio_call(t)))
+    # MONAI sharpen: two erf blurs (sigmas per augscope axis, MONAI's reversed) and a weight.
+    for tag, img, s1, s2, a in (("3d-1ch", vol(1), [1.0, 0.75, 1.25], [0.5, 0.625, 0.75], 12.5),
+                                ("3d-2ch", vol(2), [0.875, 1.0, 0.5], [0.5, 0.5, 0.5], 27.25),
+                                ("2d-1ch", vol(1, SHAPE2), [1.25, 0.75], [0.625, 0.5], 18.0)):
+        l1 = s1[::-1] + [0.5] * (3 - len(s1))
+        l2 = s2[::-1] + [0.5] * (3 - len(s2))
+        out.append(("MONAI", "monai_gaussian_sharpen", tag, img,
+                    {"monai_gaussian_sharpen": {"sigma1": s1, "sigma2": s2, "alpha": a}},
+                    monai_call(with_r(mt.RandGaussianSharpen(prob=1.0),
+                                      FedR(l1 + l2 + [a])))))
+    # MONAI histogram shift: control points over the whole image's range, every channel.
+    for tag, img, n in (("3d-1ch 10 points", vol(1), 10), ("3d-2ch 5 points", positive(2), 5),
+                        ("2d-1ch 3 points", vol(1, SHAPE2), 3)):
+        ref = np.linspace(0, 1, n)
+        pts = ref.copy()
+        for i in range(1, n - 1):
+            pts[i] = pts[i - 1] + (ref[i + 1] - pts[i - 1]) * float(rng.uniform(0.1, 0.9))
+        t = mt.RandHistogramShift(num_control_points=n, prob=1.0)
+        t.R = FedR(list(pts[1:-1]))
+        t.R.randint = lambda lo, hi, n=n: n
+        out.append(("MONAI", "monai_histogram_shift", tag, img,
+                    {"monai_histogram_shift": {"points": [float(v) for v in pts]}},
+                    monai_call(t)))
+    # MONAI low resolution: legacy nearest down, (tri)linear up; 2D with bilinear up.
+    for tag, img, zoom in (("3d-1ch zoom 0.5", vol(1), 0.5), ("3d-2ch zoom 0.7", vol(2), 0.7),
+                           ("3d-1ch zoom 0.83", positive(1), 0.83),
+                           ("2d-1ch zoom 0.6", vol(1, SHAPE2), 0.6)):
+        mode = "trilinear" if img.ndim == 4 else "bilinear"
+        out.append(("MONAI", "monai_simulate_low_resolution", tag, img,
+                    {"monai_simulate_low_resolution": {"zoom": zoom}},
+                    monai_call(mt.RandSimulateLowResolution(prob=1.0, zoom_range=(zoom, zoom),
+                                                            upsample_mode=mode))))
     return out
 
 

@@ -306,6 +306,50 @@ def fixed_cases(rep, work, scans, target, only=None):
             rep.case(f"{ndim}D {name} (order {order}, {mode}){tag}", frac, lfrac, extra)
 
 
+def intensity_export_case(rep, work, scans, target):
+    """A mirror and every MONAI intensity family whose values a preset can fix (probability 1,
+    ranges of one value; the noise and the histogram shift draw at random in MONAI whatever the
+    preset), exported and run under MONAI, against `augscope apply` of the same steps: each step
+    is MONAI's own transform in the snippet and the bundle (1e-4 of the range, the intensity
+    families' bar)."""
+    vol, lab, img_path, lab_path, _ = scans[("mni", 3)]
+    steps = [
+        {"step": "monai_shift_intensity", "p": 1.0, "offsets": one(12.5)},
+        {"step": "monai_scale_intensity", "p": 1.0, "factors": one(0.25)},
+        {"step": "monai_gaussian_smooth", "p": 1.0, "sigma_x": one(0.75), "sigma_y": one(1.25),
+         "sigma_z": one(0.5)},
+        {"step": "monai_adjust_contrast", "p": 1.0, "gamma": one(1.3), "retain_stats": True},
+        {"step": "monai_bias_field", "p": 1.0, "degree": 2, "coeff_range": one(0.05)},
+        {"step": "monai_gaussian_sharpen", "p": 1.0, "sigma1_x": one(1.0), "sigma1_y": one(0.75),
+         "sigma1_z": one(0.5), "sigma2_x": one(0.5), "sigma2_y": one(0.5), "sigma2_z": one(0.25),
+         "alpha": one(8.0)},
+        {"step": "monai_simulate_low_resolution", "p": 1.0, "zoom_range": one(0.7)},
+    ]
+    path = work.file(f"{target}_intensity.toml")
+    with open(path, "w") as fh:
+        fh.write(C.preset_toml(f"{target} intensity", {"flip": {"p": [1.0, 0.0, 0.0]}}))
+        for st in steps:
+            fh.write("[[intensity]]\n" + "".join(f"{k} = {C._toml_value(v)}\n"
+                                                 for k, v in st.items()))
+    tr, text = snippet_transform(target, path, 3)
+    for st in steps:
+        cls = {"monai_simulate_low_resolution": "RandSimulateLowResolution"}.get(
+            st["step"], "Rand" + "".join(w.title() for w in st["step"].split("_")[1:]))
+        assert cls in text, f"{cls} is not in the {target} export"
+    plan = C.preset_samples(path, 1)[0]["plan"]
+    args = ["--flip", "0"]
+    for st in plan["intensity"]:
+        args += ["--step", json.dumps(st)]
+    ours, ours_lab = C.apply(work, img_path, args, lab_path, tag="intensity")
+    theirs, theirs_lab = run_monai(tr, vol, lab)
+    span = float(theirs.max() - theirs.min()) or 1.0
+    frac, dmax = C.agreement(ours, theirs, span, 1e-4)
+    tag = "" if target == "monai" else " [bundle]"
+    rep.case(f"3D flip + {len(steps)} MONAI intensity families{tag}", frac,
+             C.label_agreement(ours_lab, theirs_lab),
+             f"max |diff| {dmax / span:.2g} of the range; the labels only mirrored", tol=1e-4)
+
+
 def orientation_case(rep, work, target):
     """The scan stored as LAS, read by LoadImaged + EnsureChannelFirstd from NIfTI: MONAI and
     augscope both transform the stored array, so the outputs agree whatever the orientation."""
@@ -523,6 +567,8 @@ def main():
                    if not os.environ.get("AUGSCOPE_MONAI_ONLY") or t == "monai"]
         for target in targets:
             fixed_cases(rep, work, scans, target, only)
+            if not only or "intensity" in only:
+                intensity_export_case(rep, work, scans, target)
         if not only or "rest" in only:
             orientation_case(rep, work, "monai")
             elastic_field_stats(rep)

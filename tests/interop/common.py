@@ -288,12 +288,12 @@ class Report:
         self.failed = []
         self.count = 0
 
-    def case(self, name, image_frac, label_frac=None, extra=""):
+    def case(self, name, image_frac, label_frac=None, extra="", tol=TOLERANCE):
         self.count += 1
         ok = image_frac >= IMAGE_BAR and (label_frac is None or label_frac >= LABEL_BAR)
         labels = "" if label_frac is None else f", labels {100 * label_frac:6.2f} % equal"
         line = (f"{self.target} {self.version} | {name}: {100 * image_frac:6.2f} % within "
-                f"{TOLERANCE:g}{labels}{(' | ' + extra) if extra else ''}  {'ok' if ok else 'FAIL'}")
+                f"{tol:g}{labels}{(' | ' + extra) if extra else ''}  {'ok' if ok else 'FAIL'}")
         print(line, flush=True)
         if not ok:
             self.failed.append(name)

@@ -211,3 +211,24 @@ impl StepValues for BiasField {
         true
     }
 }
+
+/// Whether coefficients drawn from `range` (the preset's key `name`), `terms` of them, keep the
+/// field finite: their sum is an exponent, held to 40 in magnitude.
+pub(crate) fn check_coefficients(
+    name: &str,
+    range: [f64; 2],
+    what: &str,
+    terms: usize,
+) -> Result<(), String> {
+    super::check_range(name, range, None)?;
+    let most = range[0].abs().max(range[1].abs());
+    let sum = terms as f64 * most;
+    if sum > 40.0 {
+        return Err(format!(
+            "{name} [{}, {}] with {what}: {terms} coefficients could sum to {sum}, above 40 \
+             (the field would overflow)",
+            range[0], range[1]
+        ));
+    }
+    Ok(())
+}

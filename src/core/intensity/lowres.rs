@@ -57,7 +57,7 @@ impl StepValues for LowResolution {
     fn apply_channel(&self, entry: usize, _: usize, x: &mut [f32], shape: &[usize]) {
         if let Some(Some(s)) = self.scales.get(entry) {
             let small = low_resolution_shape(shape, s);
-            let down = resize_nearest_exact(x, shape, &small);
+            let down = resize_nearest(x, shape, &small, nearest_exact_index);
             resize_linear(&down, &small, x, shape);
         }
     }
@@ -87,6 +87,19 @@ pub(crate) fn nearest_exact_index(o: usize, n: usize, m: usize) -> usize {
     ((((o as f64 + 0.5) * scale as f64) as f32).floor() as usize).min(n - 1)
 }
 
+/// torch's legacy `nearest` source index of output `o` for an axis from `n` to `m` voxels:
+/// `min(floor(o · (n/m)), n − 1)` in f32 (the same size copies, twice the size halves).
+pub(crate) fn nearest_index(o: usize, n: usize, m: usize) -> usize {
+    if n == m {
+        return o;
+    }
+    if m == 2 * n {
+        return o >> 1;
+    }
+    let scale = n as f32 / m as f32;
+    ((o as f32 * scale).floor() as usize).min(n - 1)
+}
+
 /// torch's linear source indices and weights of output `o` for an axis from `n` to `m` voxels.
 pub(crate) fn linear_taps(o: usize, n: usize, m: usize) -> (usize, usize, f32, f32) {
     if n == m {
@@ -108,12 +121,18 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-fn resize_nearest_exact(x: &[f32], shape: &[usize], to: &[usize]) -> Vec<f32> {
+/// `x` (`shape`) resized to `to` by the nearest source voxel, `index(o, n, m)` per axis.
+pub(crate) fn resize_nearest(
+    x: &[f32],
+    shape: &[usize],
+    to: &[usize],
+    index: fn(usize, usize, usize) -> usize,
+) -> Vec<f32> {
     let st = strides(shape);
     let maps: Vec<Vec<usize>> = (0..shape.len())
         .map(|a| {
             (0..to[a])
-                .map(|o| nearest_exact_index(o, shape[a], to[a]) * st[a])
+                .map(|o| index(o, shape[a], to[a]) * st[a])
                 .collect()
         })
         .collect();
@@ -132,7 +151,7 @@ fn resize_nearest_exact(x: &[f32], shape: &[usize], to: &[usize]) -> Vec<f32> {
 }
 
 /// `src` (`from`) resized linearly into `out` (`to`).
-fn resize_linear(src: &[f32], from: &[usize], out: &mut [f32], to: &[usize]) {
+pub(crate) fn resize_linear(src: &[f32], from: &[usize], out: &mut [f32], to: &[usize]) {
     use rayon::prelude::*;
     let st = strides(from);
     let taps: Vec<Vec<(usize, usize, f32, f32)>> = (0..from.len())

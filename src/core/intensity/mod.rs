@@ -1,24 +1,4 @@
 //! Intensity families: what a plan does to the image's values after the resample (docs/design.md
-//! §9). One file per family holds all of it: its preset section with validation and sampling,
-//! its plan step with the drawn values, and its formula on the CPU. The families here are
-//! batchgeneratorsv2 0.3.6's, which nnU-Net v2 trains with, each exact to the library:
-//!
-//! | step | file | batchgeneratorsv2 |
-//! |---|---|---|
-//! | `gaussian_noise` | `noise.rs` | `GaussianNoiseTransform` |
-//! | `gaussian_blur` | `blur.rs` | `GaussianBlurTransform` |
-//! | `brightness` | `brightness.rs` | `MultiplicativeBrightnessTransform` |
-//! | `contrast` | `contrast.rs` | `ContrastTransform` |
-//! | `low_resolution` | `lowres.rs` | `SimulateLowResolutionTransform` |
-//! | `gamma` | `gamma.rs` | `GammaTransform` |
-//!
-//! Steps act on the image only, in the order the plan lists them; a label map never receives one
-//! (the engines apply them to the image output alone). Each step holds its drawn values per
-//! channel: a list with one entry (for every channel) or one per channel, where `null` leaves a
-//! channel out, as a library's `p_per_channel` does. Statistics (mean, minimum, maximum, standard
-//! deviation) are of the whole channel of the resampled image, summed in f64; the values are f32.
-
-//! Intensity families: what a plan does to the image's values after the resample (docs/design.md
 //! §9). One file per family holds all of it: its preset section with validation, sampling, the
 //! editor's fields and each library's transform, its plan step with the drawn values, and its
 //! formula on the CPU. Each family is exact to the library it comes from; where libraries mean
@@ -39,6 +19,9 @@
 //! | `monai_gaussian_smooth` | `monai_smooth.rs` | MONAI 1.6.1 | `RandGaussianSmooth` |
 //! | `monai_adjust_contrast` | `monai_contrast.rs` | MONAI 1.6.1 | `RandAdjustContrast` |
 //! | `monai_bias_field` | `monai_bias.rs` | MONAI 1.6.1 | `RandBiasField` |
+//! | `monai_gaussian_sharpen` | `monai_sharpen.rs` | MONAI 1.6.1 | `RandGaussianSharpen` |
+//! | `monai_histogram_shift` | `monai_histogram.rs` | MONAI 1.6.1 | `RandHistogramShift` |
+//! | `monai_simulate_low_resolution` | `monai_lowres.rs` | MONAI 1.6.1 | `RandSimulateLowResolution` |
 //! | `torchio_noise` | `torchio_noise.rs` | TorchIO 1.2.1 | `RandomNoise` |
 //! | `torchio_blur` | `torchio_blur.rs` | TorchIO 1.2.1 | `RandomBlur` |
 //! | `torchio_gamma` | `torchio_gamma.rs` | TorchIO 1.2.1 | `RandomGamma` |
@@ -70,8 +53,11 @@ mod gamma;
 mod lowres;
 mod monai_bias;
 mod monai_contrast;
+mod monai_histogram;
+mod monai_lowres;
 mod monai_noise;
 mod monai_scale;
+mod monai_sharpen;
 mod monai_shift;
 mod monai_smooth;
 mod noise;
@@ -90,8 +76,13 @@ pub use gamma::{Gamma, GammaSpec, GammaValue};
 pub use lowres::{LowResolution, LowResolutionSpec, low_resolution_shape};
 pub use monai_bias::MonaiBiasSpec;
 pub use monai_contrast::{MonaiContrast, MonaiContrastSpec};
+pub use monai_histogram::{
+    MAX_CONTROL_POINTS, MonaiHistogramShift, MonaiHistogramShiftSpec, reference_points,
+};
+pub use monai_lowres::{MonaiLowResolution, MonaiLowResolutionSpec, monai_low_resolution_shape};
 pub use monai_noise::{MonaiNoise, MonaiNoiseSpec};
 pub use monai_scale::{MonaiScale, MonaiScaleSpec};
+pub use monai_sharpen::{MAX_ALPHA, MonaiSharpen, MonaiSharpenSpec, Sigma2};
 pub use monai_shift::{MonaiShift, MonaiShiftSpec};
 pub use monai_smooth::{MonaiSmooth, MonaiSmoothSpec, erf_kernel};
 pub use noise::{Noise, NoiseSpec};
@@ -183,6 +174,7 @@ pub enum Arg {
     Float(f64),
     Bool(bool),
     Int(usize),
+    IntPair([usize; 2]),
     Range(Range),
 }
 
@@ -199,6 +191,7 @@ impl Call {
                 Arg::Float(v) => py_float(*v),
                 Arg::Bool(b) => py_bool(*b).to_string(),
                 Arg::Int(i) => i.to_string(),
+                Arg::IntPair([a, b]) => format!("({a}, {b})"),
                 Arg::Range(r) => format!("({}, {})", py_float(r[0]), py_float(r[1])),
             };
             args.push(format!("{k}={v}"));
@@ -215,6 +208,7 @@ impl Call {
                     Arg::Float(v) => serde_json::json!(v),
                     Arg::Bool(b) => serde_json::json!(b),
                     Arg::Int(i) => serde_json::json!(i),
+                    Arg::IntPair(r) => serde_json::json!(r),
                     Arg::Range(r) => serde_json::json!(r),
                 };
                 (*k, v)
@@ -373,6 +367,12 @@ families! {
     MonaiAdjustContrast(MonaiContrast, MonaiContrastSpec) = "monai_adjust_contrast", Monai,
         "RandAdjustContrast";
     MonaiBiasField(BiasField, MonaiBiasSpec) = "monai_bias_field", Monai, "RandBiasField";
+    MonaiGaussianSharpen(MonaiSharpen, MonaiSharpenSpec) = "monai_gaussian_sharpen", Monai,
+        "RandGaussianSharpen";
+    MonaiHistogramShift(MonaiHistogramShift, MonaiHistogramShiftSpec) = "monai_histogram_shift",
+        Monai, "RandHistogramShift";
+    MonaiSimulateLowResolution(MonaiLowResolution, MonaiLowResolutionSpec) =
+        "monai_simulate_low_resolution", Monai, "RandSimulateLowResolution";
     TorchioNoise(TorchioNoise, TorchioNoiseSpec) = "torchio_noise", Torchio, "RandomNoise";
     TorchioBlur(TorchioBlur, TorchioBlurSpec) = "torchio_blur", Torchio, "RandomBlur";
     TorchioGamma(TorchioGamma, TorchioGammaSpec) = "torchio_gamma", Torchio, "RandomGamma";
@@ -625,6 +625,35 @@ pub(crate) fn draw_channels<T: Clone + Serialize>(
         (Some(values), drawn)
     } else {
         (None, drawn)
+    }
+}
+
+/// MONAI's draw of a `channel_wise` value: the step fires with `p`; one value from `range` for
+/// the image, or one per channel. Both are drawn whatever the choice, so the stream of one step
+/// never depends on it. Returns whether it fires and the values.
+pub(crate) fn draw_channel_wise(
+    rng: &mut SplitMix64,
+    p: f64,
+    range: Range,
+    channel_wise: bool,
+    channels: usize,
+) -> (bool, PerChannel<f64>) {
+    let fire = rng.chance(p);
+    let shared = rng.range(range);
+    let own: Vec<f64> = (0..channels).map(|_| rng.range(range)).collect();
+    let values = if channel_wise {
+        own.into_iter().map(Some).collect()
+    } else {
+        vec![Some(shared)]
+    };
+    (fire, values)
+}
+
+/// Every value finite, or why not (`what` names one).
+pub(crate) fn check_finite(values: &PerChannel<f64>, what: &str) -> Result<(), String> {
+    match values.iter().flatten().find(|m| !m.is_finite()) {
+        Some(m) => Err(format!("{what} {m} is not a finite number")),
+        None => Ok(()),
     }
 }
 

@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::bias::{BiasField, Convention, MAX_BIAS_ORDER, Term};
-use super::{Arg, Call, DrawFor, Field, IntensityStep, StepSpec, check_p, check_range};
+use super::bias::{BiasField, Convention, MAX_BIAS_ORDER, Term, check_coefficients};
+use super::{Arg, Call, DrawFor, Field, IntensityStep, StepSpec, check_p};
 use crate::core::draws::{Range, SplitMix64};
 
 /// When the field fires (`prob`), its degree and the range of its coefficients.
@@ -57,20 +57,12 @@ impl StepSpec for MonaiBiasSpec {
                 self.degree
             ));
         }
-        check_range("coeff_range", self.coeff_range, None)?;
-        let terms = monai_powers(self.degree, 3).len() as f64;
-        let most = self.coeff_range[0].abs().max(self.coeff_range[1].abs());
-        if terms * most > 40.0 {
-            return Err(format!(
-                "coeff_range [{}, {}] with degree {}: {terms} coefficients could sum to {}, \
-                 above 40 (the field would overflow)",
-                self.coeff_range[0],
-                self.coeff_range[1],
-                self.degree,
-                terms * most
-            ));
-        }
-        Ok(())
+        check_coefficients(
+            "coeff_range",
+            self.coeff_range,
+            &format!("degree {}", self.degree),
+            monai_powers(self.degree, 3).len(),
+        )
     }
     fn p(&self) -> f64 {
         self.p

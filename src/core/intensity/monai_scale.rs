@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Arg, Call, DrawFor, Field, IntensitySpec, IntensityStep, PerChannel, StepSpec, StepValues,
-    check_p, check_range, one_value, single,
+    check_finite, check_p, check_range, draw_channel_wise, one_value, single,
 };
 use crate::core::draws::{Range, SplitMix64};
 
@@ -22,10 +22,7 @@ impl StepValues for MonaiScale {
         self.factors.len()
     }
     fn check(&self, _: Option<usize>) -> Result<(), String> {
-        match self.factors.iter().flatten().find(|m| !m.is_finite()) {
-            Some(m) => Err(format!("factor {m} is not a finite number")),
-            None => Ok(()),
-        }
+        check_finite(&self.factors, "factor")
     }
     fn apply_channel(&self, entry: usize, _: usize, x: &mut [f32], _: &[usize]) {
         if let Some(Some(f)) = self.factors.get(entry) {
@@ -84,14 +81,8 @@ impl StepSpec for MonaiScaleSpec {
         rng: &mut SplitMix64,
         img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
-        let fire = rng.chance(self.p);
-        let shared = rng.range(self.factors);
-        let own: Vec<f64> = (0..img.channels).map(|_| rng.range(self.factors)).collect();
-        let factors = if self.channel_wise {
-            own.into_iter().map(Some).collect()
-        } else {
-            vec![Some(shared)]
-        };
+        let (fire, factors) =
+            draw_channel_wise(rng, self.p, self.factors, self.channel_wise, img.channels);
         let drawn = serde_json::json!({ "fired": fire });
         (
             fire.then_some(IntensityStep::MonaiScaleIntensity(MonaiScale { factors })),

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Arg, Call, DrawFor, Field, IntensitySpec, IntensityStep, PerChannel, StepSpec, StepValues,
-    check_p, check_range, one_value, single,
+    check_finite, check_p, check_range, draw_channel_wise, one_value, single,
 };
 use crate::core::draws::{Range, SplitMix64};
 
@@ -22,10 +22,7 @@ impl StepValues for MonaiShift {
         self.offsets.len()
     }
     fn check(&self, _: Option<usize>) -> Result<(), String> {
-        match self.offsets.iter().flatten().find(|m| !m.is_finite()) {
-            Some(m) => Err(format!("offset {m} is not a finite number")),
-            None => Ok(()),
-        }
+        check_finite(&self.offsets, "offset")
     }
     fn apply_channel(&self, entry: usize, _: usize, x: &mut [f32], _: &[usize]) {
         if let Some(Some(o)) = self.offsets.get(entry) {
@@ -83,14 +80,8 @@ impl StepSpec for MonaiShiftSpec {
         rng: &mut SplitMix64,
         img: &DrawFor<'_>,
     ) -> (Option<IntensityStep>, serde_json::Value) {
-        let fire = rng.chance(self.p);
-        let shared = rng.range(self.offsets);
-        let own: Vec<f64> = (0..img.channels).map(|_| rng.range(self.offsets)).collect();
-        let offsets = if self.channel_wise {
-            own.into_iter().map(Some).collect()
-        } else {
-            vec![Some(shared)]
-        };
+        let (fire, offsets) =
+            draw_channel_wise(rng, self.p, self.offsets, self.channel_wise, img.channels);
         let drawn = serde_json::json!({ "fired": fire });
         (
             fire.then_some(IntensityStep::MonaiShiftIntensity(MonaiShift { offsets })),

@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::bias::{BiasField, Convention, MAX_BIAS_ORDER, Term};
-use super::{Arg, Call, DrawFor, Field, IntensityStep, StepSpec, check_p, check_range};
+use super::bias::{BiasField, Convention, MAX_BIAS_ORDER, Term, check_coefficients};
+use super::{Arg, Call, DrawFor, Field, IntensityStep, StepSpec, check_p};
 use crate::core::draws::{Range, SplitMix64};
 
 /// When the field fires, its order and the range of its coefficients.
@@ -46,20 +46,12 @@ impl StepSpec for TorchioBiasSpec {
         if self.order > MAX_BIAS_ORDER {
             return Err(format!("order {} is above {MAX_BIAS_ORDER}", self.order));
         }
-        check_range("coefficients", self.coefficients, None)?;
-        let terms = torchio_powers(self.order).len() as f64;
-        let most = self.coefficients[0].abs().max(self.coefficients[1].abs());
-        if terms * most > 40.0 {
-            return Err(format!(
-                "coefficients [{}, {}] with order {}: {terms} coefficients could sum to {}, \
-                 above 40 (the field would overflow)",
-                self.coefficients[0],
-                self.coefficients[1],
-                self.order,
-                terms * most
-            ));
-        }
-        Ok(())
+        check_coefficients(
+            "coefficients",
+            self.coefficients,
+            &format!("order {}", self.order),
+            torchio_powers(self.order).len(),
+        )
     }
     fn p(&self) -> f64 {
         self.p

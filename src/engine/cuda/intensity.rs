@@ -13,7 +13,8 @@ use crate::gpu::buffer::DevBuf;
 
 use super::{DeviceEngine, Family, driver_error, grid_1d};
 use crate::core::intensity::{
-    BiasField, IntensityStep, Pad, axis_coordinates, low_resolution_shape,
+    BiasField, IntensityStep, MonaiSharpen, Pad, axis_coordinates, erf_kernel,
+    low_resolution_shape, monai_low_resolution_shape, reference_points,
 };
 use cudarc::driver::CudaViewMut;
 
@@ -32,8 +33,30 @@ struct Scratch {
     stats: DevBuf<f64>,
     /// A channel's worth: the blur's other buffer, the low-resolution image.
     tmp: DevBuf<f32>,
-    /// The blur's taps.
+    /// The blur's taps and the histogram shift's points (grown on demand).
     taps: DevBuf<f32>,
+    /// A second channel's worth, made on first use: the sharpening's second blur.
+    second: Option<DevBuf<f32>>,
+}
+
+impl Scratch {
+    /// The small-table buffer holding `values`, grown when it is too short.
+    fn table(
+        &mut self,
+        engine: &DeviceEngine,
+        values: &[f32],
+    ) -> Result<cudarc::driver::CudaView<'_, f32>, EngineError> {
+        if self.taps.s.len() < values.len() {
+            self.taps = DevBuf::new(&engine.dev, values.len(), "the intensity step's table")?;
+        }
+        let mut t = self.taps.s.slice_mut(0..values.len());
+        engine
+            .dev
+            .stream
+            .memcpy_htod(values, &mut t)
+            .map_err(|e| driver_error("the intensity step's table", e))?;
+        Ok(self.taps.s.slice(0..values.len()))
+    }
 }
 
 fn stats_launch() -> LaunchConfig {
@@ -64,20 +87,14 @@ impl DeviceEngine {
                 "the output buffer is shorter than its samples".into(),
             ));
         }
-        let longest_taps = plans
-            .iter()
-            .flat_map(|p| &p.intensity)
-            .flat_map(|s| (0..channels).filter_map(move |c| s.separable(c)))
-            .flat_map(|(taps, _)| taps.into_iter().map(|t| t.len()))
-            .max()
-            .unwrap_or(1);
         let mut sc = Scratch {
             psum: DevBuf::new(&self.dev, STATS_BLOCKS, "the intensity statistics")?,
             plo: DevBuf::new(&self.dev, STATS_BLOCKS, "the intensity statistics")?,
             phi: DevBuf::new(&self.dev, STATS_BLOCKS, "the intensity statistics")?,
             stats: DevBuf::new(&self.dev, 8, "the intensity statistics")?,
             tmp: DevBuf::new(&self.dev, n, "a channel of the intensity steps")?,
-            taps: DevBuf::new(&self.dev, longest_taps, "the blur taps")?,
+            taps: DevBuf::new(&self.dev, 64, "the intensity step's table")?,
+            second: None,
         };
         for (k, plan) in plans.iter().enumerate() {
             for step in &plan.intensity {
@@ -202,9 +219,16 @@ impl DeviceEngine {
             }
             IntensityStep::LowResolution(s) => {
                 if let Some(scales) = entry(&s.scales, c) {
-                    self.low_resolution(x, shape, &low_resolution_shape(shape, scales), sc)?;
+                    let small = low_resolution_shape(shape, scales);
+                    self.low_resolution(x, shape, &small, true, sc)?;
                 }
             }
+            IntensityStep::MonaiSimulateLowResolution(s) => {
+                let small = monai_low_resolution_shape(shape, s.zoom);
+                self.low_resolution(x, shape, &small, false, sc)?;
+            }
+            IntensityStep::MonaiGaussianSharpen(s) => self.sharpen(x, shape, s, sc)?,
+            IntensityStep::MonaiHistogramShift(s) => self.histogram_shift(x, &s.points, sc)?,
         }
         Ok(())
     }
@@ -334,11 +358,7 @@ impl DeviceEngine {
         if w.is_empty() || w == [1.0] || x.is_empty() {
             return Ok(());
         }
-        let mut taps = sc.taps.s.slice_mut(0..w.len());
-        self.dev
-            .stream
-            .memcpy_htod(w, &mut taps)
-            .map_err(|e| driver_error("the blur taps", e))?;
+        sc.table(self, w)?;
         let [n0, n1, n2] = dims3(shape)?;
         let a = (axis + 3 - shape.len()) as i32;
         let (nt, pad) = (w.len() as i32, pad.code());
@@ -499,14 +519,17 @@ impl DeviceEngine {
         Ok(())
     }
 
-    /// Down to `small` by nearest-exact, back up to `shape` linearly.
+    /// Down to `small` by nearest-exact (`exact`) or torch's legacy nearest, back up to `shape`
+    /// linearly.
     fn low_resolution(
         &self,
         x: &mut CudaViewMut<'_, f32>,
         shape: &[usize],
         small: &[usize],
+        exact: bool,
         sc: &mut Scratch,
     ) -> Result<(), EngineError> {
+        let exact = i32::from(exact);
         let [n0, n1, n2] = dims3(shape)?;
         let [m0, m1, m2] = dims3(small)?;
         let m: usize = small.iter().product();
@@ -524,10 +547,11 @@ impl DeviceEngine {
             .arg(&n2)
             .arg(&m0)
             .arg(&m1)
-            .arg(&m2);
-        // SAFETY: int_down(const float* src, float* dst, int n0..n2, int m0..m2): src holds the
-        // channel's n0·n1·n2 floats, dst m0·m1·m2 <= that (each factor is at most 1); source
-        // indices are clamped into each axis.
+            .arg(&m2)
+            .arg(&exact);
+        // SAFETY: int_down(const float* src, float* dst, int n0..n2, int m0..m2, int exact): src
+        // holds the channel's n0·n1·n2 floats, dst m0·m1·m2 <= that (each factor is at most 1);
+        // source indices are clamped into each axis.
         unsafe { b.launch(grid_1d(m)?) }.map_err(|e| driver_error("int_down", e))?;
         let up = self.int_fn("int_up")?;
         let nd = shape.len() as i32;
@@ -547,6 +571,83 @@ impl DeviceEngine {
         // small holds m0·m1·m2 floats, dst the channel's n0·n1·n2; taps are clamped into each
         // axis of the small grid.
         unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_up", e))?;
+        Ok(())
+    }
+}
+
+impl DeviceEngine {
+    /// MONAI's sharpening on the channel `x`: the first blur in place, the second on a copy,
+    /// then `x + α (x − second)`.
+    fn sharpen(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        shape: &[usize],
+        s: &MonaiSharpen,
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        if x.is_empty() {
+            return Ok(());
+        }
+        for (axis, sigma) in s.sigma1.iter().enumerate().take(shape.len()) {
+            self.blur_axis(x, shape, axis, &erf_kernel(*sigma), Pad::Zero, sc)?;
+        }
+        let mut second = match sc.second.take() {
+            Some(b) if b.s.len() >= x.len() => b,
+            _ => DevBuf::new(&self.dev, x.len(), "the sharpening's second blur")?,
+        };
+        let done = (|| {
+            let mut b2 = second.s.slice_mut(0..x.len());
+            self.dev
+                .stream
+                .memcpy_dtod(&*x, &mut b2)
+                .map_err(|e| driver_error("the sharpening's copy", e))?;
+            for (axis, sigma) in s.sigma2.iter().enumerate().take(shape.len()) {
+                self.blur_axis(&mut b2, shape, axis, &erf_kernel(*sigma), Pad::Zero, sc)?;
+            }
+            let f = self.int_fn("int_sharpen")?;
+            let (n, alpha) = (x.len() as i64, s.alpha as f32);
+            let b2 = second.s.slice(0..x.len());
+            let cfg = grid_1d(x.len())?;
+            let mut b = self.dev.stream.launch_builder(&f);
+            b.arg(&mut *x).arg(&b2).arg(&n).arg(&alpha);
+            // SAFETY: int_sharpen(float* x, const float* b2, i64 n, float alpha): x and b2 hold
+            // n floats each (b2 is a slice of n of the second buffer).
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_sharpen", e))?;
+            Ok(())
+        })();
+        sc.second = Some(second);
+        done
+    }
+
+    /// MONAI's histogram shift on `x` (the whole image) through the moved `points`.
+    fn histogram_shift(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        points: &[f64],
+        sc: &mut Scratch,
+    ) -> Result<(), EngineError> {
+        if x.is_empty() || points.len() < 2 {
+            return Ok(());
+        }
+        self.stats(x, sc, 0, false)?;
+        let np = points.len();
+        let table: Vec<f32> = reference_points(np)
+            .iter()
+            .chain(points)
+            .map(|&p| p as f32)
+            .collect();
+        sc.table(self, &table)?;
+        let f = self.int_fn("int_hist_shift")?;
+        let (n, np) = (x.len() as i64, np as i32);
+        let st = sc.stats.s.slice(0..4);
+        let pts = sc.taps.s.slice(0..table.len());
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(&mut *x).arg(&n).arg(&st).arg(&pts).arg(&np);
+        // SAFETY: int_hist_shift(float* x, i64 n, const double* st, const float* pts, int np):
+        // x holds n floats, st the 4 doubles of set 0 written by the statistics above, pts 2·np
+        // floats (np >= 2, checked above).
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_hist_shift", e))?;
         Ok(())
     }
 }

@@ -21,6 +21,7 @@ use super::monai::{Arg, Entry, Kind, Num, pipeline};
 use crate::augment::preset::{
     ElasticSpec, FlipSpec, RotateSpec, SamplingSpec, ScaleSpec, TranslateSpec,
 };
+use crate::core::intensity::IntensitySpec;
 
 /// The isotropic scale as one ConfigParser expression (the snippet's `RandIsotropicScaled`).
 const ISOTROPIC_EXPR: &str = "$lambda scale_range, **kw: (t := monai.transforms.RandAffined(\
@@ -70,15 +71,13 @@ fn entry_json(e: &Entry) -> Value {
     Value::Object(m)
 }
 
-/// The MONAI transforms the intensity families export to.
-const INTENSITY_TARGETS: [&str; 6] = [
-    "RandShiftIntensityd",
-    "RandScaleIntensityd",
-    "RandGaussianNoised",
-    "RandGaussianSmoothd",
-    "RandAdjustContrastd",
-    "RandBiasFieldd",
-];
+/// Whether `target` is a MONAI transform an intensity family exports to.
+fn is_intensity_target(target: &str) -> bool {
+    IntensitySpec::families()
+        .iter()
+        .filter_map(IntensitySpec::monai)
+        .any(|c| c.class == target)
+}
 
 /// What the preset's name is stored behind in `_augscope_`.
 const NAME_PREFIX: &str = "text: ";
@@ -424,7 +423,7 @@ fn read_transforms(
             .as_object()
             .ok_or_else(|| bad(format!("transforms[{i}] is not an object")))?;
         let target = m.get("_target_").and_then(Value::as_str).unwrap_or("?");
-        if INTENSITY_TARGETS.contains(&target) {
+        if is_intensity_target(target) {
             // An intensity step: the import takes the steps from `_augscope_`.
             continue;
         }
