@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn intensity_values_are_short() {
-        let v = serde_json::json!({"factors": [-0.0189740772464339403]});
+        let v = serde_json::json!({"factors": [-0.018_974_077_246_433_94]});
         assert_eq!(short(&v), "factors -0.019");
         let v = serde_json::json!({"channels": [{"gamma": 1.30000001, "invert": true}, null]});
         assert_eq!(short(&v), "channels (gamma 1.3, invert on), –");

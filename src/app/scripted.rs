@@ -61,7 +61,8 @@ pub(super) fn apply_spec(app: &mut App, spec: &str) {
 }
 
 /// Parameters from `rotate=a0,a1,a2;scale=s;translate=t0,t1,t2;elastic=alpha,sigma;seed=n;
-/// filter=KIND[,VALUE[,after]]` (degrees, voxels; see `filter_spec`); the rest as in `base`.
+/// filter=KIND[,VALUE[,after]];step=JSON` (degrees, voxels; see `filter_spec`; `step` adds an
+/// intensity step in its plan form, once per part); the rest as in `base`.
 /// Unknown or malformed parts are ignored.
 pub fn preset_params(spec: &str, base: Params) -> Params {
     let mut p = Params {
@@ -77,6 +78,13 @@ pub fn preset_params(spec: &str, base: Params) -> Params {
         };
         if k.trim() == "filter" {
             filter_spec(v, &mut p.filter);
+            continue;
+        }
+        if k.trim() == "step" {
+            // An intensity step in its plan form, e.g. `step={"brightness": {"multipliers": [1.2]}}`.
+            if let Ok(step) = serde_json::from_str(v) {
+                p.intensity.push(step);
+            }
             continue;
         }
         let nums: Vec<f64> = v.split(',').filter_map(|t| t.trim().parse().ok()).collect();
@@ -153,5 +161,11 @@ mod tests {
         assert_eq!(p.filter.stage, state::FilterStage::Before);
         let p = preset_params("filter=nonsense,3", Params::default());
         assert!(!p.filter.enabled);
+        let p = preset_params(
+            r#"step={"brightness": {"multipliers": [1.5]}};step={"nonsense": 1}"#,
+            Params::default(),
+        );
+        assert_eq!(p.intensity.len(), 1);
+        assert_eq!(p.intensity[0].name(), "brightness");
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::augment::DoneList;
 use crate::augment::preset::Preset;
 use crate::augment::{Elastic, Mode, Order, Plan, Space};
+use crate::core::intensity::IntensityStep;
 use crate::engine::{BackendSpec, Precision};
 use crate::export::preview::Model;
 
@@ -41,6 +42,9 @@ pub struct Params {
     /// Whose model of the transform the views show ("Preview as"): augscope's own, or a
     /// training library's (computed on the CPU engine over the whole volume).
     pub preview_as: Model,
+    /// The intensity steps with their values, in the order they act after the resample: a
+    /// preset sample's, kept until cleared.
+    pub intensity: Vec<IntensityStep>,
 }
 
 impl Default for Params {
@@ -63,6 +67,7 @@ impl Default for Params {
             precision: Precision::F32,
             filter: FilterParams::default(),
             preview_as: Model::Augscope,
+            intensity: vec![],
         }
     }
 }
@@ -325,8 +330,7 @@ impl Params {
                 Space::Mm => spacing_mm.iter().map(|s| s.abs()).collect(),
                 Space::Voxel => vec![],
             },
-            // The explorer has no intensity controls yet.
-            intensity: vec![],
+            intensity: self.intensity.clone(),
         }
     }
 
@@ -381,6 +385,7 @@ impl Params {
         p.mode = plan.mode;
         p.cval = plan.cval;
         p.space = plan.space;
+        p.intensity = plan.intensity.clone();
         p
     }
 
@@ -629,6 +634,22 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sampled_plan_keeps_its_intensity_steps_on_screen() {
+        let plan = Plan {
+            flip: vec![1],
+            intensity: vec![
+                serde_json::from_str(r#"{"monai_scale_intensity": {"factors": [0.1]}}"#).unwrap(),
+            ],
+            ..Plan::default()
+        };
+        let p = Params::from_plan(&plan, 3, &Params::default());
+        let back = p.to_plan(3, &[1.0; 3]);
+        assert_eq!(back.intensity, plan.intensity);
+        let done = p.done_list(3, &[1.0; 3], 1.0);
+        assert!(done.iter().any(|d| d.transform == "monai_scale_intensity"));
+    }
 
     #[test]
     fn default_params_are_the_identity() {

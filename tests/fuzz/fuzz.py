@@ -152,12 +152,13 @@ def seeds():
             out.append(("dicom", name, fh.read()))
     with open(os.path.join(ROOT, "tests", "data", "retina.jpg"), "rb") as fh:
         out.append(("jpeg", "retina.jpg", fh.read()))
-    pdir = os.path.join(ROOT, "assets", "presets")
-    for name in sorted(os.listdir(pdir)):
-        with open(os.path.join(pdir, name)) as fh:
-            text = fh.read()
-        out.append(("preset", name, text))
-        out.append(("export", name, text))
+    # The bundled presets, and the presets that fire every intensity family.
+    for pdir in (os.path.join(ROOT, "assets", "presets"), os.path.join(ROOT, "scripts", "presets")):
+        for name in sorted(os.listdir(pdir)):
+            with open(os.path.join(pdir, name)) as fh:
+                text = fh.read()
+            out.append(("preset", name, text))
+            out.append(("export", name, text))
     return out + hostile_io_seeds()
 
 

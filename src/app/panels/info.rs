@@ -32,6 +32,13 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                 egui::CollapsingHeader::new("Done list")
                     .default_open(true)
                     .show(ui, |ui| super::done::done_list(ui, state, rt));
+                // While something changes the values: intensity steps or a filter.
+                let on_screen = crate::app::params_on_screen(state, rt);
+                if !on_screen.intensity.is_empty() || on_screen.filter.enabled {
+                    egui::CollapsingHeader::new("Intensity")
+                        .default_open(true)
+                        .show(ui, |ui| super::histogram::intensity_section(ui, rt));
+                }
                 egui::CollapsingHeader::new("GPU memory")
                     .default_open(true)
                     .show(ui, |ui| {

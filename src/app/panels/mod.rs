@@ -7,6 +7,7 @@ mod backend;
 mod display;
 mod done;
 mod filter;
+mod histogram;
 mod info;
 mod menu;
 mod preset;
@@ -93,6 +94,15 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 egui::CollapsingHeader::new("Sampling")
                     .default_open(true)
                     .show(ui, |ui| transform::sampling_ui(ui, params));
+                if !params.intensity.is_empty() {
+                    egui::CollapsingHeader::new(format!(
+                        "Intensity steps ({})",
+                        params.intensity.len()
+                    ))
+                    .id_salt("intensity steps")
+                    .default_open(true)
+                    .show(ui, |ui| transform::intensity_ui(ui, params));
+                }
                 // Closed at first unless a filter is on, so that the panel fits a 940-pixel
                 // window; the title says what runs.
                 egui::CollapsingHeader::new(filter::filter_title(&params.filter))

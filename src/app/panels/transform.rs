@@ -300,6 +300,40 @@ pub(super) fn sampling_ui(ui: &mut egui::Ui, p: &mut Params) {
     });
 }
 
+/// The intensity steps of the parameters (a preset sample's), in the order they act after the
+/// resample, each with its library, its drawn values and a button that removes it.
+pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params) {
+    ui.weak("after the resample, on the image only");
+    let mut remove = None;
+    for (i, step) in p.intensity.iter().enumerate() {
+        ui.horizontal_wrapped(|ui| {
+            if ui
+                .small_button("x")
+                .on_hover_text("remove this step")
+                .clicked()
+            {
+                remove = Some(i);
+            }
+            ui.strong(step.name()).on_hover_text(format!(
+                "{}'s {}",
+                step.library().label(),
+                step.class()
+            ));
+            let values = serde_json::to_value(step)
+                .ok()
+                .and_then(|v| v.get(step.name()).cloned())
+                .unwrap_or_default();
+            ui.label(crate::app::format::short(&values));
+        });
+    }
+    if let Some(i) = remove {
+        p.intensity.remove(i);
+    }
+    if ui.button("remove all").clicked() {
+        p.intensity.clear();
+    }
+}
+
 /// A displacement for display: two decimals at most, trailing zeros trimmed.
 fn num2(x: f64) -> String {
     crate::app::format::num((x * 100.0).round() / 100.0)

@@ -19,6 +19,7 @@
 
 mod engines;
 mod filters;
+pub mod histogram;
 mod load;
 mod planes;
 #[cfg(test)]
@@ -100,6 +101,8 @@ pub struct FullResult {
     pub model_steps: Vec<String>,
     /// TorchIO's control grid, for drawing over the views.
     pub control_grid: Option<Arc<ControlGrid>>,
+    /// The intensity histograms of the image the transform read and of this one.
+    pub histograms: Option<Arc<histogram::Histograms>>,
 }
 
 /// CPU vs GPU on the same plan.
@@ -415,8 +418,10 @@ impl WorkerLoop {
             .as_ref()
             .is_some_and(|t| t.key == transform_key);
         // A library's model runs over the whole volume (its resample chains and fields have no
-        // plane path).
-        if c.slices_first && !reuse && c.model.is_own() {
+        // plane path), and so does a plan with an intensity step that reads more of a channel
+        // than the voxel it writes (statistics, neighbours): a plane alone cannot give it.
+        let planes_exact = !c.plan.intensity.iter().any(|s| s.needs_whole_channel());
+        if c.slices_first && !reuse && c.model.is_own() && planes_exact {
             let scan = (image.as_ref(), label.as_deref(), image_key);
             let rested = self.slices_first(c, gpu.as_ref(), scan, &before_report)?;
             if !rested {
@@ -442,6 +447,7 @@ impl WorkerLoop {
             }
             None => (transformed.image.clone(), before_report),
         };
+        let histograms = histogram::histograms(&image, &image_out).map(Arc::new);
         self.send(Reply::Full(FullResult {
             generation: c.generation,
             image: image_out,
@@ -454,6 +460,7 @@ impl WorkerLoop {
             model: c.model,
             model_steps: transformed.model_steps.clone(),
             control_grid: transformed.control_grid.clone(),
+            histograms,
         }));
         if after.is_some() {
             // Kept for the next filter setting: moving a filter slider does not transform again.

@@ -150,7 +150,8 @@ pub fn compute_slices(
 /// [`Backend::apply_plane`], calling `superseded(planes done, planes in all)` before each plane
 /// (a progress report): `Ok(None)` when it said yes, so a stale fill stops within one plane. The
 /// planes read the engine's volume field (prepared first), so the values are those of
-/// [`Backend::apply`]. 2D images, identity plans and other output shapes are computed whole.
+/// [`Backend::apply`]; the plan's intensity steps then act on the whole image. 2D images, plans
+/// that move no voxel and other output shapes are computed whole.
 pub fn fill_volume(
     engine: &dyn Backend,
     plan: &Plan,
@@ -161,7 +162,16 @@ pub fn fill_volume(
     if image.ndim() != 3 || plan.is_spatial_identity() || plan.out_shape.is_some() {
         return engine::apply_new(engine, plan, image, label).map(Some);
     }
+    engine::check_intensity(plan, image.channels, image.ndim())?;
     let t0 = Instant::now();
+    // The planes take the spatial part; the intensity steps act on the whole image at the end
+    // (a step that reads statistics or neighbours cannot act on a plane).
+    let whole = plan;
+    let spatial = Plan {
+        intensity: vec![],
+        ..plan.clone()
+    };
+    let plan = &spatial;
     let shape = &image.shape;
     let mut timings = Timings {
         field_ms: engine.prepare(Prepare::Field {
@@ -199,6 +209,9 @@ pub fn fill_volume(
             scatter(src, dst, z);
         }
     }
+    let t1 = Instant::now();
+    engine::intensity_after(whole, &mut img, shape, image.channels);
+    timings.intensity_ms = t1.elapsed().as_secs_f64() * 1e3;
     timings.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     let mk = |src: &Volume, data: Vec<f32>| {
         let mut v = src.clone_meta();

@@ -281,3 +281,65 @@ fn febds_masks_of_planes_are_the_pipeline_on_the_mapped_plane() {
     assert!(set.mask_for(8).is_none());
     assert_eq!(set.backend, "cpu");
 }
+
+#[test]
+fn the_histograms_show_what_the_intensity_steps_did() {
+    let img = volume([6, 7, 8], 0);
+    let (mut w, rx) = worker(img, None);
+    // A mirror moves voxels but keeps every value: the same counts on both sides.
+    let flip = Plan {
+        flip: vec![0, 2],
+        ..Plan::default()
+    };
+    w.compute(request(flip.clone(), None));
+    let h = full(&rx).histograms.expect("histograms");
+    assert_eq!(h.before.counts, h.after.counts);
+    // The same values summed in another order.
+    assert!((h.before.mean - h.after.mean).abs() < 1e-12);
+    assert!((h.before.std - h.after.std).abs() < 1e-12);
+    // A brightness of ×2 after it: the after side spreads over twice the range.
+    let bright = Plan {
+        intensity: vec![serde_json::from_str(r#"{"brightness": {"multipliers": [2.0]}}"#).unwrap()],
+        ..flip
+    };
+    w.compute(request(bright, None));
+    let h = full(&rx).histograms.expect("histograms");
+    assert_ne!(h.before.counts, h.after.counts);
+    assert!((h.after.mean - 2.0 * h.before.mean).abs() < 1e-5 * h.before.mean.abs().max(1.0));
+    assert!((h.after.std - 2.0 * h.before.std).abs() < 1e-5);
+    assert_eq!(
+        h.before.counts.iter().sum::<u64>(),
+        h.after.counts.iter().sum::<u64>()
+    );
+}
+
+#[test]
+fn a_step_that_needs_the_whole_volume_skips_the_planes() {
+    let img = volume([6, 7, 8], 0);
+    let (mut w, rx) = worker(img.clone(), None);
+    let plan = Plan {
+        rotate_rad: vec![0.1, 0.0, 0.0],
+        intensity: vec![
+            serde_json::from_str(r#"{"contrast": {"factors": [1.5], "preserve_range": true}}"#)
+                .unwrap(),
+        ],
+        ..Plan::default()
+    };
+    let mut req = request(plan.clone(), None);
+    req.slices_first = true;
+    w.compute(req);
+    // No plane reply (a plane cannot compute the contrast), no failure: the whole volume, as
+    // the engine makes it.
+    let replies: Vec<Reply> = rx.try_iter().collect();
+    assert!(!replies.iter().any(|r| matches!(r, Reply::Slices(_))));
+    let f = replies
+        .into_iter()
+        .find_map(|r| match r {
+            Reply::Full(f) => Some(f),
+            Reply::Failed { message, .. } => panic!("failed: {message}"),
+            _ => None,
+        })
+        .expect("a whole volume");
+    let (want, _, _) = engine::apply_new(&CpuBackend::new(), &plan, &img, None).unwrap();
+    assert!(f.image.data == want.data);
+}

@@ -210,12 +210,29 @@ impl StepSpec for MonaiSharpenSpec {
             Field::Prob("p", &mut self.p),
             Field::Range("sigma1 x (last axis)", &mut self.sigma1_x, 0.01, " vox"),
             Field::Range("sigma1 y", &mut self.sigma1_y, 0.01, " vox"),
-            Field::Range("sigma1 z (first axis, 3D)", &mut self.sigma1_z, 0.01, " vox"),
+            Field::Range(
+                "sigma1 z (first axis, 3D)",
+                &mut self.sigma1_z,
+                0.01,
+                " vox",
+            ),
         ];
         for (label_lo, label_range, s) in [
-            ("sigma2 x from (to sigma1 x)", "sigma2 x", &mut self.sigma2_x),
-            ("sigma2 y from (to sigma1 y)", "sigma2 y", &mut self.sigma2_y),
-            ("sigma2 z from (to sigma1 z)", "sigma2 z", &mut self.sigma2_z),
+            (
+                "sigma2 x from (to sigma1 x)",
+                "sigma2 x",
+                &mut self.sigma2_x,
+            ),
+            (
+                "sigma2 y from (to sigma1 y)",
+                "sigma2 y",
+                &mut self.sigma2_y,
+            ),
+            (
+                "sigma2 z from (to sigma1 z)",
+                "sigma2 z",
+                &mut self.sigma2_z,
+            ),
         ] {
             f.push(match s {
                 Sigma2::UpToSigma1(v) => Field::Number(label_lo, v, 0.01, " vox"),
