@@ -259,6 +259,7 @@ fn latency_slice_path() {
                 views: views.clone(),
                 slices_first: true,
                 filter: None,
+                normalize: None,
                 model: Default::default(),
             };
             let t = Instant::now();
@@ -674,6 +675,7 @@ fn worker_abandons_a_superseded_fill() {
         views: views.clone(),
         slices_first: true,
         filter: None,
+        normalize: None,
         model: Default::default(),
     };
     w.compute(request(1, &params));
@@ -736,6 +738,7 @@ fn slice_path_planes_match_the_whole_volume() {
         views: views.clone(),
         slices_first: true,
         filter: None,
+        normalize: None,
         model: Default::default(),
     };
     let main = std::sync::Arc::new(CpuBackend::new());

@@ -224,12 +224,15 @@ fn sample_preset(state: &mut State, rt: &mut Runtime) {
     });
     let sampled = export::chosen_preset(state, nd, true).and_then(|p| {
         p.sample(state.preset_seed, nd, channels, &spacing)
+            .map(|s| (s, p.normalize.clone()))
             .map_err(|e| format!("preset {}: {e}", p.name))
     });
     match sampled {
-        Ok(s) => {
+        Ok((s, normalize)) => {
             let from = super::code::preset_in_use(state, rt);
             state.params = Params::from_plan(&s.plan, nd, &state.params);
+            // The preset's units: its normalisation, or the raw scan where it has none.
+            state.params.normalize = normalize;
             rt.sampled = Some((state.params.clone(), s.done, from));
             state.preset_seed = state.preset_seed.wrapping_add(1);
         }

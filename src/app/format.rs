@@ -177,7 +177,7 @@ mod tests {
         let v = serde_json::json!({"channels": [{"gamma": 1.30000001, "invert": true}, null]});
         assert_eq!(short(&v), "channels (gamma 1.3, invert on), –");
         let v = serde_json::json!({"std": [0.2], "seed": 18446744073709551615u64});
-        assert_eq!(short(&v), "std 0.2, seed 18446744073709551615");
+        assert_eq!(short(&v), "seed 18446744073709551615, std 0.2");
         let terms: Vec<_> = (0..6).map(|i| serde_json::json!({"c": i})).collect();
         let v = serde_json::json!({"convention": "monai", "terms": terms});
         assert_eq!(short(&v), "convention monai, 6 terms");

@@ -317,6 +317,7 @@ impl Probe<'_> {
             views: self.views.clone(),
             slices_first: true,
             filter: None,
+            normalize: None,
             model: Default::default(),
         };
         let t = Instant::now();

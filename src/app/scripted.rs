@@ -61,8 +61,9 @@ pub(super) fn apply_spec(app: &mut App, spec: &str) {
 }
 
 /// Parameters from `rotate=a0,a1,a2;scale=s;translate=t0,t1,t2;elastic=alpha,sigma;seed=n;
-/// filter=KIND[,VALUE[,after]];step=JSON` (degrees, voxels; see `filter_spec`; `step` adds an
-/// intensity step in its plan form, once per part); the rest as in `base`.
+/// filter=KIND[,VALUE[,after]];step=JSON;normalize=JSON` (degrees, voxels; see `filter_spec`;
+/// `step` adds an intensity step in its plan form, once per part; `normalize` sets the
+/// normalisation in its preset form); the rest as in `base`.
 /// Unknown or malformed parts are ignored.
 pub fn preset_params(spec: &str, base: Params) -> Params {
     let mut p = Params {
@@ -78,6 +79,11 @@ pub fn preset_params(spec: &str, base: Params) -> Params {
         };
         if k.trim() == "filter" {
             filter_spec(v, &mut p.filter);
+            continue;
+        }
+        if k.trim() == "normalize" {
+            // A normalisation in its preset form, e.g. `normalize={"method": "nnunet_zscore"}`.
+            p.normalize = serde_json::from_str(v).ok();
             continue;
         }
         if k.trim() == "step" {
@@ -167,5 +173,10 @@ mod tests {
         );
         assert_eq!(p.intensity.len(), 1);
         assert_eq!(p.intensity[0].name(), "brightness");
+        let p = preset_params(
+            r#"normalize={"method": "nnunet_zscore"}"#,
+            Params::default(),
+        );
+        assert_eq!(p.normalize.map(|n| n.name()), Some("nnunet_zscore"));
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::augment::DoneList;
 use crate::augment::preset::Preset;
 use crate::augment::{Elastic, Mode, Order, Plan, Space};
-use crate::core::intensity::IntensityStep;
+use crate::core::intensity::{IntensityStep, Normalize};
 use crate::engine::{BackendSpec, Precision};
 use crate::export::preview::Model;
 
@@ -45,6 +45,9 @@ pub struct Params {
     /// The intensity steps with their values, in the order they act after the resample: a
     /// preset sample's, kept until cleared.
     pub intensity: Vec<IntensityStep>,
+    /// The normalisation of the scan before everything else: the units the steps act in (a
+    /// preset's `[normalize]`, or chosen in the Intensity section).
+    pub normalize: Option<Normalize>,
 }
 
 impl Default for Params {
@@ -68,6 +71,7 @@ impl Default for Params {
             filter: FilterParams::default(),
             preview_as: Model::Augscope,
             intensity: vec![],
+            normalize: None,
         }
     }
 }
@@ -347,6 +351,7 @@ impl Params {
             seed: base.seed,
             filter: base.filter.clone(),
             preview_as: base.preview_as,
+            normalize: base.normalize.clone(),
             ..Params::default()
         };
         for &a in &plan.flip {

@@ -137,6 +137,7 @@ impl App {
                         elapsed_ms: 0.0,
                         filter: f.filter.clone(),
                         unfiltered: false,
+                        normalized: f.normalized.clone(),
                     });
                     rt.shown_full = true;
                     // They are drawn in the next frame.
@@ -158,6 +159,7 @@ impl App {
                         views: scan.views.clone(),
                         slices_first: nd == 3,
                         filter: filter.clone(),
+                        normalize: state.params.normalize.clone(),
                         model: state.params.preview_as,
                     });
                     rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
@@ -177,6 +179,7 @@ impl App {
                 views: scan.views.clone(),
                 slices_first: false,
                 filter: None,
+                normalize: None,
                 model: Default::default(),
             });
             rt.compare_sent = Some(rt.generation);

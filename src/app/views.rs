@@ -346,6 +346,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
             );
             let aug = rt.shown.as_ref();
             let own_window = filtered_window(aug.and_then(|s| s.filter.as_ref()));
+            let normalized = aug.and_then(|s| s.normalized.clone());
             let unfiltered = aug.is_some_and(|s| s.unfiltered);
             // (original, augmented) mask of each view.
             type Masks = (Option<Arc<DisplaySlice>>, Option<Arc<DisplaySlice>>);
@@ -391,7 +392,13 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     } else {
                         aug.and_then(|s| s.image.get(vi).cloned()).map(|image| {
                             let diff = state.display.difference;
-                            let (what, look) = augmented_look(state, scan, own_window, unfiltered);
+                            let (what, look) = augmented_look(
+                                state,
+                                scan,
+                                own_window,
+                                unfiltered,
+                                normalized.as_deref(),
+                            );
                             ViewInput {
                                 key: view_key(1, vi),
                                 title: format!("{} · {what}{pos}", geom.name),
@@ -472,6 +479,7 @@ fn augmented_look(
     scan: &super::Scan,
     own_window: Option<(f32, f32)>,
     unfiltered: bool,
+    normalized: Option<&super::worker::Normalized>,
 ) -> (String, Look) {
     let diff = state.display.difference;
     let mut lk = look(state, scan, diff);
@@ -480,6 +488,15 @@ fn augmented_look(
     } else {
         "augmented".to_string()
     };
+    // A normalised scan: the scan's window mapped into its units, so that the picture compares
+    // with the original's.
+    if let Some(n) = normalized {
+        let ch = (scan.frame).min(n.maps.len().saturating_sub(1));
+        let (a, b) = n.maps.get(ch).copied().unwrap_or((1.0, 0.0));
+        lk.level = (a * lk.level as f64 + b) as f32;
+        lk.width = (a.abs() * lk.width as f64).max(1e-12) as f32;
+        what.push_str(" (normalised)");
+    }
     if let (Some((lo, hi)), false) = (own_window, diff) {
         lk.level = 0.5 * (lo + hi);
         lk.width = (hi - lo).max(1e-6);

@@ -23,7 +23,7 @@ pub const PRESET_VERSION: u32 = 1;
 
 pub use crate::core::draws::Range;
 use crate::core::draws::SplitMix64;
-use crate::core::intensity::{DrawFor, IntensitySpec};
+use crate::core::intensity::{DrawFor, IntensitySpec, Normalize};
 
 /// A preset: what may happen to a sample, and how likely.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,6 +59,10 @@ pub struct Preset {
     /// list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intensity: Vec<IntensitySpec>,
+    /// The normalisation the preset trains in (`[normalize]`, named by `method`): applied to
+    /// the scan once, before the transform, so that the intensity steps act in training's units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<Normalize>,
 }
 
 /// Mirroring: each axis flips independently with its own probability.
@@ -610,6 +614,7 @@ impl Preset {
                 label_order: 0,
             },
             intensity: vec![],
+            normalize: None,
         }
     }
 }

@@ -170,7 +170,10 @@ fn load_inputs(a: &ApplyArgs) -> anyhow::Result<(Volume, Option<Volume>)> {
         series: a.series.clone(),
         ..LoadOptions::default()
     };
-    let image = io::load(&a.input, &load_opts)?;
+    let mut image = io::load(&a.input, &load_opts)?;
+    if let Some(n) = &a.normalize {
+        n.apply_volume(&mut image).map_err(usage)?;
+    }
     let label = match &a.label {
         Some(p) => {
             let l = io::load(

@@ -216,6 +216,17 @@ fn parse_step(s: &str) -> Result<crate::core::intensity::IntensityStep, String> 
     serde_json::from_str(s).map_err(|e| format!("not an intensity step: {e}"))
 }
 
+fn parse_normalize(s: &str) -> Result<crate::core::intensity::Normalize, String> {
+    let n: crate::core::intensity::Normalize = serde_json::from_str(s).map_err(|e| {
+        format!(
+            "not a normalisation (method nnunet_zscore, nnunet_ct, monai_scale_intensity_range, \
+             torchio_z_normalization or torchio_rescale_intensity with its settings): {e}"
+        )
+    })?;
+    n.validate()?;
+    Ok(n)
+}
+
 fn parse_cval(s: &str) -> Result<f32, String> {
     s.parse::<f32>()
         .map_err(|_| format!("'{s}' is not a number"))
@@ -298,6 +309,12 @@ struct ApplyArgs {
     /// repeatable; acts after the flags' steps, in the order given.
     #[arg(long, value_name = "JSON", value_parser = parse_step, help_heading = "Intensity (after the resample, image only, in this order)")]
     step: Vec<crate::core::intensity::IntensityStep>,
+    /// Normalise the image first, as a preset's `[normalize]` (JSON), e.g.
+    /// '{"method": "nnunet_zscore"}' or '{"method": "monai_scale_intensity_range", "a_min": -1000,
+    /// "a_max": 1000, "b_min": 0, "b_max": 1, "clip": true}' (docs/presets.md lists the methods):
+    /// the transform and the steps then act in its units.
+    #[arg(long, value_name = "JSON", value_parser = parse_normalize, help_heading = "Intensity (after the resample, image only, in this order)")]
+    normalize: Option<crate::core::intensity::Normalize>,
     /// Seed of the elastic noise and of --noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,

@@ -278,6 +278,7 @@ pub fn from_params(m: &Map<String, Value>, name: &str) -> Result<Preset, PresetE
         elastic,
         sampling,
         intensity: vec![],
+        normalize: None,
     };
     preset.validate()?;
     Ok(preset)

@@ -306,8 +306,13 @@ def fixed_cases(rep, work, scans, target, only=None):
             rep.case(f"{ndim}D {name} (order {order}, {mode}){tag}", frac, lfrac, extra)
 
 
+NORMALIZE = {"method": "monai_scale_intensity_range", "a_min": 10.0, "a_max": 180.0,
+             "b_min": 0.0, "b_max": 1.0, "clip": True}
+
+
 def intensity_export_case(rep, work, scans, target):
-    """A mirror and every MONAI intensity family whose values a preset can fix (probability 1,
+    """MONAI's ScaleIntensityRange as the preset's normalisation, a mirror and every MONAI
+    intensity family whose values a preset can fix (probability 1,
     ranges of one value; the noise and the histogram shift draw at random in MONAI whatever the
     preset), exported and run under MONAI, against `augscope apply` of the same steps: each step
     is MONAI's own transform in the snippet and the bundle (1e-4 of the range, the intensity
@@ -327,7 +332,8 @@ def intensity_export_case(rep, work, scans, target):
     ]
     path = work.file(f"{target}_intensity.toml")
     with open(path, "w") as fh:
-        fh.write(C.preset_toml(f"{target} intensity", {"flip": {"p": [1.0, 0.0, 0.0]}}))
+        fh.write(C.preset_toml(f"{target} intensity", {"flip": {"p": [1.0, 0.0, 0.0]},
+                                                       "normalize": NORMALIZE}))
         for st in steps:
             fh.write("[[intensity]]\n" + "".join(f"{k} = {C._toml_value(v)}\n"
                                                  for k, v in st.items()))
@@ -337,7 +343,7 @@ def intensity_export_case(rep, work, scans, target):
             st["step"], "Rand" + "".join(w.title() for w in st["step"].split("_")[1:]))
         assert cls in text, f"{cls} is not in the {target} export"
     plan = C.preset_samples(path, 1)[0]["plan"]
-    args = ["--flip", "0"]
+    args = ["--flip", "0", "--normalize", json.dumps(NORMALIZE)]
     for st in plan["intensity"]:
         args += ["--step", json.dumps(st)]
     ours, ours_lab = C.apply(work, img_path, args, lab_path, tag="intensity")
@@ -345,7 +351,8 @@ def intensity_export_case(rep, work, scans, target):
     span = float(theirs.max() - theirs.min()) or 1.0
     frac, dmax = C.agreement(ours, theirs, span, 1e-4)
     tag = "" if target == "monai" else " [bundle]"
-    rep.case(f"3D flip + {len(steps)} MONAI intensity families{tag}", frac,
+    assert "ScaleIntensityRange" in text, f"the normalisation is not in the {target} export"
+    rep.case(f"3D ScaleIntensityRange + flip + {len(steps)} MONAI intensity families{tag}", frac,
              C.label_agreement(ours_lab, theirs_lab),
              f"max |diff| {dmax / span:.2g} of the range; the labels only mirrored", tol=1e-4)
 

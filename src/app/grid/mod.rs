@@ -94,6 +94,8 @@ pub struct GridRuntime {
     pub generation: u64,
     /// The draws of the newest request (empty until the thread sent them).
     pub samples: Vec<Sample>,
+    /// The affine map per channel of the preset's normalisation, which the tiles are in.
+    pub normalized: Option<Vec<(f64, f64)>>,
     /// Tile k of the newest request, once computed.
     pub tiles: Vec<Option<Tile>>,
     /// Realised displacement (max, RMS) of draw k, for the draws with elastic.
@@ -122,6 +124,7 @@ impl Default for GridRuntime {
             view: 0,
             generation: 0,
             samples: vec![],
+            normalized: None,
             tiles: vec![],
             displacement: vec![],
             overlays: vec![],
@@ -300,7 +303,11 @@ impl GridRuntime {
                 GridReply::Samples {
                     generation,
                     samples,
-                } if generation == self.generation => self.samples = samples,
+                    normalized,
+                } if generation == self.generation => {
+                    self.samples = samples;
+                    self.normalized = normalized;
+                }
                 GridReply::Tile {
                     generation,
                     k,
@@ -370,6 +377,10 @@ pub fn pick(state: &mut State, rt: &mut Runtime, k: usize) {
         return;
     };
     state.params = Params::from_plan(&s.plan, nd, &state.params);
+    // The preset's units, as the tiles show them.
+    state.params.normalize = super::export::chosen_preset(state, nd, true)
+        .ok()
+        .and_then(|p| p.normalize);
     rt.sampled = Some((state.params.clone(), s.done.clone(), from));
 }
 
@@ -497,7 +508,15 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
             .map_or((0.0, 1.0), |s| s.loaded.auto_window);
         let level = state.display.level.unwrap_or(0.5 * (alo + ahi));
         let width = state.display.width.unwrap_or((ahi - alo).max(1e-6));
-        (level - 0.5 * width, level + 0.5 * width)
+        // Tiles in a normalisation's units: the window mapped through it.
+        let (a, b) = rt
+            .grid
+            .normalized
+            .as_ref()
+            .and_then(|m| m.first().copied())
+            .unwrap_or((1.0, 0.0));
+        let ends = [level - 0.5 * width, level + 0.5 * width].map(|v| (a * v as f64 + b) as f32);
+        (ends[0].min(ends[1]), ends[0].max(ends[1]))
     };
     let preset_name = match &state.draft {
         Some(d) => d.name.clone(),

@@ -69,6 +69,8 @@ pub enum GridReply {
     Samples {
         generation: u64,
         samples: Vec<Sample>,
+        /// The affine map per channel of the preset's normalisation, which the tiles are in.
+        normalized: Option<Vec<(f64, f64)>>,
     },
     /// Tile `k`: its plane in array order (channels leading, the two remaining axes in
     /// increasing order), as `Backend::apply_plane` writes it.
@@ -350,9 +352,37 @@ fn run_job(
         }
     };
     let plans: Vec<Plan> = samples.iter().map(|s| s.plan.clone()).collect();
+    // The preset's units: the scan normalised once per request, resident on a GPU under a key
+    // of its own (the scan's key and the method).
+    let mut resident = job.image_key;
+    let mut normalized = None;
+    let normalized_image;
+    let image = match &job.preset.normalize {
+        None => image,
+        Some(n) => {
+            let mut v = image.clone();
+            match n.apply_volume(&mut v) {
+                Ok(maps) => normalized = Some(maps),
+                Err(message) => {
+                    send(GridReply::Failed {
+                        generation: job.generation,
+                        message,
+                    });
+                    return None;
+                }
+            }
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            format!("{n:?}").hash(&mut h);
+            resident = job.image_key ^ h.finish() | 1 << 63;
+            normalized_image = v;
+            &normalized_image
+        }
+    };
     if !send(GridReply::Samples {
         generation: job.generation,
         samples,
+        normalized,
     }) {
         return None;
     }
@@ -373,7 +403,7 @@ fn run_job(
         let mut data = vec![0f32; len];
         let on_gpu = gpu
             .as_ref()
-            .map(|g| tile(g.as_ref(), plan, image, job.plane, job.image_key, &mut data));
+            .map(|g| tile(g.as_ref(), plan, image, job.plane, resident, &mut data));
         let r = match on_gpu {
             Some(Ok(())) => Ok(()),
             failed => {
@@ -382,7 +412,7 @@ fn run_job(
                     note = Some(format!("CUDA: {e}; this tile used the CPU engine"));
                 }
                 let cpu = engines.cpu.as_ref();
-                tile(cpu, plan, image, job.plane, job.image_key, &mut data)
+                tile(cpu, plan, image, job.plane, resident, &mut data)
             }
         };
         if let Err(e) = r {

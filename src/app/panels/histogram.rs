@@ -14,15 +14,25 @@ const BEFORE: Color32 = Color32::from_rgb(235, 170, 70);
 
 /// The section: the histograms of the last whole volume, or why there are none.
 pub(super) fn intensity_section(ui: &mut egui::Ui, rt: &Runtime) {
-    let Some(h) = rt.full.as_ref().and_then(|f| f.histograms.as_deref()) else {
+    let Some(full) = rt.full.as_ref() else {
         ui.weak("the histograms come with the first whole volume");
         return;
     };
-    let units = rt.scan.as_ref().map_or("", |_| "the scan's own units");
+    let Some(h) = full.histograms.as_deref() else {
+        ui.weak("no finite value to count");
+        return;
+    };
+    let units = match &full.normalized {
+        Some(n) => n.units.clone(),
+        None => "the scan's own units".to_string(),
+    };
     draw(ui, h);
     ui.horizontal_wrapped(|ui| {
         ui.label(egui::RichText::new("before (line)").color(BEFORE))
-            .on_hover_text("the image the transform reads (after a filter set to act before)");
+            .on_hover_text(
+                "the image the transform reads (normalised, and filtered by a filter set to act \
+             before)",
+            );
         ui.label(egui::RichText::new("after (bars)").color(AFTER))
             .on_hover_text("the image on screen: transformed, with its intensity steps");
     });
@@ -38,9 +48,7 @@ pub(super) fn intensity_section(ui: &mut egui::Ui, rt: &Runtime) {
             ui.label(format!("{} to {}", num(h.lo as f64), num(h.hi as f64)));
             ui.end_row();
         });
-    if !units.is_empty() {
-        ui.weak(format!("values in {units}, counts on a log scale"));
-    }
+    ui.weak(format!("values: {units}; counts on a log scale"));
 }
 
 /// Both histograms in one plot: `after` as bars, `before` as a line, counts as `ln(1 + c)`.

@@ -34,7 +34,10 @@ pub fn info_panel(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) {
                     .show(ui, |ui| super::done::done_list(ui, state, rt));
                 // While something changes the values: intensity steps or a filter.
                 let on_screen = crate::app::params_on_screen(state, rt);
-                if !on_screen.intensity.is_empty() || on_screen.filter.enabled {
+                if !on_screen.intensity.is_empty()
+                    || on_screen.filter.enabled
+                    || on_screen.normalize.is_some()
+                {
                     egui::CollapsingHeader::new("Intensity")
                         .default_open(true)
                         .show(ui, |ui| super::histogram::intensity_section(ui, rt));

@@ -94,15 +94,10 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 egui::CollapsingHeader::new("Sampling")
                     .default_open(true)
                     .show(ui, |ui| transform::sampling_ui(ui, params));
-                if !params.intensity.is_empty() {
-                    egui::CollapsingHeader::new(format!(
-                        "Intensity steps ({})",
-                        params.intensity.len()
-                    ))
+                egui::CollapsingHeader::new(transform::intensity_title(params))
                     .id_salt("intensity steps")
-                    .default_open(true)
+                    .default_open(false)
                     .show(ui, |ui| transform::intensity_ui(ui, params));
-                }
                 // Closed at first unless a filter is on, so that the panel fits a 940-pixel
                 // window; the title says what runs.
                 egui::CollapsingHeader::new(filter::filter_title(&params.filter))

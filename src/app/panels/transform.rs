@@ -300,10 +300,68 @@ pub(super) fn sampling_ui(ui: &mut egui::Ui, p: &mut Params) {
     });
 }
 
-/// The intensity steps of the parameters (a preset sample's), in the order they act after the
-/// resample, each with its library, its drawn values and a button that removes it.
+/// The Intensity section's title: what it holds.
+pub(super) fn intensity_title(p: &Params) -> String {
+    let mut parts = vec![];
+    if p.normalize.is_some() {
+        parts.push("normalised".to_string());
+    }
+    match p.intensity.len() {
+        0 => {}
+        1 => parts.push("1 step".into()),
+        n => parts.push(format!("{n} steps")),
+    }
+    if parts.is_empty() {
+        "Intensity".into()
+    } else {
+        format!("Intensity ({})", parts.join(", "))
+    }
+}
+
+/// The normalisation of the scan (the units everything after it acts in) and the intensity
+/// steps of the parameters (a preset sample's), in the order they act after the resample, each
+/// with its library, its drawn values and a button that removes it.
 pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params) {
-    ui.weak("after the resample, on the image only");
+    use crate::core::intensity::{NoSettings, Normalize, RescaleSettings};
+    let choices = [
+        None,
+        Some(Normalize::NnunetZscore(NoSettings {})),
+        Some(Normalize::TorchioZNormalization(NoSettings {})),
+        Some(Normalize::TorchioRescaleIntensity(RescaleSettings {
+            out_min_max: [0.0, 1.0],
+            percentiles: [0.0, 100.0],
+        })),
+    ];
+    let name = |n: &Option<Normalize>| match n {
+        None => "none (the scan's own units)".to_string(),
+        Some(n) => format!("{} ({})", n.name(), n.class()),
+    };
+    ui.horizontal(|ui| {
+        let l = ui.label("normalise");
+        egui::ComboBox::from_id_salt("normalize")
+            .selected_text(name(&p.normalize))
+            .width(170.0)
+            .show_ui(ui, |ui| {
+                for c in choices {
+                    let label = name(&c);
+                    ui.selectable_value(&mut p.normalize, c, label);
+                }
+            })
+            .response
+            .labelled_by(l.id)
+            .on_hover_text(
+                "the scan in a training pipeline's units, before the transform (a preset's \
+                 [normalize] sets it; its settings are the preset's)",
+            );
+    });
+    if let Some(n) = &p.normalize {
+        ui.weak(format!("values: {}", n.units()));
+    }
+    if p.intensity.is_empty() {
+        ui.weak("no steps: \"Sample from preset\" brings a preset's, with their drawn values");
+        return;
+    }
+    ui.weak("steps after the resample, on the image only");
     let mut remove = None;
     for (i, step) in p.intensity.iter().enumerate() {
         ui.horizontal_wrapped(|ui| {

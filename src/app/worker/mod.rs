@@ -37,6 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::augment::Plan;
+use crate::core::intensity::Normalize;
 use crate::core::volume::Volume;
 use crate::engine::cpu::CpuBackend;
 use crate::engine::{
@@ -66,6 +67,8 @@ pub struct Compute {
     pub slices_first: bool,
     /// The intensity filter, before or after the transform.
     pub filter: Option<FilterStep>,
+    /// The normalisation of the scan, before everything else (the preset's training units).
+    pub normalize: Option<Normalize>,
     /// Whose model of the transform: augscope's own (engine, slice path) or a training
     /// library's (CPU, whole volume).
     pub model: Model,
@@ -82,6 +85,25 @@ pub struct SliceSet {
     pub filter: Option<FilterReport>,
     /// The planes lack the filter that acts after the transform: it runs on the whole volume.
     pub unfiltered: bool,
+    /// The normalisation the scan went through first.
+    pub normalized: Option<Arc<Normalized>>,
+}
+
+/// What a normalisation of the scan did: its units in words and, per channel, the affine map
+/// `x ↦ a·x + b` it applied (a raw display window maps through it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Normalized {
+    pub units: String,
+    pub maps: Vec<(f64, f64)>,
+}
+
+/// The normalised scan of the source stage, for one scan and method.
+struct NormalizedScan {
+    source: u64,
+    method: Normalize,
+    image: Arc<Volume>,
+    key: u64,
+    report: Arc<Normalized>,
 }
 
 /// A whole augmented volume.
@@ -103,6 +125,8 @@ pub struct FullResult {
     pub control_grid: Option<Arc<ControlGrid>>,
     /// The intensity histograms of the image the transform read and of this one.
     pub histograms: Option<Arc<histogram::Histograms>>,
+    /// The normalisation the scan went through first.
+    pub normalized: Option<Arc<Normalized>>,
 }
 
 /// CPU vs GPU on the same plan.
@@ -264,6 +288,8 @@ struct WorkerLoop {
     image_key: u64,
     /// The last key handed out (scans and filtered scans each get their own).
     keys: u64,
+    /// The normalised scan, made once per scan and method.
+    normalized: Option<NormalizedScan>,
     /// The filtered scan of the "before" stage.
     prefiltered: FilterCache,
     /// The last transformed (unfiltered) volume, while a filter acts after the transform.
@@ -301,6 +327,7 @@ impl WorkerLoop {
             gpu: GpuSlot::default(),
             image_key: 0,
             keys: 0,
+            normalized: None,
             prefiltered: FilterCache::default(),
             transformed: None,
         }
@@ -351,6 +378,7 @@ impl WorkerLoop {
                     self.image = Some(l.image.clone());
                     self.label = l.label.clone();
                     self.image_key = Self::new_key(&mut self.keys);
+                    self.normalized = None;
                     self.prefiltered.clear();
                     self.transformed = None;
                 }
@@ -402,7 +430,8 @@ impl WorkerLoop {
             Err(note) => (None, Some(note)),
         };
         let after = c.filter.as_ref().filter(|f| f.stage == FilterStage::After);
-        let (image, image_key, before_report) = self.source(c, scan)?;
+        let (scan, scan_key, normalized) = self.normalized_source(c, scan)?;
+        let (image, image_key, before_report) = self.source(c, scan, scan_key)?;
         if after.is_none() {
             self.transformed = None;
         }
@@ -423,7 +452,7 @@ impl WorkerLoop {
         let planes_exact = !c.plan.intensity.iter().any(|s| s.needs_whole_channel());
         if c.slices_first && !reuse && c.model.is_own() && planes_exact {
             let scan = (image.as_ref(), label.as_deref(), image_key);
-            let rested = self.slices_first(c, gpu.as_ref(), scan, &before_report)?;
+            let rested = self.slices_first(c, gpu.as_ref(), scan, &before_report, &normalized)?;
             if !rested {
                 return Ok(());
             }
@@ -461,6 +490,7 @@ impl WorkerLoop {
             model_steps: transformed.model_steps.clone(),
             control_grid: transformed.control_grid.clone(),
             histograms,
+            normalized,
         }));
         if after.is_some() {
             // Kept for the next filter setting: moving a filter slider does not transform again.
@@ -474,18 +504,55 @@ impl WorkerLoop {
 
     /// The volume the transform reads, with its content key: the scan, or the scan filtered once
     /// per filter setting (with the filter's report) when a filter acts before the transform.
+    /// The scan in the request's normalisation (made once per scan and method), with its
+    /// content key and what the normalisation did; the scan itself without one.
+    #[allow(clippy::type_complexity)]
+    fn normalized_source(
+        &mut self,
+        c: &Compute,
+        scan: Arc<Volume>,
+    ) -> Result<(Arc<Volume>, u64, Option<Arc<Normalized>>), String> {
+        let Some(method) = &c.normalize else {
+            self.normalized = None;
+            return Ok((scan, self.image_key, None));
+        };
+        if let Some(n) = &self.normalized
+            && n.source == self.image_key
+            && n.method == *method
+        {
+            return Ok((n.image.clone(), n.key, Some(n.report.clone())));
+        }
+        self.normalized = None;
+        let mut v = (*scan).clone();
+        let maps = method.apply_volume(&mut v)?;
+        let n = NormalizedScan {
+            source: self.image_key,
+            method: method.clone(),
+            image: Arc::new(v),
+            key: Self::new_key(&mut self.keys),
+            report: Arc::new(Normalized {
+                units: method.units(),
+                maps,
+            }),
+        };
+        let out = (n.image.clone(), n.key, Some(n.report.clone()));
+        self.normalized = Some(n);
+        Ok(out)
+    }
+
     fn source(
         &mut self,
         c: &Compute,
         scan: Arc<Volume>,
+        scan_key: u64,
     ) -> Result<(Arc<Volume>, u64, Option<FilterReport>), String> {
         let Some(step) = c.filter.as_ref().filter(|f| f.stage == FilterStage::Before) else {
             // Nothing filters the scan now: free the filtered copy.
             self.prefiltered.clear();
-            return Ok((scan, self.image_key, None));
+            return Ok((scan, scan_key, None));
         };
         let key = FilterKey {
-            source: self.image_key,
+            source: scan_key,
             filter: step.filter.clone(),
             boundary: step.boundary,
             backend: c.backend.clone(),
@@ -509,6 +576,7 @@ impl WorkerLoop {
         gpu: Option<&Arc<dyn Backend>>,
         scan: (&Volume, Option<&Volume>, u64),
         before_report: &Option<FilterReport>,
+        normalized: &Option<Arc<Normalized>>,
     ) -> Result<bool, String> {
         let after = c.filter.as_ref().filter(|f| f.stage == FilterStage::After);
         let mut s = match gpu {
@@ -519,6 +587,7 @@ impl WorkerLoop {
             None => compute_slices(&self.slicing, c, scan),
         }?;
         s.filter = before_report.clone();
+        s.normalized = normalized.clone();
         // A point-wise filter after the transform is exact on a plane; the others need the
         // whole volume and wait for it.
         if let Some(step) = after {

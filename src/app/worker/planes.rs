@@ -143,6 +143,7 @@ pub fn compute_slices(
         elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
         filter: None,
         unfiltered: false,
+        normalized: None,
     })
 }
 

@@ -35,6 +35,7 @@ fn request(plan: Plan, filter: Option<FilterStep>) -> Compute {
         views: vec![],
         slices_first: false,
         filter,
+        normalize: None,
         model: Model::Augscope,
     }
 }
@@ -342,4 +343,39 @@ fn a_step_that_needs_the_whole_volume_skips_the_planes() {
         .expect("a whole volume");
     let (want, _, _) = engine::apply_new(&CpuBackend::new(), &plan, &img, None).unwrap();
     assert!(f.image.data == want.data);
+}
+
+#[test]
+fn the_normalised_scan_is_transformed_and_its_window_map_reported() {
+    use crate::core::intensity::{NoSettings, Normalize};
+    let img = volume([6, 7, 8], 0);
+    let (mut w, rx) = worker(img.clone(), None);
+    let plan = rotation(0.2);
+    let mut req = request(plan.clone(), None);
+    let method = Normalize::NnunetZscore(NoSettings {});
+    req.normalize = Some(method.clone());
+    w.compute(req);
+    let f = full(&rx);
+    let mut normed = img.clone();
+    let maps = method.apply_volume(&mut normed).unwrap();
+    let (want, _, _) = engine::apply_new(&CpuBackend::new(), &plan, &normed, None).unwrap();
+    assert!(
+        f.image.data == want.data,
+        "the transform of the normalised scan"
+    );
+    let n = f.normalized.expect("the normalisation's report");
+    assert_eq!(n.maps, maps);
+    assert!(n.units.contains("ZScoreNormalization"), "{}", n.units);
+    // The map takes a raw value to its normalised one (the window of the views).
+    let (a, b) = n.maps[0];
+    assert!(((a * img.data[5] as f64 + b) - normed.data[5] as f64).abs() < 1e-5);
+    // Served again from the cache; without the normalisation, the raw scan again.
+    let mut req = request(plan.clone(), None);
+    req.normalize = Some(method);
+    w.compute(req);
+    assert!(full(&rx).image.data == want.data);
+    w.compute(request(plan.clone(), None));
+    let f = full(&rx);
+    let (raw, _, _) = engine::apply_new(&CpuBackend::new(), &plan, &img, None).unwrap();
+    assert!(f.image.data == raw.data && f.normalized.is_none());
 }

@@ -147,6 +147,9 @@ impl Preset {
             step.validate()
                 .map_err(|why| invalid(format!("intensity[{i}]: {why}")))?;
         }
+        if let Some(n) = &self.normalize {
+            n.validate().map_err(invalid)?;
+        }
         Ok(())
     }
 

@@ -322,6 +322,12 @@ fn load_input(opts: &BatchOptions, input: usize) -> Result<(Volume, Option<Volum
         .check_ndim(img.ndim())
         .and_then(|()| opts.preset.check_spacing(&img.spacing_mm))
         .map_err(|e| usage(format!("{e}: {}", opts.inputs[input].display())))?;
+    // In the preset's training units, once, before any transform.
+    let mut img = img;
+    if let Some(n) = &opts.preset.normalize {
+        n.apply_volume(&mut img)
+            .map_err(|e| usage(format!("{e}: {}", opts.inputs[input].display())))?;
+    }
     let lab = match opts.labels.get(input) {
         Some(p) => {
             let l = io::load(

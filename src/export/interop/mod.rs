@@ -231,16 +231,27 @@ fn notes_block(notes: &[String]) -> String {
 }
 
 /// The notes of a target on the preset's intensity steps it has no transform for (`has` says
-/// which it has): one per step left out, said by the step's family.
+/// which it has): one per step left out, said by the step's family; first the normalisation's,
+/// where the target (`library`: "MONAI", "TorchIO" or "batchgeneratorsv2") does not write it.
 fn intensity_left_out(
     p: &Preset,
     library: &str,
     has: impl Fn(&IntensitySpec) -> bool,
 ) -> Vec<String> {
-    p.intensity
-        .iter()
-        .filter(|s| !has(s))
-        .map(|s| s.left_out_note(library))
+    let normalize = p.normalize.as_ref().filter(|n| match library {
+        "MONAI" => n.monai().is_none(),
+        "TorchIO" => n.torchio().is_none(),
+        _ => true,
+    });
+    normalize
+        .map(|n| n.note(library))
+        .into_iter()
+        .chain(
+            p.intensity
+                .iter()
+                .filter(|s| !has(s))
+                .map(|s| s.left_out_note(library)),
+        )
         .collect()
 }
 

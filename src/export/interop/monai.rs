@@ -342,11 +342,17 @@ pub(super) fn monai(p: &Preset, ndim: usize) -> String {
         }
         body.push(line);
     }
-    // The MONAI intensity families, on the image key, after the resample.
+    // The normalisation first, then the MONAI intensity families, on the image key, after the
+    // resample.
+    let norm = p.normalize.as_ref().and_then(|n| n.monai());
+    if let Some(c) = &norm {
+        body.insert(0, format!("        {},", c.python("", "keys=KEYS[0]")));
+    }
     let steps: Vec<_> = p.intensity.iter().filter_map(|s| s.monai()).collect();
     for c in &steps {
         body.push(format!("        {},", c.python("", "keys=KEYS[0]")));
     }
+    let steps: Vec<_> = norm.into_iter().chain(steps).collect();
     let mut imports = vec!["Compose"];
     for c in &steps {
         if !imports.contains(&c.class) {

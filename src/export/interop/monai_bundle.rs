@@ -21,7 +21,7 @@ use super::monai::{Arg, Entry, Kind, Num, pipeline};
 use crate::augment::preset::{
     ElasticSpec, FlipSpec, RotateSpec, SamplingSpec, ScaleSpec, TranslateSpec,
 };
-use crate::core::intensity::IntensitySpec;
+use crate::core::intensity::{Call, IntensitySpec, Normalize};
 
 /// The isotropic scale as one ConfigParser expression (the snippet's `RandIsotropicScaled`).
 const ISOTROPIC_EXPR: &str = "$lambda scale_range, **kw: (t := monai.transforms.RandAffined(\
@@ -71,12 +71,24 @@ fn entry_json(e: &Entry) -> Value {
     Value::Object(m)
 }
 
-/// Whether `target` is a MONAI transform an intensity family exports to.
+/// Whether `target` is a MONAI transform an intensity family or the normalisation exports to.
 fn is_intensity_target(target: &str) -> bool {
-    IntensitySpec::families()
-        .iter()
-        .filter_map(IntensitySpec::monai)
-        .any(|c| c.class == target)
+    target == "ScaleIntensityRanged"
+        || IntensitySpec::families()
+            .iter()
+            .filter_map(IntensitySpec::monai)
+            .any(|c| c.class == target)
+}
+
+/// A MONAI transform on the image key, as the bundle's JSON.
+fn call_json(c: &Call) -> Value {
+    let mut m = Map::new();
+    m.insert("_target_".into(), json!(c.class));
+    m.insert("keys".into(), json!("@keys#0"));
+    for (k, v) in c.json_args() {
+        m.insert(k.into(), v);
+    }
+    Value::Object(m)
 }
 
 /// What the preset's name is stored behind in `_augscope_`.
@@ -110,6 +122,9 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
             .to_string(),
     ];
     notes.extend(pl.notes.iter().cloned());
+    if let Some(n) = p.normalize.as_ref().filter(|n| n.monai().is_none()) {
+        notes.push(n.note("MONAI"));
+    }
     root.insert("_notes_".into(), json!(notes));
     root.insert(
         "_augscope_".into(),
@@ -128,6 +143,7 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
             // Every step, for the import: the MONAI families also run above, the others are
             // left out (a NOTE each).
             "intensity": p.intensity,
+            "normalize": p.normalize,
         }),
     );
     root.insert("keys".into(), json!(["image", "label"]));
@@ -138,16 +154,15 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
         root.insert("rand_isotropic_scaled".into(), json!(ISOTROPIC_EXPR));
     }
     let mut transforms: Vec<Value> = pl.entries.iter().map(entry_json).collect();
+    // The normalisation first, as training's pipeline runs it (the import reads it back from
+    // `_augscope_`).
+    if let Some(c) = p.normalize.as_ref().and_then(Normalize::monai) {
+        transforms.insert(0, call_json(&c));
+    }
     // The MONAI intensity families, on the image key, after the resample (the import reads them
     // back from `_augscope_`, with every other step).
     for c in p.intensity.iter().filter_map(|s| s.monai()) {
-        let mut m = Map::new();
-        m.insert("_target_".into(), json!(c.class));
-        m.insert("keys".into(), json!("@keys#0"));
-        for (k, v) in c.json_args() {
-            m.insert(k.into(), v);
-        }
-        transforms.push(Value::Object(m));
+        transforms.push(call_json(&c));
     }
     root.insert(
         "train".into(),
@@ -295,9 +310,20 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
         elastic: None,
         sampling,
         intensity: vec![],
+        normalize: None,
     };
     let rotations = read_transforms(transforms, ndim, distribution, &mut preset)?;
     preset.rotate = merge_rotations(&rotations, ndim)?;
+    if let Some(n) = aug
+        .and_then(|a| a.get("normalize"))
+        .filter(|n| !n.is_null())
+    {
+        preset.normalize = Some(serde_json::from_value(n.clone()).map_err(|e| {
+            bad(format!(
+                "_augscope_ normalize is not a normalisation method: {e}"
+            ))
+        })?);
+    }
     if let Some(steps) = aug.and_then(|a| a.get("intensity")) {
         preset.intensity = serde_json::from_value(steps.clone()).map_err(|e| {
             bad(format!(
@@ -709,6 +735,24 @@ range = [[-2.0, 2.0]]
 "#,
             3,
         );
+        // The normalisation (MONAI's first, another library's in `_augscope_` alone) and the
+        // intensity families.
+        for normalize in [
+            "method = \"monai_scale_intensity_range\"\na_min = -57.0\na_max = 164.0\nb_min = 0.0\n\
+             b_max = 1.0\nclip = true",
+            "method = \"nnunet_zscore\"",
+            "method = \"torchio_rescale_intensity\"\npercentiles = [0.5, 99.5]",
+        ] {
+            round_trip(
+                &format!(
+                    "version = 1\nname = \"normalised\"\n[flip]\np = [0.5]\n[normalize]\n{normalize}\n\
+                     [[intensity]]\nstep = \"monai_histogram_shift\"\np = 0.3\n\
+                     num_control_points = [5, 9]\n[[intensity]]\nstep = \"gamma\"\np = 0.3\n\
+                     gamma = [0.7, 1.5]\n"
+                ),
+                3,
+            );
+        }
         for b in crate::augment::preset::BUNDLED {
             let p = Preset::parse(b.1).unwrap();
             let json = export(&p, Target::MonaiBundle, 3).unwrap();

@@ -359,6 +359,10 @@ pub(super) fn torchio(p: &Preset, ndim: usize) -> String {
     for c in p.intensity.iter().filter_map(|s| s.torchio()) {
         body.push(format!("        {},", c.python("tio.", "")));
     }
+    // The normalisation first, as training's pipeline runs it.
+    if let Some(c) = p.normalize.as_ref().and_then(|n| n.torchio()) {
+        body.insert(0, format!("        {},", c.python("tio.", "")));
+    }
     let mut out = header(p, Target::TorchIo, "TorchIO", ndim);
     out.push_str(
         "# Ranges and axes are augscope's: array axes [z, y, x] (NIfTI k, j, i; TorchIO's tensor\n\
