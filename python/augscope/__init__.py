@@ -40,7 +40,8 @@ from . import _augscope as _core
 atexit.register(_core.finish_background_compiles)
 
 __version__ = _core.__version__
-__all__ = ["Augment", "Output", "apply", "sample", "preset", "filters", "febds", "devices",
+__all__ = ["Augment", "Output", "apply", "normalize", "sample", "preset", "filters", "febds",
+           "devices",
            "set_threads", "set_precision", "get_precision", "memory_stats", "gpu_memory_scope",
            "CpuFallbackWarning", "GpuOutOfMemory", "BUNDLED"]
 
@@ -456,6 +457,26 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
                                 info.pop("plan"), info.get("done", []), info), table)
 
 
+def normalize(image, method, *, channels=False):
+    """`image` in a preset's normalisation, as `augscope apply --normalize` and a preset's
+    `[normalize]` make it: `method` is the table as a dict (or JSON), e.g.
+    `{"method": "nnunet_zscore"}`, or a preset (name, TOML, dict) that has one. `channels`: the
+    first axis is channels. Returns float32 of the input's kind (numpy, or a tensor on the
+    input's device; a GPU tensor goes through the host)."""
+    if isinstance(method, dict) and "method" in method:
+        spec = json.dumps(method)
+    elif isinstance(method, str) and method.lstrip().startswith("{") and '"method"' in method:
+        spec = method
+    else:
+        table = preset(method).get("normalize")
+        if table is None:
+            raise ValueError("the preset has no [normalize] table")
+        spec = json.dumps(table)
+    img, src = _as_numpy(image)
+    out, _ = _core.normalize(img, spec, bool(channels))
+    return _like(out, src)
+
+
 def sample(preset, seed, ndim=3, spacing=None, space=None, channels=1):
     """One draw of a preset, as `augscope preset sample --seed SEED` (and `augscope batch` for a
     scan of voxel size `spacing`, mm per axis, ones by default, and `channels` channels: the
@@ -504,12 +525,17 @@ class Augment:
       `patch_center`: "centre" (the image centre), "random" (uniform within the image, drawn from
       the sample's seed) or a point in voxel indices. model: whose model of the transform
       ("augscope"; "monai", "torchio" or "nnunet" for that library's, on the CPU engine).
+      normalize: apply the preset's `[normalize]` (its training units) to each image before the
+      transform, as `augscope batch` does (default True; False for images your dataset
+      normalised already). A GPU tensor is normalised on the host: one copy each way.
     """
 
     def __init__(self, preset="nnunet-v2", *, seed=0, ndim=3, spacing=None, space=None,
                  device=None, precision=None, patch_size=None, patch_center="centre",
-                 model="augscope", backend=None):
+                 model="augscope", backend=None, normalize=True):
         self.preset = _preset_text(preset)
+        method = globals()["preset"](self.preset).get("normalize") if normalize else None
+        self._normalize = None if method is None else json.dumps(method)
         self.seed = int(seed)
         self.ndim = _int_in("ndim", ndim, 2, 3)
         self.spacing = _floats("spacing", spacing, self.ndim)
@@ -633,6 +659,8 @@ class Augment:
         lab_nd = None if label is None else len(label.shape)
 
         def item(img, lab, channels, j):
+            if self._normalize is not None:
+                img = normalize(img, self._normalize, channels=channels)
             spatial = tuple(img.shape[1:]) if channels else tuple(img.shape)
             plan, done = self.draw(spatial, j, epoch, spacing, img.shape[0] if channels else 1)
             out, lab_out, info = _apply_gpu(img, lab, json.dumps(plan), channels, spacing, gpu,
@@ -659,6 +687,8 @@ class Augment:
         return Output(image_out, label_out, plans, dones, infos)
 
     def _one(self, img, lab, channels, index, epoch, spacing):
+        if self._normalize is not None:
+            img, _ = _core.normalize(img, self._normalize, channels)
         spatial = img.shape[1:] if channels else img.shape
         plan, done = self.draw(spatial, index, epoch, spacing, img.shape[0] if channels else 1)
         dev = _device(self.device)

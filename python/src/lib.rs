@@ -29,6 +29,7 @@ use pyo3::prelude::*;
 
 use augscope::augment::preset::{self as presets, Preset};
 use augscope::augment::{DoneList, Plan};
+use augscope::core::intensity::Normalize;
 use augscope::engine::cuda::{CudaBackend, DeviceArrays};
 use augscope::engine::{self, BackendSpec, EngineError, Job, Precision};
 use augscope::export::preview::{self, Model};
@@ -428,6 +429,35 @@ fn filter<'py>(
     })
 }
 
+/// `image` normalised by `spec` (a preset's `[normalize]` as JSON; `channels`: the first axis is
+/// channels), as `augscope apply --normalize` does: (normalised array, per-channel affine maps
+/// as JSON).
+#[pyfunction]
+#[pyo3(signature = (image, spec, channels=false))]
+fn normalize<'py>(
+    py: Python<'py>,
+    image: PyReadonlyArrayDyn<'py, f32>,
+    spec: &str,
+    channels: bool,
+) -> PyResult<(Bound<'py, PyArrayDyn<f32>>, String)> {
+    guard(|| {
+        let n: Normalize = serde_json::from_str(spec)
+            .map_err(|e| PyValueError::new_err(format!("not a normalisation: {e}")))?;
+        n.validate().map_err(PyValueError::new_err)?;
+        let full = image.shape().to_vec();
+        let (c, _) = grid_of(&full, channels)?;
+        filter_memory(&full)?;
+        let mut data = host_values(&image).into_owned();
+        let pool = pool()?;
+        let maps = py
+            .detach(|| pool.install(|| n.apply(&mut data, c)))
+            .map_err(PyValueError::new_err)?;
+        let a = ArrayD::from_shape_vec(IxDyn(&full), data)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok((a.into_pyarray(py), serde_json::json!(maps).to_string()))
+    })
+}
+
 /// The FEBDS mask (0/1) of 2D images `[..., y, x]` (12-bit intensities) with `method` dog, log
 /// or fft: a stack (any leading axes) is segmented image by image.
 #[pyfunction]
@@ -736,6 +766,7 @@ fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(preset, m)?)?;
     m.add_function(wrap_pyfunction!(sample, m)?)?;
     m.add_function(wrap_pyfunction!(filter, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize, m)?)?;
     m.add_function(wrap_pyfunction!(febds, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;

@@ -2,8 +2,8 @@
 """fuzz_python.py - a seeded fuzzer of the Python package's input contract.
 
 Hostile calls of `augscope.apply`, `augscope.sample`, `augscope.Augment` (made and called),
-`augscope.febds`, `augscope.filters` and the extension's own entry points (`augscope._augscope`,
-reached without the package's checks): arrays of every dtype (complex, object, strings, dates
+`augscope.febds`, `augscope.filters`, `augscope.normalize` and the extension's own entry points
+(`augscope._augscope`, reached without the package's checks): arrays of every dtype (complex, object, strings, dates
 among them), shapes with empty and extra axes, NaN and infinity, views of 10^12 values that hold
 no memory (a broadcast, a sparse memmap), plans with unknown keys and absurd values and output
 shapes, presets, voxel sizes, dimension counts, seeds and devices. The contract:
@@ -208,7 +208,7 @@ def call(seed, n, np, augscope, memmap):
     r = random.Random(seed * 1_000_003 + n)
     core = augscope._augscope
     op = one_of(r, ["apply", "apply", "augment", "augment", "sample", "febds", "filter",
-                    "core_apply", "core_sample", "core_febds", "core_filter"])
+                    "normalize", "core_apply", "core_sample", "core_febds", "core_filter"])
     if r.random() < 0.4:
         # A call that is good but for its plan's one bad key at most: it reaches the engine.
         nd = one_of(r, [2, 3])
@@ -259,6 +259,18 @@ def call(seed, n, np, augscope, memmap):
         space = one_of(r, [None, "mm", "voxel", "bogus", 3])
         what = f"sample({ps!r}, {sd!r}, ndim={ndim!r}, spacing={sp!r}, space={space!r})"
         return what, x, lambda: augscope.sample(ps, sd, ndim=ndim, spacing=sp, space=space)
+    if op == "normalize":
+        m = one_of(r, [
+            {"method": "nnunet_zscore"}, {"method": "torchio_z_normalization"},
+            {"method": "torchio_rescale_intensity", "percentiles": [number(r), number(r)]},
+            {"method": "monai_scale_intensity_range", "a_min": number(r), "a_max": number(r),
+             "b_min": number(r), "b_max": number(r), "clip": r.random() < 0.5},
+            {"method": "nnunet_ct", "mean": number(r), "std": number(r),
+             "percentile_00_5": number(r), "percentile_99_5": number(r)},
+            {"method": "bogus"}, {"method": "nnunet_zscore", "x": 1}, "nnunet-v2", 3, None,
+            json.dumps({"method": "nnunet_zscore"})[:r.randrange(1, 30)]])
+        what = f"normalize(x, {m!r}, channels={ch})"
+        return what, x, lambda: augscope.normalize(x, m, channels=ch)
     if op == "febds":
         m = one_of(r, ["dog", "log", "fft", "bogus"])
         what = f"febds(x, {m!r}, device={dev!r})"

@@ -7,31 +7,32 @@
 //! parameters in device memory. The two entries give the same values bit for bit. What only one
 //! job can have (a plane, a resident image, the caller's device arrays) is its [`Region`].
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use crate::core::{CoordMap, FieldSpec, Mode, Order, Plan};
 use crate::engine::{EngineError, Job, Outputs, Precision, Timings, check_job_region};
 use crate::gpu::buffer::{Borrowed, DevBuf, SendPtr, ensure};
 use crate::gpu::nvrtc::store_define;
 
-use super::device::{State, Workspace, copy_plane};
+use super::device::{State, Workspace};
 use super::field::{FieldTime, philox_keys};
-use super::kernels::{grid_out_k, resample_entry, resample_k, resample_many_entry, shape3};
+use super::kernels::{grid_out_k, resample_entry, resample_k, resample_many_entry};
 use super::many::{
     ManyStrides, fill_stacked, fill_stacked_map, scatter_stacked, scatter_stacked_map,
 };
 use super::prefetch::Launches;
 use super::{
     DeviceEngine, Family, Region, ResampleParams, check_device_job, driver_error, field_slots,
-    grid_1d, many_key, mode_defines, resample_defines, resample_params, sampler_defines,
+    grid_1d, many_key, mode_defines, resample_defines, sampler_defines,
 };
 
 use cudarc::driver::CudaEvent;
+
+mod launch;
+
+use launch::{copy_identity, launch_resample, sample_params};
 
 /// The jobs of a call that move, after the checks.
 struct Work {
@@ -784,85 +785,4 @@ impl DeviceEngine {
         }
         Ok(())
     }
-}
-
-/// A job whose plan moves nothing: its input (or the plane of it) is the answer.
-fn copy_identity(job: &Job<'_>, out: &mut Outputs<'_>, plane: Option<(usize, usize)>) {
-    match plane {
-        None => out.image.copy_from_slice(&job.image.data),
-        Some((axis, index)) => copy_plane(job.image, axis, index, out.image),
-    }
-    if let (Some(l), Some(o)) = (job.label, out.label.as_deref_mut()) {
-        match plane {
-            None => o.copy_from_slice(&l.data),
-            Some((axis, index)) => copy_plane(l, axis, index, o),
-        }
-    }
-}
-
-/// Every moving job's kernel parameters: its coordinate map, field slot, box and coefficients.
-fn sample_params(
-    work: &Work,
-    jobs: &[(Job<'_>, Outputs<'_>)],
-    slots: &[Option<usize>],
-    coef_shape: &[usize],
-    pad: f64,
-) -> Vec<ResampleParams> {
-    let n_coef = coef_shape.iter().product::<usize>() as i64;
-    let lo = work.box_lo;
-    work.maps
-        .iter()
-        .zip(slots)
-        .zip(&work.todo)
-        .map(|((map, slot), &i)| {
-            let mut p = resample_params(map, slot.is_some(), jobs[i].0.plan.cval);
-            p.box_lo = [lo[0] as i32, lo[1] as i32, lo[2] as i32];
-            p.box_shape = shape3(&work.box_shape);
-            p.n_box = work.n_box() as i64;
-            p.pad = pad;
-            p.n_in = n_coef;
-            p.in_shape = shape3(coef_shape);
-            p.channels = work.channels as i32;
-            p.field_slot = slot.unwrap_or(0) as i32;
-            if work.lab_channels > 0 {
-                p.has_label = 1;
-                p.lab_channels = work.lab_channels as i32;
-                p.n_lab = work.n_in() as i64;
-            }
-            p
-        })
-        .collect()
-}
-
-/// Launches a resample entry over `img` (f32 or the storage type) into `out`.
-fn launch_resample<T: DeviceRepr>(
-    stream: &Arc<CudaStream>,
-    f: &CudaFunction,
-    name: &str,
-    grid: LaunchConfig,
-    img: &CudaSlice<T>,
-    out: &mut CudaSlice<T>,
-    a: ResampleArgs<'_>,
-) -> Result<(), EngineError> {
-    let mut b = stream.launch_builder(f);
-    b.arg(img).arg(out).arg(a.lab).arg(a.lab_out).arg(a.field);
-    match &a.params {
-        SampleParams::One(p) => {
-            b.arg(*p);
-        }
-        SampleParams::Many(ps, strides) => {
-            b.arg(*ps).arg(strides);
-        }
-    }
-    // SAFETY: the entries of kernels/resample.cu, whose arguments are (const store_t* img,
-    // store_t* out, const float* lab, float* lab_out, const float* field) followed by one job's
-    // ResampleParams, or for `resample_many_*` the samples' parameters and ManyStrides: `resample`
-    // ensured img with channels * n_coef coefficients per image copy (the padded ones for order
-    // 3), out b * channels * n_box values, lab and lab_out the label channels likewise (or the
-    // 1-element placeholders when has_label = 0, never read), field ndim * n_out per field slot
-    // (or the placeholder when no sample has a field, has_field = 0); a batch's grid.z is zblocks
-    // * b and blocks with s >= b return; every voxel is bounds-checked against its box
-    // (output_voxel).
-    unsafe { b.launch(grid) }.map_err(|e| driver_error(name, e))?;
-    Ok(())
 }
