@@ -418,3 +418,75 @@ fn the_editor_lists_the_intensity_steps_and_edits_them() {
         .validate()
         .expect("the draft with TorchIO's bias field is valid");
 }
+
+#[test]
+fn the_intensity_section_adds_a_step_with_one_value_and_the_views_take_it() {
+    use augscope::core::IntensityStep;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut h = scan_harness(dir.path());
+    let open = |h: &mut Harness<'_, App>| {
+        h.get_all_by_label("Intensity")
+            .next()
+            .expect("the Intensity section")
+            .scroll_to_me();
+        h.run_steps(3);
+        h.get_all_by_label("Intensity")
+            .next()
+            .expect("the Intensity section")
+            .click();
+        h.run_steps(4);
+    };
+    open(&mut h);
+    let add = |h: &mut Harness<'_, App>, family: &str| {
+        for _ in 0..2 {
+            h.get_all_by_role_and_label(Role::ComboBox, "add a step")
+                .next()
+                .expect("the add-a-step control")
+                .scroll_to_me();
+            h.run_steps(3);
+        }
+        h.get_all_by_role_and_label(Role::ComboBox, "add a step")
+            .next()
+            .expect("the add-a-step control")
+            .click();
+        h.run_steps(3);
+        h.get_by_label(family).scroll_to_me();
+        h.run_steps(3);
+        h.get_by_label(family).click();
+        h.run_steps(4);
+    };
+    add(&mut h, "monai_scale_intensity");
+    let factors = |h: &Harness<'_, App>| match h.state().state.params.intensity.as_slice() {
+        [IntensityStep::MonaiScaleIntensity(s)] => s.factors.clone(),
+        other => panic!("one MONAI scale step, got {other:?}"),
+    };
+    // A draw of MONAI's defaults, [-0.1, 0.1].
+    let drawn = factors(&h);
+    assert!(
+        matches!(drawn.as_slice(), [Some(f)] if (-0.1..=0.1).contains(f)),
+        "{drawn:?}"
+    );
+    // The direct mode: one value, which the step then holds.
+    h.get_all_by_role_and_label(Role::SpinButton, "factors")
+        .next()
+        .expect("the factors' value")
+        .set_value_accesskit(0.5);
+    h.run_steps(4);
+    assert_eq!(factors(&h), vec![Some(0.5)]);
+    // The views take it: the whole volume on screen is the engine's for the plan with the step.
+    settle(&mut h);
+    let app = h.state();
+    let scan = &app.rt.scan.as_ref().expect("a scan").loaded.image;
+    let plan = app.plan();
+    assert_eq!(plan.intensity.len(), 1);
+    let cpu = augscope::engine::cpu::CpuBackend::new();
+    let (want, _, _) = augscope::engine::apply_new(&cpu, &plan, scan, None).expect("apply");
+    let full = app.rt.full.as_ref().expect("the whole volume");
+    assert!(full.image.data == want.data, "the views show the step");
+    let scaled: f32 = want.data.iter().sum();
+    let raw: f32 = scan.data.iter().sum();
+    assert!(
+        (scaled - 1.5 * raw).abs() <= 1e-3 * raw.abs(),
+        "{scaled} vs 1.5 × {raw}"
+    );
+}

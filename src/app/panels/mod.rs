@@ -97,7 +97,15 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                 egui::CollapsingHeader::new(transform::intensity_title(params))
                     .id_salt("intensity steps")
                     .default_open(false)
-                    .show(ui, |ui| transform::intensity_ui(ui, params));
+                    .show(ui, |ui| {
+                        let channels = rt.scan.as_ref().map_or(1, |s| s.loaded.image.channels);
+                        let img = crate::core::intensity::DrawFor {
+                            channels,
+                            ndim: nd,
+                            spacing_mm: &spacing,
+                        };
+                        transform::intensity_ui(ui, params, &img)
+                    });
                 // Closed at first unless a filter is on, so that the panel fits a 940-pixel
                 // window; the title says what runs.
                 egui::CollapsingHeader::new(filter::filter_title(&params.filter))

@@ -7,6 +7,7 @@ use eframe::egui;
 use crate::app::state::Params;
 use crate::app::{Command, Runtime};
 use crate::augment::{Mode, Order, Space};
+use crate::core::intensity::{DrawFor, Field, IntensitySpec, IntensityStep};
 
 fn axis_name(rt: &Runtime, axis: usize) -> String {
     let Some(s) = &rt.scan else {
@@ -319,11 +320,82 @@ pub(super) fn intensity_title(p: &Params) -> String {
 }
 
 /// The normalisation of the scan (the units everything after it acts in) and the intensity
-/// steps of the parameters (a preset sample's), in the order they act after the resample, each
-/// with its library, its drawn values and a button that removes it.
-pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params) {
+/// steps of the parameters (a preset sample's, or added here), in the order they act after the
+/// resample: each with its library, its value controls where one value per field fixes it (the
+/// direct mode: the family's preset section with ranges of one value, drawn again on each
+/// change), else its drawn values, and a button that removes it.
+pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params, img: &DrawFor<'_>) {
+    normalize_ui(ui, p);
+    if p.intensity.is_empty() {
+        ui.weak(
+            "no steps: add one below, or \"Sample from preset\" brings a preset's with their \
+             drawn values",
+        );
+    } else {
+        ui.weak("steps after the resample, on the image only");
+    }
+    let mut remove = None;
+    let seed = p.seed;
+    for (i, step) in p.intensity.iter_mut().enumerate() {
+        ui.push_id(("direct-step", i), |ui| {
+            ui.horizontal_wrapped(|ui| {
+                if ui
+                    .small_button("x")
+                    .on_hover_text("remove this step")
+                    .clicked()
+                {
+                    remove = Some(i);
+                }
+                ui.strong(step.name()).on_hover_text(format!(
+                    "{}'s {}",
+                    step.library().label(),
+                    step.class()
+                ));
+            });
+            ui.indent("direct-step-body", |ui| {
+                step_values_ui(ui, step, seed, i, img)
+            });
+        });
+    }
+    if let Some(i) = remove {
+        p.intensity.remove(i);
+    }
+    let mut add = None;
+    ui.horizontal(|ui| {
+        let l = ui.label("add a step");
+        egui::ComboBox::from_id_salt("direct-intensity-add")
+            .selected_text("family…")
+            .show_ui(ui, |ui| {
+                for f in IntensitySpec::families() {
+                    if ui
+                        .selectable_label(false, f.name())
+                        .on_hover_text(format!("{} {}", f.library().label(), f.class()))
+                        .clicked()
+                    {
+                        add = Some(f);
+                    }
+                }
+            })
+            .response
+            .labelled_by(l.id)
+            .on_hover_text("a draw of the family's library defaults, then one value per field");
+    });
+    if let Some(f) = add {
+        let k = p.intensity.len();
+        if let Some(step) = draw_fired(f, seed, k, img) {
+            p.intensity.push(step);
+        }
+    }
+    if !p.intensity.is_empty() && ui.button("remove all").clicked() {
+        p.intensity.clear();
+    }
+}
+
+/// The normalisation's choice: none, or a method without settings (a preset's own, with its
+/// settings, stays selectable while chosen).
+fn normalize_ui(ui: &mut egui::Ui, p: &mut Params) {
     use crate::core::intensity::{NoSettings, Normalize, RescaleSettings};
-    let choices = [
+    let mut choices = vec![
         None,
         Some(Normalize::NnunetZscore(NoSettings {})),
         Some(Normalize::TorchioZNormalization(NoSettings {})),
@@ -332,6 +404,9 @@ pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params) {
             percentiles: [0.0, 100.0],
         })),
     ];
+    if !choices.contains(&p.normalize) {
+        choices.push(p.normalize.clone());
+    }
     let name = |n: &Option<Normalize>| match n {
         None => "none (the scan's own units)".to_string(),
         Some(n) => format!("{} ({})", n.name(), n.class()),
@@ -357,39 +432,94 @@ pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params) {
     if let Some(n) = &p.normalize {
         ui.weak(format!("values: {}", n.units()));
     }
-    if p.intensity.is_empty() {
-        ui.weak("no steps: \"Sample from preset\" brings a preset's, with their drawn values");
+}
+
+/// One step's values: one control per field where the family's section can fix them (drawn
+/// again from the step's stream on each change), else the drawn values as text.
+fn step_values_ui(
+    ui: &mut egui::Ui,
+    step: &mut IntensityStep,
+    seed: u64,
+    k: usize,
+    img: &DrawFor<'_>,
+) {
+    let values = serde_json::to_value(&*step)
+        .ok()
+        .and_then(|v| v.get(step.name()).cloned())
+        .unwrap_or_default();
+    let Some(mut spec) = IntensitySpec::fixed(step) else {
+        ui.label(crate::app::format::short(&values))
+            .on_hover_text("values drawn per channel or with a noise field: as drawn");
+        return;
+    };
+    let mut changed = false;
+    for f in spec.fields() {
+        changed |= match f {
+            // The step fires: a direct value has no probability.
+            Field::Prob(..) | Field::Distribution(_) => false,
+            Field::Range(label, r, speed, unit) => {
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    let c = ui
+                        .add(egui::DragValue::new(&mut r[0]).speed(speed).suffix(unit))
+                        .labelled_by(l.id)
+                        .changed();
+                    r[1] = r[0];
+                    c
+                })
+                .inner
+            }
+            Field::Number(label, v, speed, unit) => {
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    ui.add(egui::DragValue::new(v).speed(speed).suffix(unit))
+                        .labelled_by(l.id)
+                        .changed()
+                })
+                .inner
+            }
+            Field::Flag(label, v) => ui.checkbox(v, label).changed(),
+            Field::Count(label, v, max) => {
+                ui.horizontal(|ui| {
+                    let l = ui.label(label);
+                    ui.add(egui::DragValue::new(v).range(0..=max))
+                        .labelled_by(l.id)
+                        .changed()
+                })
+                .inner
+            }
+        };
+    }
+    if !changed {
         return;
     }
-    ui.weak("steps after the resample, on the image only");
-    let mut remove = None;
-    for (i, step) in p.intensity.iter().enumerate() {
-        ui.horizontal_wrapped(|ui| {
-            if ui
-                .small_button("x")
-                .on_hover_text("remove this step")
-                .clicked()
-            {
-                remove = Some(i);
+    match spec.validate() {
+        Ok(()) => {
+            if let Some(s) = draw_fired(spec, seed, k, img) {
+                *step = s;
             }
-            ui.strong(step.name()).on_hover_text(format!(
-                "{}'s {}",
-                step.library().label(),
-                step.class()
-            ));
-            let values = serde_json::to_value(step)
-                .ok()
-                .and_then(|v| v.get(step.name()).cloned())
-                .unwrap_or_default();
-            ui.label(crate::app::format::short(&values));
-        });
+        }
+        Err(why) => {
+            ui.colored_label(ui.visuals().error_fg_color, why);
+        }
     }
-    if let Some(i) = remove {
-        p.intensity.remove(i);
+}
+
+/// The step `spec` draws from step `k`'s stream of `seed`, made to fire on every channel (its
+/// `p` and `p per channel` 1; gamma's inversion and retained statistics keep their chances).
+fn draw_fired(
+    mut spec: IntensitySpec,
+    seed: u64,
+    k: usize,
+    img: &DrawFor<'_>,
+) -> Option<IntensityStep> {
+    for f in spec.fields() {
+        if let Field::Prob("p" | "p per channel", p) = f {
+            *p = 1.0;
+        }
     }
-    if ui.button("remove all").clicked() {
-        p.intensity.clear();
-    }
+    let mut rng = crate::core::draws::SplitMix64::new(seed, 64 + k as u64);
+    spec.sample(&mut rng, img).0
 }
 
 /// A displacement for display: two decimals at most, trailing zeros trimmed.
