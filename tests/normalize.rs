@@ -109,6 +109,12 @@ fn batch_and_apply_transform_the_normalised_scan() {
         s(&input),
     ]);
     assert_eq!(code, 0, "{err}");
+    // The manifest says what the inputs went through.
+    let manifest = std::fs::read_to_string(out.join("manifest.jsonl")).unwrap();
+    for line in manifest.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(r["normalize"]["method"], "nnunet_zscore", "{line}");
+    }
     let apply_out = dir.path().join("a.npy");
     ok(&[
         "apply",

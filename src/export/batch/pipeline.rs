@@ -512,6 +512,10 @@ fn record(
     if let Some(f) = &opts.filter {
         record["intensity_filter"] = f.record();
     }
+    // The preset's normalisation, which the input went through before the plan.
+    if let Some(n) = &opts.preset.normalize {
+        record["normalize"] = json!(n);
+    }
     if let Some(series) = &opts.series {
         record["series"] = json!(series);
     }
