@@ -495,7 +495,11 @@ fn augmented_look(
         let (a, b) = n.maps.get(ch).copied().unwrap_or((1.0, 0.0));
         lk.level = (a * lk.level as f64 + b) as f32;
         lk.width = (a.abs() * lk.width as f64).max(1e-12) as f32;
-        what.push_str(" (normalised)");
+        what.push_str(if diff {
+            " (normalised, against the raw original: units differ)"
+        } else {
+            " (normalised)"
+        });
     }
     if let (Some((lo, hi)), false) = (own_window, diff) {
         lk.level = 0.5 * (lo + hi);
