@@ -360,26 +360,7 @@ pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params, img: &DrawFor<'_>)
     if let Some(i) = remove {
         p.intensity.remove(i);
     }
-    let mut add = None;
-    ui.horizontal(|ui| {
-        let l = ui.label("add a step");
-        egui::ComboBox::from_id_salt("direct-intensity-add")
-            .selected_text("family…")
-            .show_ui(ui, |ui| {
-                for f in IntensitySpec::families() {
-                    if ui
-                        .selectable_label(false, f.name())
-                        .on_hover_text(format!("{} {}", f.library().label(), f.class()))
-                        .clicked()
-                    {
-                        add = Some(f);
-                    }
-                }
-            })
-            .response
-            .labelled_by(l.id)
-            .on_hover_text("a draw of the family's library defaults, then one value per field");
-    });
+    let add = crate::app::preset_editor::family_picker(ui, "direct-intensity-add");
     if let Some(f) = add {
         let k = p.intensity.len();
         if let Some(step) = draw_fired(f, seed, k, img) {

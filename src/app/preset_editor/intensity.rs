@@ -45,10 +45,18 @@ pub fn intensity_section(ui: &mut egui::Ui, steps: &mut Vec<IntensitySpec>) {
     if let Some(i) = remove {
         steps.remove(i);
     }
+    if let Some(f) = family_picker(ui, "intensity-add") {
+        steps.push(f);
+    }
+}
+
+/// "add a step": the families' list, every library's; the one picked, with its library's
+/// defaults.
+pub fn family_picker(ui: &mut egui::Ui, id: &str) -> Option<IntensitySpec> {
     let mut add = None;
     ui.horizontal(|ui| {
         let l = ui.label("add a step");
-        egui::ComboBox::from_id_salt("intensity-add")
+        egui::ComboBox::from_id_salt(id)
             .selected_text("family…")
             .show_ui(ui, |ui| {
                 for f in IntensitySpec::families() {
@@ -62,11 +70,9 @@ pub fn intensity_section(ui: &mut egui::Ui, steps: &mut Vec<IntensitySpec>) {
                 }
             })
             .response
-            .labelled_by(l.id);
+            .labelled_by(l.id)
     });
-    if let Some(f) = add {
-        steps.push(f);
-    }
+    add
 }
 
 /// The fields of one step, as its family lists them.

@@ -6,6 +6,8 @@
 
 mod intensity;
 
+pub use intensity::family_picker;
+
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use eframe::egui;

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::blur::MAX_SIGMA;
+use super::monai_smooth::{augscope_axes, check_axis_sigmas, check_sigma_range, monai_xyz};
 use super::{
     Arg, Call, DrawFor, Field, IntensitySpec, IntensityStep, Pad, StepSpec, StepValues, check_p,
     check_range, convolve_axis, erf_kernel, one_value,
@@ -35,31 +35,14 @@ pub(crate) fn sharpen_combine(b1: &mut [f32], b2: &[f32], alpha: f64) {
         .for_each(|(x, &y)| *x += a * (*x - y));
 }
 
-fn check_sigmas(name: &str, s: &[f64], ndim: Option<usize>) -> Result<(), String> {
-    if let Some(nd) = ndim
-        && s.len() != nd
-    {
-        return Err(format!(
-            "{} {name} values for an image of {nd} axes: give one per axis",
-            s.len()
-        ));
-    }
-    match s
-        .iter()
-        .find(|v| !v.is_finite() || **v <= 0.0 || **v > MAX_SIGMA)
-    {
-        Some(v) => Err(format!("{name} {v} is not a number in (0, {MAX_SIGMA}]")),
-        None => Ok(()),
-    }
-}
-
 impl StepValues for MonaiSharpen {
     fn count(&self) -> usize {
         1
     }
     fn check(&self, ndim: Option<usize>) -> Result<(), String> {
-        check_sigmas("sigma1", &self.sigma1, ndim)?;
-        check_sigmas("sigma2", &self.sigma2, ndim.or(Some(self.sigma1.len())))?;
+        check_axis_sigmas("sigma1 values", "sigma1", &self.sigma1, ndim)?;
+        let nd = ndim.or(Some(self.sigma1.len()));
+        check_axis_sigmas("sigma2 values", "sigma2", &self.sigma2, nd)?;
         if !self.alpha.is_finite() || self.alpha.abs() > MAX_ALPHA {
             return Err(format!(
                 "alpha {} is not a number in [-{MAX_ALPHA}, {MAX_ALPHA}]",
@@ -82,14 +65,8 @@ impl StepValues for MonaiSharpen {
         true
     }
     fn fixed(&self) -> Option<IntensitySpec> {
-        // MONAI's x is augscope's last axis; a 2D step's z repeats its y.
-        let xyz = |s: &[f64]| -> Option<[f64; 3]> {
-            let x = *s.last()?;
-            let y = *s.get(s.len().checked_sub(2)?)?;
-            Some([x, y, if s.len() == 3 { s[0] } else { y }])
-        };
-        let [x1, y1, z1] = xyz(&self.sigma1)?;
-        let [x2, y2, z2] = xyz(&self.sigma2)?;
+        let [x1, y1, z1] = monai_xyz(&self.sigma1)?;
+        let [x2, y2, z2] = monai_xyz(&self.sigma2)?;
         Some(IntensitySpec::MonaiGaussianSharpen(MonaiSharpenSpec {
             p: 1.0,
             sigma1_x: one_value(x1),
@@ -139,13 +116,7 @@ impl Sigma2 {
                 }
                 Ok(())
             }
-            Sigma2::Range(r) => {
-                check_range(name, r, Some(0.0))?;
-                if r[1] > MAX_SIGMA {
-                    return Err(format!("{name} {} is above {MAX_SIGMA} voxels", r[1]));
-                }
-                Ok(())
-            }
+            Sigma2::Range(r) => check_sigma_range(name, r),
         }
     }
 }
@@ -185,10 +156,7 @@ impl StepSpec for MonaiSharpenSpec {
             ("sigma1_y", self.sigma1_y),
             ("sigma1_z", self.sigma1_z),
         ] {
-            check_range(name, r, Some(0.0))?;
-            if r[1] > MAX_SIGMA {
-                return Err(format!("{name} {} is above {MAX_SIGMA} voxels", r[1]));
-            }
+            check_sigma_range(name, r)?;
         }
         self.sigma2_x.check("sigma2_x", self.sigma1_x)?;
         self.sigma2_y.check("sigma2_y", self.sigma1_y)?;
@@ -255,17 +223,9 @@ impl StepSpec for MonaiSharpenSpec {
         let y2 = self.sigma2_y.draw(rng, y1);
         let z2 = self.sigma2_z.draw(rng, z1);
         let alpha = rng.range(self.alpha);
-        // MONAI's (x, y, z) on its spatial axes; augscope's axes run the other way.
-        let axes = |x: f64, y: f64, z: f64| {
-            if img.ndim == 3 {
-                vec![z, y, x]
-            } else {
-                vec![y, x]
-            }
-        };
         let step = IntensityStep::MonaiGaussianSharpen(MonaiSharpen {
-            sigma1: axes(x1, y1, z1),
-            sigma2: axes(x2, y2, z2),
+            sigma1: augscope_axes(img.ndim, x1, y1, z1),
+            sigma2: augscope_axes(img.ndim, x2, y2, z2),
             alpha,
         });
         (fire.then_some(step), serde_json::json!({ "fired": fire }))

@@ -36,27 +36,59 @@ pub fn erf_kernel(sigma: f64) -> Vec<f32> {
         .collect()
 }
 
+/// Per-axis sigmas of a step (`what` names them in a count, `name` one of them): one per axis
+/// of an `ndim`-axis image, each in (0, MAX_SIGMA].
+pub(crate) fn check_axis_sigmas(
+    what: &str,
+    name: &str,
+    s: &[f64],
+    ndim: Option<usize>,
+) -> Result<(), String> {
+    if let Some(nd) = ndim
+        && s.len() != nd
+    {
+        return Err(format!(
+            "{} {what} for an image of {nd} axes: give one per axis",
+            s.len()
+        ));
+    }
+    match s
+        .iter()
+        .find(|v| !v.is_finite() || **v <= 0.0 || **v > MAX_SIGMA)
+    {
+        Some(v) => Err(format!("{name} {v} is not a number in (0, {MAX_SIGMA}]")),
+        None => Ok(()),
+    }
+}
+
+/// A preset's sigma range in voxels: above 0, at most MAX_SIGMA.
+pub(crate) fn check_sigma_range(name: &str, r: Range) -> Result<(), String> {
+    check_range(name, r, Some(0.0))?;
+    if r[1] > MAX_SIGMA {
+        return Err(format!("{name} {} is above {MAX_SIGMA} voxels", r[1]));
+    }
+    Ok(())
+}
+
+/// Per-axis values on augscope's axes as MONAI's `(x, y, z)`: MONAI's x is augscope's last
+/// axis; a 2D step's z repeats its y.
+pub(crate) fn monai_xyz(s: &[f64]) -> Option<[f64; 3]> {
+    let x = *s.last()?;
+    let y = *s.get(s.len().checked_sub(2)?)?;
+    Some([x, y, if s.len() == 3 { s[0] } else { y }])
+}
+
+/// MONAI's `(x, y, z)` on augscope's axes, for an image of `ndim` axes (the other way round).
+pub(crate) fn augscope_axes(ndim: usize, x: f64, y: f64, z: f64) -> Vec<f64> {
+    if ndim == 3 { vec![z, y, x] } else { vec![y, x] }
+}
+
 impl StepValues for MonaiSmooth {
     fn count(&self) -> usize {
         1
     }
     fn check(&self, ndim: Option<usize>) -> Result<(), String> {
-        if let Some(nd) = ndim
-            && self.sigmas.len() != nd
-        {
-            return Err(format!(
-                "{} sigmas for an image of {nd} axes: give one per axis",
-                self.sigmas.len()
-            ));
-        }
-        match self
-            .sigmas
-            .iter()
-            .find(|v| !v.is_finite() || **v <= 0.0 || **v > MAX_SIGMA)
-        {
-            Some(v) => Err(format!("sigma {v} is not a number in (0, {MAX_SIGMA}]")),
-            None => Ok(()),
-        }
+        check_axis_sigmas("sigmas", "sigma", &self.sigmas, ndim)
     }
     fn apply_channel(&self, _: usize, _: usize, x: &mut [f32], shape: &[usize]) {
         for (axis, sigma) in self.sigmas.iter().enumerate().take(shape.len()) {
@@ -67,11 +99,7 @@ impl StepValues for MonaiSmooth {
         true
     }
     fn fixed(&self) -> Option<IntensitySpec> {
-        // MONAI's x is augscope's last axis.
-        let s = &self.sigmas;
-        let x = *s.last()?;
-        let y = *s.get(s.len().checked_sub(2)?)?;
-        let z = if s.len() == 3 { s[0] } else { y };
+        let [x, y, z] = monai_xyz(&self.sigmas)?;
         Some(IntensitySpec::MonaiGaussianSmooth(MonaiSmoothSpec {
             p: 1.0,
             sigma_x: one_value(x),
@@ -107,10 +135,7 @@ impl StepSpec for MonaiSmoothSpec {
             ("sigma_y", self.sigma_y),
             ("sigma_z", self.sigma_z),
         ] {
-            check_range(name, r, Some(0.0))?;
-            if r[1] > MAX_SIGMA {
-                return Err(format!("{name} {} is above {MAX_SIGMA} voxels", r[1]));
-            }
+            check_sigma_range(name, r)?;
         }
         Ok(())
     }
@@ -134,12 +159,7 @@ impl StepSpec for MonaiSmoothSpec {
         let x = rng.range(self.sigma_x);
         let y = rng.range(self.sigma_y);
         let z = rng.range(self.sigma_z);
-        // MONAI's (x, y, z) on its spatial axes; augscope's axes run the other way.
-        let sigmas = if img.ndim == 3 {
-            vec![z, y, x]
-        } else {
-            vec![y, x]
-        };
+        let sigmas = augscope_axes(img.ndim, x, y, z);
         let step = IntensityStep::MonaiGaussianSmooth(MonaiSmooth { sigmas });
         (fire.then_some(step), serde_json::json!({ "fired": fire }))
     }
