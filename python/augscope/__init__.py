@@ -211,53 +211,6 @@ def _label_like(lab_out, dtype_src):
         lab_out.to(dtype_src.dtype)
 
 
-def _apply_gpu(img, lab, plan_text, channels, spacing, index, precision, model):
-    """One plan on arrays that live on GPU `index`: (image out, label out or None, info)."""
-    if model != "augscope":
-        raise ValueError(f"model={model!r} runs on the CPU engine: pass numpy arrays or CPU "
-                         f"tensors, or model='augscope'")
-    if img.is_complex() if _is_torch(img) else img.dtype.kind == "c":
-        raise ValueError(f"image: dtype {img.dtype} is not a real number type")
-    # Checked (keys, values) before any device memory is allocated.
-    plan_d = json.loads(_core.check_plan(plan_text, list(img.shape), channels, lab is not None,
-                                         spacing, False))
-    x = _f32_dense(img)
-    spatial = tuple(x.shape[1:]) if channels else tuple(x.shape)
-    grid = tuple(plan_d.get("out_shape") or spatial)
-    out = _empty(x, ((x.shape[0],) if channels else ()) + grid)
-    l_in = l_out = None
-    if lab is not None:
-        l_in = _f32_dense(lab)
-        if tuple(l_in.shape) != spatial:
-            raise ValueError(f"label shape {tuple(l_in.shape)} differs from the image's spatial "
-                             f"shape {spatial}")
-        l_out = _empty(x, grid)
-    try:
-        with _on(x):
-            stream = _core.cuda_stream(index)
-            caps = _capsules(stream, x, out, l_in, l_out)
-            info = _core.apply_cuda(caps[0], caps[1], plan_text, caps[2], caps[3], channels,
-                                    spacing, index, precision)
-        info = json.loads(info)
-        info["plan"] = plan_d
-        return out, l_out, info
-    except GpuOutOfMemory as e:
-        # The engine freed its caches; the same plan on the CPU engine, brought back.
-        host = np.from_dlpack(img.detach().cpu()) if _is_torch(img) else img.get()
-        host_lab = None
-        if lab is not None:
-            host_lab = np.from_dlpack(lab.detach().cpu()) if _is_torch(lab) else lab.get()
-            host_lab = np.ascontiguousarray(host_lab, dtype=np.float32)
-        o, lo, info = _core.apply(np.ascontiguousarray(host, dtype=np.float32), plan_text,
-                                  host_lab, channels, spacing, "cpu", "f32", "augscope")
-        info = json.loads(info)
-        info["note"] = f"{e}; ran on the CPU engine"
-        lib = _array_lib(x)
-        back = (lambda a: lib.from_numpy(a).to(x.device)) if lib.__name__ == "torch" else \
-            (lambda a: lib.asarray(a))
-        return back(o), None if lo is None else back(lo), info
-
-
 def _real(dtype, what):
     """Refuses values that are not real numbers (complex would lose its imaginary part)."""
     if dtype.kind not in "biuf":
@@ -349,6 +302,75 @@ def _preset_text(preset):
     return str(preset)
 
 
+def _apply_gpu_batch(img, lab, plan_texts, spacing, index, precision, model):
+    """One plan per sample on a `(B, C, *grid)` array on GPU `index`, in one engine call (batched
+    launches, one wait for the device): (image out, label out or None, info). `lab`: `(B, K,
+    *grid)` or None, resampled with each sample's plan (order 0, cval 0)."""
+    if model != "augscope":
+        raise ValueError(f"model={model!r} runs on the CPU engine: pass numpy arrays or CPU "
+                         f"tensors, or model='augscope'")
+    if img.is_complex() if _is_torch(img) else img.dtype.kind == "c":
+        raise ValueError(f"image: dtype {img.dtype} is not a real number type")
+    b, item = img.shape[0], list(img.shape[1:])
+    if len(plan_texts) != b:
+        raise ValueError(f"{len(plan_texts)} plans for a batch of {b} samples: one plan per "
+                         f"sample")
+    checked = [json.loads(_core.check_plan(t, item, True, lab is not None, spacing, False))
+               for t in plan_texts]
+    x = _f32_dense(img)
+    grid = tuple(checked[0].get("out_shape") or item[1:]) if b else tuple(item[1:])
+    out = _empty(x, (b, item[0]) + grid)
+    l_in = l_out = None
+    if lab is not None:
+        l_in = _f32_dense(lab)
+        if tuple(l_in.shape[:1]) + tuple(l_in.shape[2:]) != (b,) + tuple(item[1:]):
+            raise ValueError(f"label shape {tuple(l_in.shape)} is not (B, K) and the image's "
+                             f"spatial shape {tuple(item[1:])} with B {b}")
+        l_out = _empty(x, tuple(l_in.shape[:2]) + grid)
+    try:
+        with _on(x):
+            stream = _core.cuda_stream(index)
+            caps = _capsules(stream, x, out, l_in, l_out)
+            info = _core.apply_cuda_batch(caps[0], caps[1], list(plan_texts), caps[2], caps[3],
+                                          spacing, index, precision)
+        info = json.loads(info)
+        info["plan"] = checked
+        return out, l_out, info
+    except GpuOutOfMemory as e:
+        # The engine freed its caches; each sample on the CPU engine, brought back.
+        lib = _array_lib(x)
+        host = np.from_dlpack(x.cpu()) if _is_torch(x) else x.get()
+        host_lab = None if l_in is None else (np.from_dlpack(l_in.cpu()) if _is_torch(l_in)
+                                              else l_in.get())
+        outs, labs, dones = [], [], []
+        for j, t in enumerate(plan_texts):
+            o, _, one = _core.apply(np.ascontiguousarray(host[j]), t, None, True, spacing, "cpu",
+                                    "f32", "augscope")
+            outs.append(o)
+            dones.append(json.loads(one).get("done", []))
+            if host_lab is not None:
+                lt = json.dumps(_label_only(checked[j]))
+                labs.append(np.stack([_core.apply(np.ascontiguousarray(host_lab[j, k]), lt,
+                                                  None, False, spacing, "cpu", "f32",
+                                                  "augscope")[0]
+                                      for k in range(host_lab.shape[1])]))
+        back = (lambda a: lib.from_numpy(a).to(x.device)) if lib.__name__ == "torch" else \
+            (lambda a: lib.asarray(a))
+        info = {"backend": "cpu", "note": f"{e}; ran on the CPU engine", "plan": checked,
+                "done": dones, "samples": b}
+        return back(np.stack(outs)), None if not labs else back(np.stack(labs)), info
+
+
+def _label_only(plan):
+    """The plan of a label map: order 0, background 0, and no intensity step (what augscope does
+    to labels)."""
+    p = dict(plan)
+    p["order"] = 0
+    p["cval"] = 0.0
+    p.pop("intensity", None)
+    return p
+
+
 # --- label maps beyond float32's exact integers ---------------------------------------------------
 
 _F32_EXACT = 1 << 24
@@ -431,6 +453,9 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
     `Output`."""
     label, table = _encode_label(label)
     dev = _device(device if device is not None else backend, image)
+    if isinstance(plan, (list, tuple)):
+        return _apply_many(image, list(plan), label, table, channels, _floats("spacing", spacing),
+                           dev, precision, model)
     text = _plan_text(plan)
     try:
         json.loads(text)
@@ -439,11 +464,21 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
     spacing = _floats("spacing", spacing)
     gpu = _on_gpu(image)
     if gpu is not None and _cuda_index(dev) == gpu:
-        out, out_lab, info = _apply_gpu(image, label, text, channels, spacing, gpu,
-                                        _precision(precision), model)
+        # A batch of one: (1, C, *grid).
+        spatial = tuple(image.shape[1:]) if channels else tuple(image.shape)
+        x = image[None] if channels else image[None, None]
+        if label is not None and tuple(label.shape) != spatial:
+            raise ValueError(f"label shape {tuple(label.shape)} differs from the image's "
+                             f"spatial shape {spatial}")
+        lab = None if label is None else label[None, None]
+        out, out_lab, info = _apply_gpu_batch(x, lab, [text], spacing, gpu,
+                                              _precision(precision), model)
         _warn_note(info)
-        return _labels_exact(Output(out, None if out_lab is None else _label_like(out_lab, label),
-                                    info.pop("plan"), info.get("done", []), info), table)
+        plan_d, info["done"] = info.pop("plan")[0], info.get("done", [[]])[0]
+        info.pop("samples", None)
+        out = out[0] if channels else out[0, 0]
+        out_lab = None if out_lab is None else _label_like(out_lab[0, 0], label)
+        return _labels_exact(Output(out, out_lab, plan_d, info["done"], info), table)
     img, src = _as_numpy(image)
     lab = None
     if label is not None:
@@ -455,6 +490,70 @@ def apply(image, plan, label=None, *, channels=False, spacing=None, device=None,
     return _labels_exact(Output(_like(out, src),
                                 None if out_lab is None else _like(out_lab, src, _dtype_of(label)),
                                 info.pop("plan"), info.get("done", []), info), table)
+
+
+def _stack(items):
+    """numpy arrays or torch tensors stacked on a new first axis."""
+    if _is_torch(items[0]):
+        import torch
+        return torch.stack(items)
+    return np.stack(items)
+
+
+def _apply_many(image, plans, label, table, channels, spacing, dev, precision, model):
+    """`apply` with one plan per sample: `image` `(B, C, *grid)` with `channels`, else
+    `(B, *grid)`; `label` `(B, *grid)` or `(B, K, *grid)`. A GPU tensor runs in one engine call
+    (batched launches); host arrays run sample by sample."""
+    texts = [_plan_text(p) for p in plans]
+    for j, t in enumerate(texts):
+        try:
+            obj = json.loads(t)
+        except ValueError as e:
+            raise ValueError(f"not a plan: {e}") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"not a plan: item {j} of the list is {t[:40]}; a plan is a JSON "
+                             f"object (a dict), and a list holds one per sample")
+    nd = len(image.shape) - (2 if channels else 1)
+    if nd not in (2, 3) or image.shape[0] != len(texts):
+        raise ValueError(f"image shape {tuple(image.shape)} with {len(texts)} plans: a batch is "
+                         f"(B, C, *grid) with channels=True, else (B, *grid), of 2 or 3 spatial "
+                         f"axes, and one plan per sample")
+    lab_nd = None if label is None else len(label.shape)
+    if label is not None and (lab_nd not in (nd + 1, nd + 2) or label.shape[0] != len(texts)):
+        raise ValueError(f"label shape {tuple(label.shape)}: (B, *grid) or (B, K, *grid)")
+    gpu = _on_gpu(image)
+    if gpu is not None and _cuda_index(dev) == gpu:
+        x = image if channels else image[:, None]
+        lab = None if label is None else (label if lab_nd == nd + 2 else label[:, None])
+        out, lo, info = _apply_gpu_batch(x, lab, texts, spacing, gpu, _precision(precision),
+                                         model)
+        _warn_note(info)
+        out = out if channels else out[:, 0]
+        if lo is not None:
+            lo = _label_like(lo if lab_nd == nd + 2 else lo[:, 0], label)
+        return _labels_exact(Output(out, lo, info.pop("plan"), info.get("done", []), info),
+                             table)
+    outs, labs = [], []
+    for j, t in enumerate(texts):
+        lab_j = None if label is None else label[j]
+        first = lab_j if lab_j is None or lab_nd == nd + 1 else lab_j[0]
+        o = apply(image[j], t, first, channels=channels, spacing=spacing, device=dev,
+                  precision=precision, model=model)
+        outs.append(o)
+        if lab_j is not None and lab_nd == nd + 2:
+            lt = _label_only(o.plan)
+            rest = [apply(lab_j[k], lt, channels=False, spacing=spacing, device=dev,
+                          model=model).image for k in range(1, lab_j.shape[0])]
+            labs.append(_stack([o.label] + [_like(r, None, o.label.dtype)
+                                            if isinstance(r, np.ndarray) else
+                                            _label_like(r, o.label) for r in rest]))
+        elif lab_j is not None:
+            labs.append(o.label)
+    info = {"backend": outs[0].info.get("backend"), "note": None, "samples": len(outs),
+            "done": [o.done for o in outs], "per_sample": [o.info for o in outs]}
+    return _labels_exact(Output(_stack([o.image for o in outs]),
+                                _stack(labs) if labs else None, [o.plan for o in outs],
+                                info["done"], info), table)
 
 
 def normalize(image, method, *, channels=False):
@@ -617,22 +716,30 @@ class Augment:
         if index is None:
             index = self._counter
             self._counter += 1 if lead < 2 else img.shape[0]
-        if lead == 2:
-            outs = [self._one(img[b], None if lab is None else _label_item(lab, b, self.ndim),
-                              True, index + b, epoch, spacing) for b in range(img.shape[0])]
-            image_out = np.stack([o[0] for o in outs])
-            label_out = None if lab is None else np.stack([o[1] for o in outs])
-            if label_out is not None and lab.ndim == self.ndim + 2:
-                label_out = label_out[:, None]
-            plans = [o[2] for o in outs]
-            dones = [o[3] for o in outs]
-            infos = [o[4] for o in outs]
-        else:
-            l1 = None if lab is None else (lab if lab.ndim == self.ndim else lab[0])
-            image_out, label_out, plans, dones, infos = self._one(img, l1, lead == 1, index,
-                                                                   epoch, spacing)
-            if label_out is not None and lab.ndim > self.ndim:
-                label_out = label_out[None]
+        k_axes = None if lab is None else lab.ndim - self.ndim - (1 if lead == 2 else 0)
+        if k_axes not in (None, 0, 1):
+            raise ValueError(f"label shape {lab.shape} for an image of {img.shape}: the image's "
+                             f"spatial shape, with an optional channel axis (after the batch "
+                             f"axis)")
+        # Every label map seen as (B, K, *grid).
+        lk = None if lab is None else (lab[None] if lead < 2 else lab)
+        lk = lk if k_axes != 0 else lk[:, None]
+        imgs = img[None] if lead < 2 else img
+        outs = []
+        for b in range(imgs.shape[0]):
+            o = self._one(imgs[b], None if lk is None else lk[b, 0], lead > 0, index + b, epoch,
+                          spacing)
+            if lk is not None:
+                o = (o[0], self._more_labels(lk[b], o[1], o[2], spacing)) + tuple(o[2:])
+            outs.append(o)
+        image_out = np.stack([o[0] for o in outs])
+        label_out = None if lab is None else np.stack([o[1] for o in outs])
+        plans, dones, infos = ([o[k] for o in outs] for k in (2, 3, 4))
+        if label_out is not None:
+            label_out = label_out.reshape(lab.shape[:lab.ndim - self.ndim] + label_out.shape[2:])
+        if lead < 2:
+            image_out = image_out[0]
+            plans, dones, infos = plans[0], dones[0], infos[0]
         return _labels_exact(Output(
             _like(image_out, src),
             None if label_out is None else _like(label_out, src, _dtype_of(label)),
@@ -649,42 +756,55 @@ class Augment:
         return lead
 
     def _call_gpu(self, image, label, index, epoch, spacing, gpu):
-        """The transform on a GPU tensor, where it lives: each item read and written on the
-        device (one engine call per item; a batch's outputs are views of one tensor)."""
+        """The transform on a GPU tensor, where it lives: the whole batch (or the one item) in
+        one engine call, read and written on the device (batched launches, one wait for the
+        device). A label map of K channels has each channel resampled with its sample's plan."""
         lead = self._lead(image.shape)
         if index is None:
             index = self._counter
             self._counter += 1 if lead < 2 else image.shape[0]
-        prec = _precision(self.precision)
         lab_nd = None if label is None else len(label.shape)
-
-        def item(img, lab, channels, j):
-            if self._normalize is not None:
-                img = normalize(img, self._normalize, channels=channels)
-            spatial = tuple(img.shape[1:]) if channels else tuple(img.shape)
-            plan, done = self.draw(spatial, j, epoch, spacing, img.shape[0] if channels else 1)
-            out, lab_out, info = _apply_gpu(img, lab, json.dumps(plan), channels, spacing, gpu,
-                                            prec, self.model)
-            _warn_note(info)
-            return out, lab_out, plan, done, info
-
-        if lead == 2:
-            outs = [item(image[b], None if label is None else _label_item(label, b, self.ndim),
-                         True, index + b) for b in range(image.shape[0])]
-            lib = _array_lib(image)
-            image_out = lib.stack([o[0] for o in outs])
-            label_out = None if label is None else lib.stack([o[1] for o in outs])
-            if label_out is not None and lab_nd == self.ndim + 2:
-                label_out = label_out[:, None]
-            plans, dones, infos = ([o[k] for o in outs] for k in (2, 3, 4))
-        else:
-            l1 = None if label is None else (label if lab_nd == self.ndim else label[0])
-            image_out, label_out, plans, dones, infos = item(image, l1, lead == 1, index)
-            if label_out is not None and lab_nd > self.ndim:
-                label_out = label_out[None]
+        # Seen as (B, C, *grid) and (B, K, *grid): views, no copies.
+        x = image[(None,) * (2 - lead)] if lead < 2 else image
+        lab = None
+        if label is not None:
+            k_axes = lab_nd - self.ndim - (1 if lead == 2 else 0)
+            if k_axes not in (0, 1):
+                raise ValueError(f"label shape {tuple(label.shape)} for an image of "
+                                 f"{tuple(image.shape)}: the image's spatial shape, with an "
+                                 f"optional channel axis (after the batch axis)")
+            lab = label[None] if lead < 2 else label
+            lab = lab if k_axes == 1 else lab[:, None]
+        if self._normalize is not None:
+            x = _stack([normalize(x[b], self._normalize, channels=True)
+                        for b in range(x.shape[0])])
+        spatial, c = tuple(x.shape[2:]), x.shape[1]
+        drawn = [self.draw(spatial, index + b, epoch, spacing, c) for b in range(x.shape[0])]
+        out, label_out, info = _apply_gpu_batch(x, lab, [json.dumps(p) for p, _ in drawn],
+                                                spacing, gpu, _precision(self.precision),
+                                                self.model)
+        _warn_note(info)
+        plans, dones = [p for p, _ in drawn], [d for _, d in drawn]
+        infos = [dict(info, plan=p, done=d) for p, d in drawn]
         if label_out is not None:
+            label_out = label_out.reshape(tuple(label.shape[:lab_nd - self.ndim])
+                                          + tuple(label_out.shape[2:]))
             label_out = _label_like(label_out, label)
-        return Output(image_out, label_out, plans, dones, infos)
+        if lead < 2:
+            out = out[0] if lead == 1 else out[0, 0]
+            plans, dones, infos = plans[0], dones[0], infos[0]
+        return Output(out, label_out, plans, dones, infos)
+
+    def _more_labels(self, lab, first, plan, spacing):
+        """The K channels `(K, *grid)` of a label map resampled with a sample's plan: channel 0
+        came with the image (`first`), the others are resampled here (order 0, f32)."""
+        if lab.shape[0] == 1:
+            return first[None]
+        lt = json.dumps(_label_only(plan))
+        rest = [_core.apply(np.ascontiguousarray(lab[k], dtype=np.float32), lt, None, False,
+                            spacing, _device(self.device), "f32", "augscope")[0]
+                for k in range(1, lab.shape[0])]
+        return np.stack([first] + rest)
 
     def _one(self, img, lab, channels, index, epoch, spacing):
         if self._normalize is not None:
@@ -697,11 +817,6 @@ class Augment:
         info = json.loads(info)
         _warn_note(info)
         return out, out_lab, plan, done, info
-
-
-def _label_item(lab, b, ndim):
-    item = lab[b]
-    return item if item.ndim == ndim else item[0]
 
 
 # --- filters and FEBDS --------------------------------------------------------------------------

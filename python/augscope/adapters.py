@@ -22,6 +22,7 @@ import json
 import numpy as np
 
 from . import Augment
+from . import _label_only as _label_plan
 
 __all__ = ["RandAugscoped", "AugscopeTransform"]
 
@@ -33,16 +34,6 @@ def _reverse_spatial(x, ndim):
     if isinstance(x, np.ndarray):
         return x.transpose(order)
     return x.permute(*order)
-
-
-def _label_plan(plan):
-    """The plan of a label map: order 0, background 0, and no intensity step (what augscope does
-    to labels)."""
-    p = dict(plan)
-    p["order"] = 0
-    p["cval"] = 0.0
-    p.pop("intensity", None)
-    return p
 
 
 class _Keyed:

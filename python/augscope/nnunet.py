@@ -60,8 +60,7 @@ def _build():
 
     from batchgeneratorsv2.transforms.utils.random import RandomTransform
 
-    from . import Augment, apply
-    from .adapters import _label_plan
+    from . import Augment
 
     moved = (SpatialTransform, MirrorTransform, Convert3DTo2DTransform, Convert2DTo3DTransform)
     intensity = (GaussianNoiseTransform, GaussianBlurTransform, MultiplicativeBrightnessTransform,
@@ -108,8 +107,9 @@ def _build():
 
         def augscope_batch(self, batch):
             """One training batch (`data` (B, C, *initial), `target` (B, K, *initial)) through
-            augscope on the trainer's device: each sample its own draw, image and every target
-            channel with the same plan (targets with order 0, background 0), then nnU-Net's
+            augscope on the trainer's device in one engine call (batched launches, no wait for
+            the device per sample): each sample its own draw, image and every target channel
+            with the same plan (targets with order 0, background 0), then nnU-Net's
             deep-supervision targets. Returns the batch `train_step` expects."""
             aug = self.augscope_augment()
             epoch = int(getattr(self, "current_epoch", 0))
@@ -121,18 +121,11 @@ def _build():
                 raise RuntimeError("nnUNetTrainerAugscopeGPU makes the deep-supervision targets "
                                    "itself: the data loader must give one target per sample")
             target = target.to(self.device, non_blocking=True)
-            grid = list(data.shape[2:])
-            imgs, segs = [], []
-            for b in range(data.shape[0]):
-                plan, _ = aug.draw(grid, self._augscope_seen + b, epoch, channels=data.shape[1])
-                imgs.append(apply(data[b], plan, channels=True, device=aug.device,
-                                  precision=aug.precision).image)
-                lab = apply(target[b].float(), _label_plan(plan), channels=True,
-                            device=aug.device).image
-                segs.append(lab.round().to(target.dtype))
+            # The whole batch in one call: every sample its own draw, the image and the target
+            # channels in the same batched launches (targets with order 0, background 0).
+            out = aug(data, target, index=self._augscope_seen, epoch=epoch)
             self._augscope_seen += data.shape[0]
-            data = torch.stack(imgs)
-            seg = torch.stack(segs)
+            data, seg = out.image, out.label
             scales = self._get_deep_supervision_scales() \
                 if getattr(self, "enable_deep_supervision", False) else None
             if scales is not None:

@@ -16,6 +16,7 @@
 //! survive `fork` either: a CUDA request in a child of a process that used CUDA is refused with
 //! a clear error (use the `spawn` start method).
 
+mod batch;
 mod checks;
 mod dlpack;
 
@@ -30,8 +31,8 @@ use pyo3::prelude::*;
 use augscope::augment::preset::{self as presets, Preset};
 use augscope::augment::{DoneList, Plan};
 use augscope::core::intensity::Normalize;
-use augscope::engine::cuda::{CudaBackend, DeviceArrays};
-use augscope::engine::{self, BackendSpec, EngineError, Job, Precision};
+use augscope::engine::cuda::CudaBackend;
+use augscope::engine::{self, BackendSpec, EngineError, Precision};
 use augscope::export::preview::{self, Model};
 use augscope::filter::{self as filters, Boundary, Filter};
 use augscope::{Mode, Volume};
@@ -286,7 +287,7 @@ fn apply<'py>(
 }
 
 /// Checks a plan (JSON) for an array of `shape` (`channels`: its first axis is channels) with the
-/// voxel size `spacing`, as `apply` and `apply_cuda` do before any work (keys, values, and with
+/// voxel size `spacing`, as `apply` and `apply_cuda_batch` do before any work (keys, values, and with
 /// `host_memory` the host memory of `apply`); returns the plan that would run, as JSON. Callers
 /// that allocate the outputs themselves check first.
 #[pyfunction]
@@ -556,99 +557,6 @@ fn cuda_stream(device: usize) -> PyResult<u64> {
     guard(|| Ok(cuda_backend(device, "f32")?.stream_handle()))
 }
 
-/// Applies a plan to arrays on a CUDA device, given as DLPack capsules: `image` `(C, *grid)` with
-/// `channels` (else `grid`), `out` the same on the plan's output grid; `label` and `label_out`
-/// one label map (float32) on the two grids. Returns the info JSON. The same bits as `apply` on
-/// that device, with no copy through the host.
-#[pyfunction]
-#[pyo3(signature = (image, out, plan, label=None, label_out=None, channels=false, spacing=None, device=0, precision="f32"))]
-#[allow(clippy::too_many_arguments)]
-fn apply_cuda(
-    py: Python<'_>,
-    image: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-    plan: &str,
-    label: Option<&Bound<'_, PyAny>>,
-    label_out: Option<&Bound<'_, PyAny>>,
-    channels: bool,
-    spacing: Option<Vec<f64>>,
-    device: usize,
-    precision: &str,
-) -> PyResult<String> {
-    guard(|| {
-        let img = device_array(image, "image")?;
-        let out = device_array(out, "out")?;
-        let lab = label.map(|l| device_array(l, "label")).transpose()?;
-        let lab_out = label_out
-            .map(|l| device_array(l, "label_out"))
-            .transpose()?;
-        if lab.is_some() != lab_out.is_some() {
-            return Err(PyValueError::new_err("label and label_out come together"));
-        }
-        let mut all = vec![&img, &out];
-        all.extend(lab.iter());
-        all.extend(lab_out.iter());
-        same_device(&all, device)?;
-        let (c, grid) = grid_of(&img.shape, channels)?;
-        // The outputs exist already, in device memory: no host memory to check.
-        let (plan, out_grid) = plan_for(plan, c, &grid, false, spacing.as_deref(), false)?;
-        let mut grid_vol = augscope::Volume::grid(grid.clone(), c);
-        if let Some(s) = spacing {
-            grid_vol.spacing_mm = s;
-        }
-        let mut want_out = out_grid.clone();
-        if channels {
-            want_out.insert(0, c);
-        }
-        if out.shape != want_out {
-            return Err(PyValueError::new_err(format!(
-                "out has shape {:?}; this plan writes {want_out:?}",
-                out.shape
-            )));
-        }
-        if let (Some(l), Some(lo)) = (&lab, &lab_out)
-            && (l.shape != grid || lo.shape != out_grid)
-        {
-            return Err(PyValueError::new_err(format!(
-                "label {:?} and label_out {:?} must be the grids {grid:?} and {out_grid:?}",
-                l.shape, lo.shape
-            )));
-        }
-        let lab_vol = lab.as_ref().map(|_| {
-            let mut v = augscope::Volume::grid(grid.clone(), 1);
-            v.spacing_mm = grid_vol.spacing_mm.clone();
-            v
-        });
-        let backend = cuda_backend(device, precision)?;
-        let arrays = DeviceArrays {
-            image: img.ptr,
-            label: lab.as_ref().map(|l| l.ptr),
-            out: out.ptr,
-            label_out: lab_out.as_ref().map(|l| l.ptr),
-        };
-        let timings = py
-            .detach(|| {
-                let job = Job {
-                    plan: &plan,
-                    image: &grid_vol,
-                    label: lab_vol.as_ref(),
-                };
-                // SAFETY: the four arrays were read from DLPack capsules the caller holds for this
-                // call, checked above to be dense float32 on this device with the lengths the job's
-                // grids need; the producer ordered its stream before augscope's (cuda_stream), and
-                // the call returns only when the engine's stream is done with them.
-                unsafe { backend.apply_device(job, arrays) }
-            })
-            .map_err(engine_err)?;
-        let info = serde_json::json!({
-            "backend": format!("cuda:{device}"), "note": null, "done": plan.done_list(),
-            "timings_ms": timings, "model": "augscope", "model_steps": [],
-            "host_bytes_copied": 0,
-        });
-        Ok(info.to_string())
-    })
-}
-
 /// An intensity filter (as `filter`) over arrays on a CUDA device, given as DLPack capsules of
 /// equal shape; returns the info JSON. FEBDS (`spec` "febds:dog|log|fft", 2D images) runs every
 /// step on the device.
@@ -771,7 +679,7 @@ fn _augscope(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_stream, m)?)?;
-    m.add_function(wrap_pyfunction!(apply_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::apply_cuda_batch, m)?)?;
     m.add_function(wrap_pyfunction!(filter_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(free_caches, m)?)?;

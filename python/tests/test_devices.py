@@ -84,8 +84,8 @@ def test_memory_api_without_gpu_work():
 def test_gpu_only_entry_points_refuse_host_memory_clearly():
     from augscope import _augscope as core
     with pytest.raises(ValueError, match="DLPack"):
-        core.apply_cuda(np.zeros(3), np.zeros(3), "{}")
+        core.apply_cuda_batch(np.zeros(3), np.zeros(3), ["{}"])
     torch = pytest.importorskip("torch")
     t = torch.zeros((4, 4, 4))
     with pytest.raises(ValueError, match="not CUDA"):
-        core.apply_cuda(t.__dlpack__(), t.__dlpack__(), "{}")
+        core.apply_cuda_batch(t.__dlpack__(), t.__dlpack__(), ["{}"])

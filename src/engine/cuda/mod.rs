@@ -189,6 +189,113 @@ impl CudaBackend {
         self.engines[0].apply_region(job, out, self.precision, region)
     }
 
+    /// Applies one job per sample to a batch of arrays in the memory of the first device: each
+    /// array of `arrays` holds the samples one after another, as a dense `(B, C, *grid)` tensor
+    /// does (sample i of the image at `image + 4 * i * C * prod(in_shape)` bytes, and so on).
+    /// Every job has the same grids, channels and label channels; each has its own plan. The
+    /// samples run in batched launches (one per stage, as many samples as fit the device's
+    /// budget), with one wait for the stream at the end of each launch group, not one per
+    /// sample; a batch that cannot share a launch (half-precision storage, a sample that moves
+    /// nothing) runs job by job. The same values as [`Self::apply_device`] on each sample, bit for
+    /// bit. The timings cover the whole batch.
+    ///
+    /// # Safety
+    /// As [`Self::apply_device`], for the `jobs.len()` samples of each array.
+    pub unsafe fn apply_device_batch(
+        &self,
+        jobs: &[Job<'_>],
+        arrays: DeviceArrays,
+    ) -> Result<Timings, EngineError> {
+        let Some(first) = jobs.first() else {
+            return Ok(Timings::default());
+        };
+        let out_shape = |j: &Job<'_>| {
+            j.plan
+                .out_shape
+                .clone()
+                .unwrap_or_else(|| j.image.shape.clone())
+        };
+        let shape0 = out_shape(first);
+        for j in jobs {
+            if j.image.shape != first.image.shape
+                || j.image.channels != first.image.channels
+                || j.label.map(|l| (l.channels, &l.shape))
+                    != first.label.map(|l| (l.channels, &l.shape))
+                || out_shape(j) != shape0
+            {
+                return Err(EngineError::Shape(
+                    "the samples of a batch share their grids, channels and output shape".into(),
+                ));
+            }
+        }
+        let (n_in, n_out) = (first.image.len_spatial(), shape0.iter().product::<usize>());
+        let (ch, lab_ch) = (first.image.channels, first.label.map_or(0, |l| l.channels));
+        // The arrays of samples lo..: each address moved past the samples before.
+        let from = |lo: usize| DeviceArrays {
+            image: arrays.image + (4 * lo * ch * n_in) as u64,
+            label: arrays.label.map(|a| a + (4 * lo * lab_ch * n_in) as u64),
+            out: arrays.out + (4 * lo * ch * n_out) as u64,
+            label_out: arrays
+                .label_out
+                .map(|a| a + (4 * lo * lab_ch * n_out) as u64),
+        };
+        let key = many_key(first, self.precision);
+        let moves = |j: &Job<'_>| !(j.plan.is_spatial_identity() && out_shape(j) == j.image.shape);
+        let together = jobs.len() > 1
+            && key.is_some()
+            && jobs
+                .iter()
+                .all(|j| moves(j) && many_key(j, self.precision) == key);
+        let t0 = std::time::Instant::now();
+        let mut sum = Timings::default();
+        let mut add = |t: Timings| {
+            sum.field_ms += t.field_ms;
+            sum.prefilter_ms += t.prefilter_ms;
+            sum.resample_ms += t.resample_ms;
+            sum.upload_ms += t.upload_ms;
+            sum.download_ms += t.download_ms;
+            sum.intensity_ms += t.intensity_ms;
+        };
+        if !together {
+            for (i, j) in jobs.iter().enumerate() {
+                // SAFETY: this function's contract, for sample i's part of each array.
+                add(unsafe { self.apply_device(*j, from(i)) }?);
+            }
+        } else {
+            for j in jobs {
+                if !j.plan.intensity.is_empty() {
+                    crate::engine::check_intensity(j.plan, ch, j.image.shape.len())?;
+                }
+            }
+            let eng = &self.engines[0];
+            let cap = eng.many_capacity(first);
+            let mut lo = 0;
+            for chunk in jobs.chunks(cap) {
+                let region = Region {
+                    device: Some(from(lo)),
+                    ..Region::default()
+                };
+                let mut work: Vec<(Job<'_>, Outputs<'_>)> = chunk
+                    .iter()
+                    .map(|j| {
+                        let out = Outputs {
+                            image: &mut [],
+                            label: None,
+                        };
+                        (*j, out)
+                    })
+                    .collect();
+                let t =
+                    eng.with_state(|st| eng.transform(st, &mut work, self.precision, region))?;
+                add(t);
+                lo += chunk.len();
+            }
+        }
+        sum.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+        sum.batched = Some(jobs.len());
+        Ok(sum)
+    }
+
     /// The plan's unit field on `out_shape` from the first device (its cached field, made if
     /// needed), the components one after another: for checks against
     /// [`crate::engine::cpu::CpuBackend::field`], which it equals bit for bit.

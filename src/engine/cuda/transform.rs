@@ -5,7 +5,8 @@
 //! launches its single-volume entry with the parameters by value; a batch makes its fields in a
 //! buffer of its own (one set of passes per sigma) and launches `resample_many_*`, every sample's
 //! parameters in device memory. The two entries give the same values bit for bit. What only one
-//! job can have (a plane, a resident image, the caller's device arrays) is its [`Region`].
+//! job can have (a plane, a resident image) is its [`Region`]; the caller's device arrays
+//! ([`Region::device`]) hold one job or a batch, its samples one after another.
 
 use std::time::Instant;
 
@@ -32,7 +33,7 @@ use cudarc::driver::CudaEvent;
 
 mod launch;
 
-use launch::{copy_identity, launch_resample, sample_params};
+use launch::{copy_identity, copy_on_device, launch_resample, sample_params};
 
 /// The jobs of a call that move, after the checks.
 struct Work {
@@ -217,7 +218,8 @@ impl DeviceEngine {
         precision == Precision::F32 && region.plane.is_none()
     }
 
-    /// The caller's device arrays of a single job, seen as buffers for this call.
+    /// The caller's device arrays of the call's jobs (one job, or a batch whose samples follow
+    /// one another in each array), seen as buffers for this call.
     fn borrow_caller(
         &self,
         jobs: &mut [(Job<'_>, Outputs<'_>)],
@@ -226,31 +228,43 @@ impl DeviceEngine {
         let Some(d) = region.device else {
             return Ok(None);
         };
-        let [(job, _)] = jobs else {
-            return Err(EngineError::Cuda("device arrays belong to one job".into()));
+        let Some((job, _)) = jobs.first() else {
+            return Err(EngineError::Cuda("device arrays without a job".into()));
         };
         let out_shape = check_device_job(job, &d, region)?;
+        for (other, _) in &jobs[1..] {
+            if check_device_job(other, &d, region)? != out_shape
+                || other.image.shape != job.image.shape
+                || other.image.channels != job.image.channels
+                || other.label.map(|l| l.channels) != job.label.map(|l| l.channels)
+            {
+                return Err(EngineError::Shape(
+                    "the samples of a batch on the device share their grids and channels".into(),
+                ));
+            }
+        }
+        let b = jobs.len();
         let stream = &self.dev.stream;
         let (n_in, n_out) = (job.image.len_spatial(), out_shape.iter().product::<usize>());
         let (ch, lab_ch) = (job.image.channels, job.label.map_or(0, |l| l.channels));
-        // SAFETY: apply_device's contract: each address holds the values named here on this
-        // device, alive and untouched by other work until the call returns (check_device_job
-        // matched them to the job's grids).
+        // SAFETY: apply_device's (apply_device_batch's) contract: each address holds the values
+        // named here for the b samples on this device, alive and untouched by other work until
+        // the call returns (check_device_job matched them to the jobs' grids).
         Ok(Some(unsafe {
             Caller {
-                img: Borrowed::new(stream, d.image, ch * n_in),
-                lab: d.label.map(|a| Borrowed::new(stream, a, lab_ch * n_in)),
-                out: Borrowed::new(stream, d.out, ch * n_out),
+                img: Borrowed::new(stream, d.image, b * ch * n_in),
+                lab: d.label.map(|a| Borrowed::new(stream, a, b * lab_ch * n_in)),
+                out: Borrowed::new(stream, d.out, b * ch * n_out),
                 lab_out: d
                     .label_out
-                    .map(|a| Borrowed::new(stream, a, lab_ch * n_out)),
+                    .map(|a| Borrowed::new(stream, a, b * lab_ch * n_out)),
             }
         }))
     }
 
     /// Checks every job, copies those whose plan moves nothing (the input is the exact answer, as
     /// on the CPU engine) and returns the others, or `None` when none is left. A batch must share
-    /// one [`ManyKey`] and transform whole grids in host memory.
+    /// one [`ManyKey`] and transform whole grids.
     fn check(
         &self,
         jobs: &mut [(Job<'_>, Outputs<'_>)],
@@ -259,10 +273,8 @@ impl DeviceEngine {
         mut caller: Option<&mut Caller>,
     ) -> Result<Option<Work>, EngineError> {
         let key = if jobs.len() > 1 {
-            if region.plane.is_some() || region.resident.is_some() || region.device.is_some() {
-                return Err(EngineError::Cuda(
-                    "a batch transforms whole grids in host memory".into(),
-                ));
+            if region.plane.is_some() || region.resident.is_some() {
+                return Err(EngineError::Cuda("a batch transforms whole grids".into()));
             }
             let key = many_key(&jobs[0].0, precision);
             if key.is_none() {
@@ -284,10 +296,17 @@ impl DeviceEngine {
                 Some(d) => check_device_job(job, &d, region)?,
             };
             if job.plan.is_spatial_identity() && shape == job.image.shape {
+                if key.is_some() && caller.is_some() {
+                    // A batch on the device is read and written in place, sample after sample:
+                    // each one moves (apply_device_batch runs one with a copy job by job).
+                    return Err(EngineError::Cuda(
+                        "a batch on the device has a sample that moves nothing".into(),
+                    ));
+                }
                 let steps = Self::intensity_here(precision, region);
                 match caller.as_deref_mut() {
                     Some(c) => {
-                        self.copy_on_device(c)?;
+                        copy_on_device(&self.dev.stream, c)?;
                         if steps && !job.plan.intensity.is_empty() {
                             self.intensity_device(
                                 &mut c.out,
@@ -325,14 +344,16 @@ impl DeviceEngine {
             return Ok(None);
         };
         let (img0, lab0) = (jobs[first].0.image, jobs[first].0.label);
-        let shared = todo.iter().all(|&i| {
-            std::ptr::eq(jobs[i].0.image, img0)
-                && match (jobs[i].0.label, lab0) {
-                    (Some(a), Some(b)) => std::ptr::eq(a, b),
-                    (None, None) => true,
-                    _ => false,
-                }
-        });
+        // The caller's arrays hold one image per sample (their grid volumes carry no data).
+        let shared = caller.is_none()
+            && todo.iter().all(|&i| {
+                std::ptr::eq(jobs[i].0.image, img0)
+                    && match (jobs[i].0.label, lab0) {
+                        (Some(a), Some(b)) => std::ptr::eq(a, b),
+                        (None, None) => true,
+                        _ => false,
+                    }
+            });
         let mut box_lo = [0usize; 3];
         let mut box_shape = out_shape.clone();
         if let Some((axis, index)) = region.plane {
@@ -364,17 +385,6 @@ impl DeviceEngine {
             order: plan.order,
             cval: plan.cval,
         }))
-    }
-
-    /// Nothing moves and the arrays are the caller's: the input copied on the device.
-    fn copy_on_device(&self, c: &mut Caller) -> Result<(), EngineError> {
-        let stream = &self.dev.stream;
-        let copy = |e| driver_error("copy", e);
-        stream.memcpy_dtod(&*c.img, &mut *c.out).map_err(copy)?;
-        if let (Some(src), Some(dst)) = (c.lab.as_ref(), c.lab_out.as_mut()) {
-            stream.memcpy_dtod(&**src, &mut **dst).map_err(copy)?;
-        }
-        stream.synchronize().map_err(copy)
     }
 
     /// Starts compiling every module the work launches, on other threads (a first run's cost is

@@ -10,7 +10,7 @@ use cudarc::driver::{
 use super::super::device::copy_plane;
 use super::super::kernels::shape3;
 use super::super::{ResampleParams, driver_error, resample_params};
-use super::{ResampleArgs, SampleParams, Work};
+use super::{Caller, ResampleArgs, SampleParams, Work};
 use crate::engine::{EngineError, Job, Outputs};
 
 /// A job whose plan moves nothing: its input (or the plane of it) is the answer.
@@ -25,6 +25,16 @@ pub(super) fn copy_identity(job: &Job<'_>, out: &mut Outputs<'_>, plane: Option<
             Some((axis, index)) => copy_plane(l, axis, index, o),
         }
     }
+}
+
+/// Nothing moves and the arrays are the caller's: the input copied on the device.
+pub(super) fn copy_on_device(stream: &Arc<CudaStream>, c: &mut Caller) -> Result<(), EngineError> {
+    let copy = |e| driver_error("copy", e);
+    stream.memcpy_dtod(&*c.img, &mut *c.out).map_err(copy)?;
+    if let (Some(src), Some(dst)) = (c.lab.as_ref(), c.lab_out.as_mut()) {
+        stream.memcpy_dtod(&**src, &mut **dst).map_err(copy)?;
+    }
+    stream.synchronize().map_err(copy)
 }
 
 /// Every moving job's kernel parameters: its coordinate map, field slot, box and coefficients.

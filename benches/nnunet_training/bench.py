@@ -1,0 +1,126 @@
+"""nnU-Net v2 training throughput: nnUNetTrainer (augmentation in CPU workers) against
+augscope's nnUNetTrainerAugscopeGPU (the augmentation on the training GPU, one engine call per
+batch), on a small dataset made from the bundled MNI152 brain and its tissue labels.
+
+Each result line: the median and mean ms per iteration (after the first quarter, at most 10,
+untimed), the mean wait for the data loader, the mean time in train_step (augscope's GPU
+augmentation included for its trainer), and gpu_busy_frac, the share of the iteration spent in
+train_step (the GPU idles while the loop waits for data).
+
+  python bench.py prepare WORK T1 LABELS [N_CASES]
+  python bench.py train WORK VARIANT ITERS        (prints one JSON line)
+
+VARIANT: default | augscope | default-elastic | augscope-elastic | noda (no augmentation: the floor). nnUNet_n_proc_DA sets the
+CPU workers. torch.compile is off for all variants (nnUNet_compile=f), so they compare alike.
+"""
+import json, os, sys, time
+
+def env(work):
+    os.environ.setdefault("nnUNet_raw", f"{work}/raw")
+    os.environ.setdefault("nnUNet_preprocessed", f"{work}/pre")
+    os.environ.setdefault("nnUNet_results", f"{work}/res")
+    os.environ.setdefault("nnUNet_compile", "f")
+
+DS = 900
+NAME = f"Dataset{DS:03d}_MNI"
+
+def prepare(work, t1, labels, n=8):
+    env(work)
+    import numpy as np, nibabel as nib
+    raw = f"{work}/raw/{NAME}"
+    os.makedirs(f"{raw}/imagesTr", exist_ok=True); os.makedirs(f"{raw}/labelsTr", exist_ok=True)
+    img = nib.load(t1); lab = nib.load(labels)
+    a = np.asarray(img.dataobj, dtype=np.float32); l = np.asarray(lab.dataobj).astype(np.uint8)
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        s = [int(x) for x in rng.integers(-6, 7, size=3)]
+        ai = np.roll(a, s, axis=(0, 1, 2)) * float(rng.uniform(0.8, 1.2)) + float(rng.normal(0, 5))
+        li = np.roll(l, s, axis=(0, 1, 2))
+        nib.save(nib.Nifti1Image(ai.astype(np.float32), img.affine), f"{raw}/imagesTr/mni_{i:03d}_0000.nii.gz")
+        nib.save(nib.Nifti1Image(li, img.affine), f"{raw}/labelsTr/mni_{i:03d}.nii.gz")
+    nl = int(l.max())
+    json.dump({"channel_names": {"0": "T1"},
+               "labels": {"background": 0, **{f"tissue{k}": k for k in range(1, nl + 1)}},
+               "numTraining": n, "file_ending": ".nii.gz",
+               "overwrite_image_reader_writer": "NibabelIO"}, open(f"{raw}/dataset.json", "w"))
+    from nnunetv2.experiment_planning.plan_and_preprocess_api import (
+        extract_fingerprints, plan_experiments, preprocess)
+    t0 = time.time()
+    extract_fingerprints([DS], num_processes=8, check_dataset_integrity=True)
+    plan_experiments([DS])
+    preprocess([DS], configurations=("3d_fullres",), num_processes=(8,))
+    plans = json.load(open(f"{work}/pre/{NAME}/nnUNetPlans.json"))
+    c = plans["configurations"]["3d_fullres"]
+    print(json.dumps({"prepared_s": round(time.time() - t0, 1), "patch_size": c["patch_size"],
+                      "batch_size": c["batch_size"], "labels": nl}))
+
+def trainer_class(variant):
+    from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
+    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+    if variant.startswith("augscope"):
+        os.environ["AUGSCOPE_PRESET"] = "batchgenerators" if variant.endswith("elastic") else "nnunet-v2"
+        from augscope.nnunet import nnUNetTrainerAugscopeGPU as base
+        return base
+    if variant == "default":
+        return nnUNetTrainer
+    if variant == "noda":
+        from nnunetv2.training.nnUNetTrainer.variants.data_augmentation.nnUNetTrainerNoDA import \
+            nnUNetTrainerNoDA
+        return nnUNetTrainerNoDA
+
+    class nnUNetTrainerElastic(nnUNetTrainer):
+        """nnU-Net's pipeline with its SpatialTransform's elastic deformation on (p 0.2)."""
+        @staticmethod
+        def get_training_transforms(*a, **k):
+            c = nnUNetTrainer.get_training_transforms(*a, **k)
+            for t in c.transforms:
+                if isinstance(t, SpatialTransform):
+                    t.p_elastic_deform = 0.2
+            return c
+    return nnUNetTrainerElastic
+
+def train(work, variant, iters):
+    env(work)
+    import torch
+    from batchgenerators.utilities.file_and_folder_operations import load_json
+    cls = trainer_class(variant)
+    pre = f"{work}/pre/{NAME}"
+    plans = load_json(f"{pre}/nnUNetPlans.json"); dsj = load_json(f"{pre}/dataset.json")
+    plans["continue_training"] = False
+    dev = torch.device(os.environ.get("E2E_DEVICE", "cuda"))
+    tr = cls(plans, "3d_fullres", 0, dsj, device=dev)
+    t0 = time.time()
+    tr.on_train_start()
+    start_s = time.time() - t0
+    tr.on_epoch_start(); tr.on_train_epoch_start()
+    waits, steps, losses = [], [], []
+    for i in range(iters):
+        a = time.perf_counter(); batch = next(tr.dataloader_train)
+        b = time.perf_counter(); out = tr.train_step(batch)
+        if dev.type == "cuda": torch.cuda.synchronize()
+        c = time.perf_counter()
+        waits.append(b - a); steps.append(c - b); losses.append(float(out["loss"]))
+    skip = min(10, iters // 4)
+    w, s = waits[skip:], steps[skip:]
+    it = [x + y for x, y in zip(w, s)]
+    import statistics as st
+    res = {"variant": variant, "n_proc_DA": int(os.environ.get("nnUNet_n_proc_DA", "12")),
+           "iters_timed": len(it), "start_s": round(start_s, 1),
+           "iter_ms_median": round(1e3 * st.median(it), 1), "iter_ms_mean": round(1e3 * st.mean(it), 1),
+           "wait_ms_mean": round(1e3 * st.mean(w), 1), "step_ms_mean": round(1e3 * st.mean(s), 1),
+           "gpu_busy_frac": round(sum(s) / sum(it), 3),
+           "patch": [int(x) for x in tr.configuration_manager.patch_size],
+           "batch": int(tr.configuration_manager.batch_size),
+           "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)]}
+    print(json.dumps(res), flush=True)
+    import multiprocessing
+    for ch in multiprocessing.active_children():   # the augmenters' workers
+        ch.terminate()
+    os._exit(0)
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "prepare":
+        prepare(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else 8)
+    else:
+        train(sys.argv[2], sys.argv[3], int(sys.argv[4]))
