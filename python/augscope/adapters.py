@@ -40,7 +40,7 @@ class _Keyed:
     """The shared part of the adapters: one draw per call, applied to every image and label."""
 
     def _setup(self, preset, seed, ndim, spacing, device, precision, patch_size, patch_center,
-               spatial_order):
+               spatial_order, normalize=True):
         if spatial_order not in ("xyz", "zyx"):
             raise ValueError(f"spatial_order {spatial_order!r}: 'xyz' (MONAI, TorchIO) or 'zyx'")
         self.spatial_order = spatial_order
@@ -52,7 +52,7 @@ class _Keyed:
                 patch_center = list(patch_center)[::-1]
         self.aug = Augment(preset, seed=seed, ndim=ndim, spacing=spacing, device=device,
                            precision=precision, patch_size=patch_size,
-                           patch_center=patch_center)
+                           patch_center=patch_center, normalize=normalize)
 
     def _to_aug(self, x):
         return _reverse_spatial(x, self.ndim) if self.spatial_order == "xyz" else x
@@ -74,9 +74,13 @@ class _Keyed:
     def _run(self, x, plan, spacing, label):
         """One array (channel first) through `plan`, back in its own axis order and type."""
         p = _label_plan(plan) if label else plan
-        from . import apply
+        from . import apply, normalize
         dtype = getattr(x, "dtype", None)
-        out = apply(self._to_aug(x), p, channels=True, spacing=spacing,
+        x = self._to_aug(x)
+        if not label and self.aug._normalize is not None:
+            # The preset's training units, as `Augment` and `augscope batch` give them.
+            x = normalize(x, self.aug._normalize, channels=True)
+        out = apply(x, p, channels=True, spacing=spacing,
                     device=self.aug.device, precision=self.aug.precision).image
         out = self._from_aug(out)
         if label and dtype is not None and out.dtype != dtype:
@@ -101,6 +105,10 @@ class RandAugscoped(_Keyed):
 
     `spacing`: voxel size in mm per axis in the arrays' order (for presets in mm space or with
     translations in mm); by default a MetaTensor's `pixdim`. The draw and the apply use it.
+
+    The intensity steps draw per channel of the first image key, and act on images only. A
+    preset's `[normalize]` is applied to each image first (`normalize=False`: your pipeline
+    normalises already, e.g. with MONAI's `ScaleIntensityRanged`).
     """
 
     backend = ["torch", "numpy"]
@@ -111,7 +119,7 @@ class RandAugscoped(_Keyed):
     def __init__(self, keys, preset="nnunet-v2", *, label_keys=(), seed=0, ndim=3,
                  spacing=None, device=None, precision=None, patch_size=None,
                  patch_center="centre", spatial_order="xyz", index_key=None, epoch=0,
-                 allow_missing_keys=False):
+                 allow_missing_keys=False, normalize=True):
         self.keys = tuple([keys] if isinstance(keys, str) else keys)
         self.label_keys = tuple([label_keys] if isinstance(label_keys, str) else label_keys)
         if not self.keys and not self.label_keys:
@@ -121,12 +129,12 @@ class RandAugscoped(_Keyed):
         self.epoch = int(epoch)
         self.spacing = spacing
         self._setup(preset, seed, ndim, spacing, device, precision, patch_size, patch_center,
-                    spatial_order)
+                    spatial_order, normalize)
         self._init = dict(keys=keys, preset=preset, label_keys=label_keys, seed=seed, ndim=ndim,
                           spacing=spacing, device=device, precision=precision,
                           patch_size=patch_size, patch_center=patch_center,
                           spatial_order=spatial_order, index_key=index_key, epoch=epoch,
-                          allow_missing_keys=allow_missing_keys)
+                          allow_missing_keys=allow_missing_keys, normalize=normalize)
 
     def __reduce__(self):
         # The class made with MONAI's bases is not importable by name: rebuild from arguments
@@ -168,7 +176,10 @@ class RandAugscoped(_Keyed):
             self.aug._counter += 1
         spacing = self._spacing(self.spacing if self.spacing is not None
                                 else _meta_pixdim(first, self.ndim))
-        plan, done = self.aug.draw(self._grid(first), index, self.epoch, spacing)
+        # The intensity steps draw per channel: as many as the images have.
+        images = [d[k] for k in self.keys if k in d]
+        channels = int(images[0].shape[0]) if images else 1
+        plan, done = self.aug.draw(self._grid(first), index, self.epoch, spacing, channels)
         for k in present:
             d[k] = _rewrap(d[k], self._run(_unwrap(d[k]), plan, spacing, k in self.label_keys))
         d["augscope_done"] = json.dumps(done)
@@ -246,14 +257,17 @@ class AugscopeTransform(_Keyed):
     `augscope.Augment`: call `transform(subject, index=j, epoch=e)` for the draw of sample j, or
     let the transform count calls. The done list is stored in `subject["augscope_done"]` as
     JSON text (one string per subject, so that a DataLoader batches subjects of different draws;
-    "[]" when the transform did not fire). The draw uses the first transformed image's spacing.
+    "[]" when the transform did not fire). The draw uses the first transformed image's spacing,
+    and the intensity steps draw per channel of the first `ScalarImage` (they never touch a
+    `LabelMap`). A preset's `[normalize]` is applied to each `ScalarImage` first
+    (`normalize=False`: your pipeline normalises already, e.g. with `tio.ZNormalization`).
     """
 
     def __init__(self, preset="nnunet-v2", *, seed=0, ndim=3, device=None, precision=None,
                  patch_size=None, patch_center="centre", spatial_order="xyz", include=None,
-                 exclude=None, p=1.0):
+                 exclude=None, p=1.0, normalize=True):
         self._setup(preset, seed, ndim, None, device, precision, patch_size, patch_center,
-                    spatial_order)
+                    spatial_order, normalize)
         self.include = None if include is None else set(include)
         self.exclude = set(exclude or ())
         if not 0.0 <= float(p) <= 1.0:
@@ -276,17 +290,22 @@ class AugscopeTransform(_Keyed):
         if not names:
             return subject
         first = images[names[0]]
+        scalars = [images[n] for n in names if not _is_label(images[n])]
+        channels = int(scalars[0].data.shape[0]) if scalars else 1
         plan, done = self.aug.draw(self._grid(first.data), index, epoch,
-                                   self._spacing(first.spacing))
+                                   self._spacing(first.spacing), channels)
         for n in names:
             img = images[n]
-            label = type(img).__name__ == "LabelMap" or getattr(img, "type", "") == "label"
-            out = self._run(img.data, plan, self._spacing(img.spacing), label)
+            out = self._run(img.data, plan, self._spacing(img.spacing), _is_label(img))
             new = copy.copy(img)
             new.set_data(out)
             subject[n] = new
         subject["augscope_done"] = json.dumps(done)
         return subject
+
+
+def _is_label(img):
+    return type(img).__name__ == "LabelMap" or getattr(img, "type", "") == "label"
 
 
 def _torchio_images(subject):

@@ -288,3 +288,41 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
                                  channels=True).image.round().to(torch.int16)
             assert torch.equal(out["target"][0][b], ds._apply_to_segmentation(lab)[0])
     assert seen > 0, "no draw of twelve had an intensity step"
+
+
+INTENSITY = dict(PRESET, normalize={"method": "nnunet_zscore"}, intensity=[
+    {"step": "gaussian_noise", "p": 1.0, "std": [0.05, 0.2], "p_per_channel": 1.0,
+     "synchronize_channels": False},
+    {"step": "brightness", "p": 1.0, "multiplier": [0.7, 1.3], "p_per_channel": 1.0,
+     "synchronize_channels": False}])
+
+
+def test_adapters_draw_per_channel_and_normalise_images_only():
+    """A two-channel image gets a draw per channel (not one draw shared by both), the preset's
+    normalisation reaches the images (never the label maps), and normalize=False leaves it."""
+    img = np.stack([scan((18, 16, 14), 1), 5 * scan((18, 16, 14), 2) + 3])
+    lab = seg((1, 18, 16, 14))
+    t = RandAugscoped(keys="image", label_keys="label", preset=INTENSITY, seed=4)
+    out = t({"image": img, "label": lab})
+    plan = json.loads(out["augscope_plan"])
+    mults = [s["brightness"]["multipliers"] for s in plan["intensity"] if "brightness" in s]
+    assert len(mults[0]) == 2 and mults[0][0] != mults[0][1], plan["intensity"]
+    norm = augscope.normalize(zyx(img), {"method": "nnunet_zscore"}, channels=True)
+    want = augscope.apply(norm, plan, channels=True).image.transpose(0, 3, 2, 1)
+    assert np.array_equal(out["image"], want)
+    lp = dict(plan, order=0, cval=0.0, intensity=[])
+    want_lab = augscope.apply(zyx(lab).astype(np.float32), lp, channels=True).image
+    assert np.array_equal(out["label"], want_lab.transpose(0, 3, 2, 1).astype(lab.dtype))
+    raw = RandAugscoped(keys="image", preset=INTENSITY, seed=4, normalize=False)({"image": img})
+    want_raw = augscope.apply(zyx(img), plan, channels=True).image.transpose(0, 3, 2, 1)
+    assert np.array_equal(raw["image"], want_raw)
+
+    tio = pytest.importorskip("torchio")
+    subject = tio.Subject(t1=tio.ScalarImage(tensor=torch.from_numpy(img)),
+                          seg=tio.LabelMap(tensor=torch.from_numpy(lab)))
+    tt = AugscopeTransform(INTENSITY, seed=4)
+    got = tt(subject, index=0)
+    plan_t, _ = tt.aug.draw([14, 16, 18], 0, channels=2)
+    want_t = augscope.apply(augscope.normalize(zyx(img), {"method": "nnunet_zscore"},
+                                               channels=True), plan_t, channels=True).image
+    assert np.array_equal(got["t1"].data.numpy(), want_t.transpose(0, 3, 2, 1))
