@@ -10,7 +10,9 @@ train_step (the GPU idles while the loop waits for data).
   python bench.py prepare WORK T1 LABELS [N_CASES]
   python bench.py train WORK VARIANT ITERS        (prints one JSON line)
 
-VARIANT: default | augscope | default-elastic | augscope-elastic | noda (no augmentation: the floor). nnUNet_n_proc_DA sets the
+VARIANT: default | augscope | augscope-workers | default-elastic | augscope-elastic | noda (no
+augmentation: the floor). augscope keeps the training cases on the GPU when they fit;
+augscope-workers leaves them in nnU-Net's data-loader workers. nnUNet_n_proc_DA sets the
 CPU workers. torch.compile is off for all variants (nnUNet_compile=f), so they compare alike.
 """
 import json, os, sys, time
@@ -58,7 +60,9 @@ def trainer_class(variant):
     from batchgeneratorsv2.transforms.spatial.spatial import SpatialTransform
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
     if variant.startswith("augscope"):
-        os.environ["AUGSCOPE_PRESET"] = "batchgenerators" if variant.endswith("elastic") else "nnunet-v2"
+        os.environ["AUGSCOPE_PRESET"] = "batchgenerators" if "elastic" in variant else "nnunet-v2"
+        # augscope-workers: the cases stay in nnU-Net's data-loader workers (not on the GPU)
+        os.environ["AUGSCOPE_RESIDENT"] = "0" if "workers" in variant else "auto"
         from augscope.nnunet import nnUNetTrainerAugscopeGPU as base
         return base
     if variant == "default":
@@ -111,7 +115,8 @@ def train(work, variant, iters):
            "gpu_busy_frac": round(sum(s) / sum(it), 3),
            "patch": [int(x) for x in tr.configuration_manager.patch_size],
            "batch": int(tr.configuration_manager.batch_size),
-           "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)]}
+           "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)],
+           "train_loader": type(tr.dataloader_train).__name__}
     print(json.dumps(res), flush=True)
     import multiprocessing
     for ch in multiprocessing.active_children():   # the augmenters' workers

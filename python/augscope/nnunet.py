@@ -15,6 +15,13 @@ Differences from nnU-Net's own pipeline, by design:
   same; see the nnunet-v2 preset's description);
 - the preset is applied in 3D also where nnU-Net would use its dummy-2D augmentation.
 
+The training cases stay on the GPU when they fit a quarter of its free memory
+(`AUGSCOPE_RESIDENT`: "auto", the default; "1" always; "0" never): nnU-Net's own data loader
+then only chooses the cases and boxes in the training process (its sampling and foreground
+oversampling), the boxes are cut on the device, and no worker process loads or copies a case.
+Otherwise nnU-Net's workers load and crop the larger initial patch, and the batch crosses to the
+GPU as before. Validation keeps nnU-Net's loader.
+
 Use: make the class visible to nnU-Net (it looks for trainers inside its own package) with
 `python -m augscope.nnunet install`, then `nnUNetv2_train DATASET 3d_fullres FOLD -tr
 nnUNetTrainerAugscopeGPU`. The preset and seed come from `AUGSCOPE_PRESET` (a bundled name or a
@@ -139,8 +146,141 @@ def _build():
         def train_step(self, batch):
             return super().train_step(self.augscope_batch(batch))
 
+        def get_dataloaders(self):
+            """nnU-Net's loaders, or, when the training cases fit the GPU (`augscope_resident`),
+            a loader that keeps them there: no worker processes, each batch cut on the device
+            at nnU-Net's own choice of cases and boxes."""
+            mode = str(self.augscope_resident).lower()
+            if self.device.type != "cuda" or mode in ("0", "false", "off"):
+                return super().get_dataloaders()
+            from batchgenerators.dataloading.nondet_multi_threaded_augmenter import \
+                NonDetMultiThreadedAugmenter
+            from batchgenerators.dataloading.single_threaded_augmenter import \
+                SingleThreadedAugmenter
+            from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
+            from nnunetv2.utilities.default_n_proc_DA import get_allowed_n_proc_DA
+            from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
+            if self.dataset_class is None:
+                self.dataset_class = infer_dataset_class(self.preprocessed_dataset_folder)
+            if self.is_cascaded or self.label_manager.has_regions:
+                return super().get_dataloaders()
+            dataset_tr, dataset_val = self.get_tr_and_val_datasets()
+            free, _ = torch.cuda.mem_get_info(self.device)
+            need = _resident_bytes(dataset_tr)
+            if mode != "1" and need > free // 4:
+                self.print_to_log_file(f"augscope: the training cases ({need / 2**30:.1f} GiB) "
+                                       f"do not fit a quarter of the GPU's free memory; they "
+                                       f"stay in the data-loader workers")
+                return super().get_dataloaders()
+            _, _, initial, _ = self.configure_rotation_dummyDA_mirroring_and_inital_patch_size()
+            patch = self.configuration_manager.patch_size
+            # nnU-Net's own loader picks the cases and boxes (foreground oversampling included);
+            # it loads nothing itself.
+            picker = nnUNetDataLoader(dataset_tr, self.batch_size, initial, patch,
+                                      self.label_manager,
+                                      oversample_foreground_percent=self.
+                                      oversample_foreground_percent,
+                                      sampling_probabilities=None, pad_sides=None,
+                                      transforms=None,
+                                      probabilistic_oversampling=self.probabilistic_oversampling)
+            rest = self.get_training_transforms(
+                patch, None, None, None, False,
+                use_mask_for_norm=self.configuration_manager.use_mask_for_norm,
+                is_cascaded=self.is_cascaded,
+                foreground_labels=self.label_manager.foreground_labels, regions=None,
+                ignore_label=self.label_manager.ignore_label)
+            train = _ResidentLoader(picker, dataset_tr, self.device, rest)
+            self.print_to_log_file(f"augscope: {len(train.cases)} training cases resident on "
+                                   f"{self.device} ({need / 2**30:.2f} GiB)")
+            # nnU-Net's validation loader, as nnU-Net makes it.
+            val_transforms = self.get_validation_transforms(
+                self._get_deep_supervision_scales(), is_cascaded=self.is_cascaded,
+                foreground_labels=self.label_manager.foreground_labels, regions=None,
+                ignore_label=self.label_manager.ignore_label)
+            dl_val = nnUNetDataLoader(dataset_val, self.batch_size, patch, patch,
+                                      self.label_manager,
+                                      oversample_foreground_percent=self.
+                                      oversample_foreground_percent,
+                                      sampling_probabilities=None, pad_sides=None,
+                                      transforms=val_transforms,
+                                      probabilistic_oversampling=self.probabilistic_oversampling)
+            n = get_allowed_n_proc_DA()
+            val = SingleThreadedAugmenter(dl_val, None) if n == 0 else \
+                NonDetMultiThreadedAugmenter(data_loader=dl_val, transform=None,
+                                             num_processes=max(1, n // 2),
+                                             num_cached=max(3, n // 4), seeds=None,
+                                             pin_memory=True, wait_time=0.002)
+            _ = next(val)
+            return train, val
+
+    nnUNetTrainerAugscopeGPU.augscope_resident = os.environ.get("AUGSCOPE_RESIDENT", "auto")
     nnUNetTrainerAugscopeGPU.__module__ = __name__
     return nnUNetTrainerAugscopeGPU
+
+
+def _resident_bytes(dataset):
+    """The device memory the cases of `dataset` take: float32 images and int16 label maps."""
+    import numpy as np
+    total = 0
+    for key in dataset.identifiers:
+        data, seg, _, _ = dataset.load_case(key)
+        total += int(np.prod(data.shape)) * 4 + int(np.prod(seg.shape)) * 2
+    return total
+
+
+class _ResidentLoader:
+    """Training batches cut from cases that stay in GPU memory: nnU-Net's data loader chooses the
+    cases and the boxes (its sampling and foreground oversampling, in this process), the boxes
+    are cut on the device (padded with 0, label maps with -1, as nnU-Net pads), and what is left
+    of nnU-Net's CPU pipeline (e.g. the -1 label's removal) runs on the device tensors."""
+
+    def __init__(self, picker, dataset, device, transforms):
+        import numpy as np
+        import torch
+        self.picker, self.device, self.transforms = picker, device, transforms
+        self.cases = {}
+        for key in dataset.identifiers:
+            data, seg, _, props = dataset.load_case(key)
+            self.cases[key] = (
+                torch.from_numpy(np.ascontiguousarray(data[:], dtype=np.float32)).to(device),
+                torch.from_numpy(np.ascontiguousarray(seg[:]).astype(np.int16)).to(device),
+                props["class_locations"])
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import torch
+        keys = self.picker.get_indices()
+        images, segs = [], []
+        for j, key in enumerate(keys):
+            data, seg, locations = self.cases[key]
+            lbs, ubs = self.picker.get_bbox(data.shape[1:], self.picker.get_do_oversample(j),
+                                            locations)
+            img, lab = _crop_pad(data, lbs, ubs, 0.0), _crop_pad(seg, lbs, ubs, -1)
+            if self.transforms is not None:
+                out = self.transforms(**{"image": img, "segmentation": lab})
+                img, lab = out["image"], out["segmentation"]
+            images.append(img)
+            segs.append(lab)
+        return {"data": torch.stack(images), "target": torch.stack(segs), "keys": keys}
+
+
+def _crop_pad(t, lbs, ubs, value):
+    """The box [lbs, ubs) of `t` (C, *shape) on its device, what lies outside `t` set to
+    `value` (nnU-Net's crop_and_pad_nd)."""
+    import torch
+    out = torch.full((t.shape[0], *[u - lo for lo, u in zip(lbs, ubs)]), value, dtype=t.dtype,
+                     device=t.device)
+    src, dst = [slice(None)], [slice(None)]
+    for lo, u, n in zip(lbs, ubs, t.shape[1:]):
+        a, b = max(lo, 0), min(u, n)
+        if a >= b:
+            return out
+        src.append(slice(a, b))
+        dst.append(slice(a - lo, b - lo))
+    out[tuple(dst)] = t[tuple(src)]
+    return out
 
 
 _SHIM = '''"""augscope's GPU trainer, made visible to nnU-Net's trainer search (augscope.nnunet)."""
