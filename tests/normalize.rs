@@ -186,3 +186,55 @@ fn every_export_writes_the_normalisation_or_says_why_not() {
     let mo = ok(&["preset", "export", "--to", "monai", s(&nnunet)]);
     assert!(mo.contains("# NOTE: the images are normalised by nnU-Net's ZScoreNormalization"));
 }
+
+#[test]
+fn the_masked_zscore_keeps_the_background_at_zero() {
+    // A head of nonzero values in a zero background, with a zero hole inside it.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out) = (dir.path().join("head.npy"), dir.path().join("out.npy"));
+    let n = 16usize;
+    let c = (n as f32 - 1.0) / 2.0;
+    let mut data = vec![0f32; n * n * n];
+    for (i, v) in data.iter_mut().enumerate() {
+        let (z, y, x) = ((i / (n * n)) as f32, ((i / n) % n) as f32, (i % n) as f32);
+        let r = ((z - c).powi(2) + (y - c).powi(2) + (x - c).powi(2)).sqrt();
+        if r < 6.0 && r > 2.0 {
+            *v = 100.0 + (i % 7) as f32 * 10.0;
+        }
+    }
+    write_npy(&input, &data, &[n, n, n]);
+    ok(&[
+        "apply",
+        s(&input),
+        s(&out),
+        "--backend",
+        "cpu",
+        "--normalize",
+        r#"{"method": "nnunet_zscore", "use_mask_for_norm": true}"#,
+    ]);
+    let got = augscope::io::load(&out, &Default::default()).unwrap();
+    let centre = (n / 2) * n * n + (n / 2) * n + n / 2;
+    assert_eq!(got.data[0], 0.0, "the background stays 0");
+    assert!(
+        got.data[centre] < -1.0,
+        "the hole is inside the mask: {}",
+        got.data[centre]
+    );
+    // the z-scores inside the mask (the shell and its hole) have mean 0 and std 1
+    let mask: Vec<bool> = (0..n * n * n)
+        .map(|i| {
+            let (z, y, x) = ((i / (n * n)) as f32, ((i / n) % n) as f32, (i % n) as f32);
+            ((z - c).powi(2) + (y - c).powi(2) + (x - c).powi(2)).sqrt() < 6.0
+        })
+        .collect();
+    let inside: Vec<f32> = got
+        .data
+        .iter()
+        .zip(&mask)
+        .filter_map(|(&v, &m)| m.then_some(v))
+        .collect();
+    let (m, sd) = moments(&inside);
+    assert!(m.abs() < 1e-5 && (sd - 1.0).abs() < 1e-5, "{m} {sd}");
+    let outside = got.data.iter().zip(&mask).filter(|&(_, &m)| !m);
+    assert!(outside.into_iter().all(|(&v, _)| v == 0.0));
+}

@@ -446,12 +446,12 @@ fn normalize<'py>(
             .map_err(|e| PyValueError::new_err(format!("not a normalisation: {e}")))?;
         n.validate().map_err(PyValueError::new_err)?;
         let full = image.shape().to_vec();
-        let (c, _) = grid_of(&full, channels)?;
+        let (c, grid) = grid_of(&full, channels)?;
         filter_memory(&full)?;
         let mut data = host_values(&image).into_owned();
         let pool = pool()?;
         let maps = py
-            .detach(|| pool.install(|| n.apply(&mut data, c)))
+            .detach(|| pool.install(|| n.apply(&mut data, &grid, c)))
             .map_err(PyValueError::new_err)?;
         let a = ArrayD::from_shape_vec(IxDyn(&full), data)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """augscope's normalisation methods (a preset's `[normalize]`, `augscope apply --normalize`)
-against the libraries' own: nnU-Net v2's ZScoreNormalization (per channel, without the mask) and
+against the libraries' own: nnU-Net v2's ZScoreNormalization (per channel, without the mask, and
+with `use_mask_for_norm` inside its preprocessing's nonzero mask, `create_nonzero_mask`) and
 CTNormalization (with a dataset's intensity properties), MONAI 1.6.1's ScaleIntensityRange (with
 and without an output range and clipping, and an empty input range), TorchIO 1.2.1's
 ZNormalization and RescaleIntensity (default and clipped percentiles, another output range).
@@ -31,6 +32,7 @@ try:
     import monai.transforms as mt
     import monai
     import torchio as tio
+    from nnunetv2.preprocessing.cropping.cropping import create_nonzero_mask
     from nnunetv2.preprocessing.normalization.default_normalization_schemes import (
         CTNormalization, ZScoreNormalization)
 except ImportError as e:
@@ -59,6 +61,17 @@ def nnunet(scheme, props=None):
     return run
 
 
+def nnunet_masked(img):
+    """nnU-Net's preprocessing of a scan without labels: the nonzero mask (every channel, holes
+    filled) as `seg = where(mask, 0, -1)`, then ZScoreNormalization with use_mask_for_norm."""
+    seg = np.where(create_nonzero_mask(img), 0, -1)
+    out = img.copy()
+    for c in range(img.shape[0]):
+        out[c] = ZScoreNormalization(use_mask_for_norm=True, intensityproperties={}).run(
+            img[c].copy(), seg)
+    return out
+
+
 def monai_run(t):
     return lambda img: np.asarray(t(torch.from_numpy(img.copy())))
 
@@ -84,6 +97,20 @@ def cases(rng):
         tag = f"3d-{c}ch"
         out.append(("nnU-Net", "nnunet_zscore", tag, mri(c), {"method": "nnunet_zscore"},
                     nnunet(ZScoreNormalization)))
+        # a skull-stripped scan: a zero background, a zero hole inside the head (filled by the
+        # mask), a zero cut to the border (not a hole), and in the second channel nonzero voxels
+        # where the first is zero
+        head = mri(c)
+        z, y, x = np.meshgrid(*[np.linspace(-1, 1, n) for n in SHAPE], indexing="ij")
+        r = np.sqrt(z ** 2 + y ** 2 + x ** 2)
+        head[:, r > 0.8] = 0
+        head[0, r < 0.25] = 0
+        head[:, :, 5:7, :] = 0
+        if c > 1:
+            head[1, r < 0.25] = 0
+            head[1, (r > 0.8) & (r < 0.9)] = 7.0
+        out.append(("nnU-Net", "nnunet_zscore", f"{tag} use_mask_for_norm", head,
+                    {"method": "nnunet_zscore", "use_mask_for_norm": True}, nnunet_masked))
         props = {"mean": 95.5, "std": 310.25, "percentile_00_5": -980.0,
                  "percentile_99_5": 1450.0}
         out.append(("nnU-Net", "nnunet_ct", tag, ct(c), dict(method="nnunet_ct", **props),

@@ -375,10 +375,13 @@ pub(super) fn intensity_ui(ui: &mut egui::Ui, p: &mut Params, img: &DrawFor<'_>)
 /// The normalisation's choice: none, or a method without settings (a preset's own, with its
 /// settings, stays selectable while chosen).
 fn normalize_ui(ui: &mut egui::Ui, p: &mut Params) {
-    use crate::core::intensity::{NoSettings, Normalize, RescaleSettings};
+    use crate::core::intensity::{NoSettings, Normalize, RescaleSettings, ZscoreSettings};
     let mut choices = vec![
         None,
-        Some(Normalize::NnunetZscore(NoSettings {})),
+        Some(Normalize::NnunetZscore(ZscoreSettings::default())),
+        Some(Normalize::NnunetZscore(ZscoreSettings {
+            use_mask_for_norm: true,
+        })),
         Some(Normalize::TorchioZNormalization(NoSettings {})),
         Some(Normalize::TorchioRescaleIntensity(RescaleSettings {
             out_min_max: [0.0, 1.0],
@@ -390,6 +393,9 @@ fn normalize_ui(ui: &mut egui::Ui, p: &mut Params) {
     }
     let name = |n: &Option<Normalize>| match n {
         None => "none (the scan's own units)".to_string(),
+        Some(Normalize::NnunetZscore(z)) if z.use_mask_for_norm => {
+            "nnunet_zscore, nonzero mask (ZScoreNormalization)".to_string()
+        }
         Some(n) => format!("{} ({})", n.name(), n.class()),
     };
     ui.horizontal(|ui| {

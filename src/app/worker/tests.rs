@@ -347,12 +347,12 @@ fn a_step_that_needs_the_whole_volume_skips_the_planes() {
 
 #[test]
 fn the_normalised_scan_is_transformed_and_its_window_map_reported() {
-    use crate::core::intensity::{NoSettings, Normalize};
+    use crate::core::intensity::{Normalize, ZscoreSettings};
     let img = volume([6, 7, 8], 0);
     let (mut w, rx) = worker(img.clone(), None);
     let plan = rotation(0.2);
     let mut req = request(plan.clone(), None);
-    let method = Normalize::NnunetZscore(NoSettings {});
+    let method = Normalize::NnunetZscore(ZscoreSettings::default());
     req.normalize = Some(method.clone());
     w.compute(req);
     let f = full(&rx);

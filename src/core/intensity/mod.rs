@@ -87,7 +87,9 @@ pub use monai_sharpen::{MAX_ALPHA, MonaiSharpen, MonaiSharpenSpec, Sigma2};
 pub use monai_shift::{MonaiShift, MonaiShiftSpec};
 pub use monai_smooth::{MonaiSmooth, MonaiSmoothSpec, erf_kernel};
 pub use noise::{Noise, NoiseSpec};
-pub use normalize::{CtSettings, NoSettings, Normalize, RangeSettings, RescaleSettings};
+pub use normalize::{
+    CtSettings, NoSettings, Normalize, RangeSettings, RescaleSettings, ZscoreSettings,
+};
 pub use torchio_bias::TorchioBiasSpec;
 pub use torchio_blur::{TorchioBlur, TorchioBlurSpec, scipy_gaussian_kernel};
 pub use torchio_gamma::{TorchioGamma, TorchioGammaSpec};

@@ -6,7 +6,7 @@
 //!
 //! | `method` | library | what it does |
 //! |---|---|---|
-//! | `nnunet_zscore` | nnU-Net v2 `ZScoreNormalization` | per channel, `(x − mean) / max(std, 1e-8)`, population std (`use_mask_for_norm` false) |
+//! | `nnunet_zscore` | nnU-Net v2 `ZScoreNormalization` | per channel, `(x − mean) / max(std, 1e-8)`, population std; with `use_mask_for_norm`, the statistics and the change inside nnU-Net's nonzero mask only (every channel's nonzero voxels, holes filled), the rest left at 0 |
 //! | `nnunet_ct` | nnU-Net v2 `CTNormalization` | clip to `[percentile_00_5, percentile_99_5]`, `(x − mean) / max(std, 1e-8)` with the dataset's foreground statistics |
 //! | `monai_scale_intensity_range` | MONAI 1.6.1 `ScaleIntensityRange` | `(x − a_min) / (a_max − a_min)`, then `· (b_max − b_min) + b_min`, optionally clipped to `[b_min, b_max]` |
 //! | `torchio_z_normalization` | TorchIO 1.2.1 `ZNormalization` | over the whole image, `(x − mean) / std`, Bessel-corrected std |
@@ -25,7 +25,7 @@ use super::{Arg, Call, Library};
 #[serde(tag = "method")]
 pub enum Normalize {
     #[serde(rename = "nnunet_zscore")]
-    NnunetZscore(NoSettings),
+    NnunetZscore(ZscoreSettings),
     #[serde(rename = "nnunet_ct")]
     NnunetCt(CtSettings),
     #[serde(rename = "monai_scale_intensity_range")]
@@ -40,6 +40,19 @@ pub enum Normalize {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoSettings {}
+
+/// nnU-Net's z-score: over the whole image, or (`use_mask_for_norm`, as nnU-Net's plans set it
+/// when cropping to the nonzero region shrinks the images, e.g. skull-stripped MRI) inside the
+/// nonzero mask of its preprocessing: the voxels where any channel is nonzero, with the holes
+/// filled (scipy's `binary_fill_holes`, faces connected). The label map plays no part: nnU-Net's
+/// mask `seg >= 0` is that mask wherever the labels are 0 outside the scan's nonzero region, and
+/// at inference always.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZscoreSettings {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_mask_for_norm: bool,
+}
 
 /// nnU-Net's CT normalisation: the dataset's foreground statistics (its
 /// `foreground_intensity_properties_per_channel`).
@@ -136,6 +149,9 @@ impl Normalize {
             other => other.label(),
         };
         let what = match self {
+            Normalize::NnunetZscore(z) if z.use_mask_for_norm => {
+                "z-scores of each channel inside the nonzero mask".to_string()
+            }
             Normalize::NnunetZscore(_) => "z-scores of each channel".to_string(),
             Normalize::NnunetCt(c) => format!(
                 "CT values clipped to [{}, {}], minus {}, over {}",
@@ -210,11 +226,16 @@ impl Normalize {
         why.map_err(|w| format!("normalize {}: {w}", self.name()))
     }
 
-    /// Normalises `data`: `channels` consecutive channels. Returns, per channel, the affine map
-    /// `(a, b)` it applied where the values were not clipped (`x ↦ a·x + b`), which takes a
-    /// display window of the raw values to the normalised ones. An error where the library
-    /// raises (TorchIO's z-normalisation of an image of one value).
-    pub fn apply(&self, data: &mut [f32], channels: usize) -> Result<Vec<(f64, f64)>, String> {
+    /// Normalises `data`: `channels` consecutive channels on the grid `shape`. Returns, per
+    /// channel, the affine map `(a, b)` it applied where the values were not clipped
+    /// (`x ↦ a·x + b`), which takes a display window of the raw values to the normalised ones. An
+    /// error where the library raises (TorchIO's z-normalisation of an image of one value).
+    pub fn apply(
+        &self,
+        data: &mut [f32],
+        shape: &[usize],
+        channels: usize,
+    ) -> Result<Vec<(f64, f64)>, String> {
         let channels = channels.max(1);
         let n = data.len() / channels;
         if n == 0 {
@@ -222,6 +243,26 @@ impl Normalize {
         }
         let every = |ab: (f64, f64)| vec![ab; channels];
         Ok(match self {
+            Normalize::NnunetZscore(z) if z.use_mask_for_norm => {
+                let mask = nonzero_mask(data, shape, channels);
+                let mut maps = vec![];
+                for x in data.chunks_mut(n) {
+                    let inside: Vec<f32> = x
+                        .iter()
+                        .zip(&mask)
+                        .filter_map(|(&v, &m)| m.then_some(v))
+                        .collect();
+                    let (mean, var) = moments(&inside);
+                    let (m, s) = (mean as f32, (var.sqrt() as f32).max(EPS));
+                    for (v, &inside) in x.iter_mut().zip(&mask) {
+                        if inside {
+                            *v = (*v - m) / s;
+                        }
+                    }
+                    maps.push((1.0 / s as f64, -(m as f64) / s as f64));
+                }
+                maps
+            }
             Normalize::NnunetZscore(_) => {
                 let mut maps = vec![];
                 for x in data.chunks_mut(n) {
@@ -270,7 +311,7 @@ impl Normalize {
         &self,
         v: &mut crate::core::volume::Volume,
     ) -> Result<Vec<(f64, f64)>, String> {
-        let maps = self.apply(&mut v.data, v.channels)?;
+        let maps = self.apply(&mut v.data, &v.shape, v.channels)?;
         v.dtype = crate::core::volume::DType::F32;
         v.default_window = None;
         Ok(maps)
@@ -337,6 +378,56 @@ impl Normalize {
 }
 
 /// Mean and population variance of `x` (sums in f64).
+/// nnU-Net's nonzero mask (`create_nonzero_mask`): the voxels of `shape` where any of the
+/// `channels` channels is nonzero, with the holes filled as scipy's `binary_fill_holes` fills
+/// them (a voxel outside the mask is a hole unless a path of face neighbours outside the mask
+/// joins it to the grid's border).
+fn nonzero_mask(data: &[f32], shape: &[usize], channels: usize) -> Vec<bool> {
+    let n: usize = shape.iter().product();
+    let mut mask = vec![false; n];
+    for c in data.chunks(n).take(channels) {
+        for (m, &v) in mask.iter_mut().zip(c) {
+            *m |= v != 0.0;
+        }
+    }
+    // Flood the outside from the border voxels that are not in the mask.
+    let mut strides = vec![1usize; shape.len()];
+    for a in (0..shape.len().saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * shape[a + 1];
+    }
+    let mut outside = vec![false; n];
+    let mut stack = vec![];
+    let coord = |i: usize, a: usize| (i / strides[a]) % shape[a];
+    for i in 0..n {
+        let border = (0..shape.len()).any(|a| {
+            let c = coord(i, a);
+            c == 0 || c + 1 == shape[a]
+        });
+        if border && !mask[i] {
+            outside[i] = true;
+            stack.push(i);
+        }
+    }
+    while let Some(i) = stack.pop() {
+        for a in 0..shape.len() {
+            let c = coord(i, a);
+            let mut visit = |j: usize| {
+                if !mask[j] && !outside[j] {
+                    outside[j] = true;
+                    stack.push(j);
+                }
+            };
+            if c > 0 {
+                visit(i - strides[a]);
+            }
+            if c + 1 < shape[a] {
+                visit(i + strides[a]);
+            }
+        }
+    }
+    outside.iter().map(|&o| !o).collect()
+}
+
 fn moments(x: &[f32]) -> (f64, f64) {
     use rayon::prelude::*;
     let n = x.len().max(1) as f64;
@@ -452,8 +543,8 @@ mod tests {
         let mut d: Vec<f32> = (0..200)
             .map(|i| (i % 17) as f32 * (1 + i / 100) as f32)
             .collect();
-        Normalize::NnunetZscore(NoSettings {})
-            .apply(&mut d, 2)
+        Normalize::NnunetZscore(ZscoreSettings::default())
+            .apply(&mut d, &[10, 10], 2)
             .unwrap();
         for c in d.chunks(100) {
             let (m, v) = moments(c);
@@ -462,8 +553,67 @@ mod tests {
         let mut one = vec![3.0f32; 10];
         assert!(
             Normalize::TorchioZNormalization(NoSettings {})
-                .apply(&mut one, 1)
+                .apply(&mut one, &[10], 1)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn the_nonzero_mask_fills_holes_but_not_what_reaches_the_border() {
+        // 2D, 7 x 8: a ring of ones with a zero inside (a hole), a zero channel in the ring's
+        // wall that opens the second ring to the border (not a hole)
+        let rows = [
+            "00000000", "01110000", "01010000", "01110111", "00000101", "00000100", "00000111",
+        ];
+        let data: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| r.chars().map(|c| if c == '1' { 2.0 } else { 0.0 }))
+            .collect();
+        let mask = nonzero_mask(&data, &[7, 8], 1);
+        let at = |y: usize, x: usize| mask[y * 8 + x];
+        assert!(at(2, 2), "the enclosed zero is a hole, filled");
+        assert!(
+            !at(4, 6) && !at(5, 6),
+            "the open ring's inside reaches the border"
+        );
+        assert!(!at(0, 0) && at(1, 1) && at(3, 5));
+        // a second channel's nonzero voxels join the mask
+        let mut two = data.clone();
+        two.extend((0..56).map(|i| if i == 0 { 1.0 } else { 0.0 }));
+        assert!(nonzero_mask(&two, &[7, 8], 2)[0]);
+    }
+
+    #[test]
+    fn masked_zscore_changes_the_mask_only() {
+        let rows = ["000000", "012300", "040500", "067800", "000000"];
+        let mut d: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| r.chars().map(|c| c.to_digit(10).unwrap_or(0) as f32))
+            .collect();
+        let raw = d.clone();
+        let z = Normalize::NnunetZscore(ZscoreSettings {
+            use_mask_for_norm: true,
+        });
+        let maps = z.apply(&mut d, &[5, 6], 1).unwrap();
+        let mask = nonzero_mask(&raw, &[5, 6], 1);
+        assert_eq!(
+            mask.iter().filter(|&&m| m).count(),
+            9,
+            "the 3 x 3 block, hole filled"
+        );
+        let inside: Vec<f32> = d
+            .iter()
+            .zip(&mask)
+            .filter_map(|(&v, &m)| m.then_some(v))
+            .collect();
+        let (m, v) = moments(&inside);
+        assert!(m.abs() < 1e-6 && (v.sqrt() - 1.0).abs() < 1e-6, "{m} {v}");
+        for (i, (&a, &b)) in d.iter().zip(&raw).enumerate() {
+            if !mask[i] {
+                assert_eq!(a, b);
+            } else {
+                assert!((a as f64 - (maps[0].0 * b as f64 + maps[0].1)).abs() < 1e-5);
+            }
+        }
     }
 }
