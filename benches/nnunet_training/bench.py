@@ -9,6 +9,8 @@ train_step (the GPU idles while the loop waits for data).
 
   python bench.py prepare WORK T1 LABELS [N_CASES]
   python bench.py train WORK VARIANT ITERS        (prints one JSON line)
+  python bench.py converge WORK VARIANT SEED EPOCHS ITERS VAL_ITERS   (one JSON line: the
+      validation pseudo-Dice of every epoch, nnU-Net's own metric, from a short real training)
 
 VARIANT: default | augscope | augscope-workers | default-elastic | augscope-elastic | noda (no
 augmentation: the floor). augscope keeps the training cases on the GPU when they fit;
@@ -97,14 +99,19 @@ def train(work, variant, iters):
     tr.on_train_start()
     start_s = time.time() - t0
     tr.on_epoch_start(); tr.on_train_epoch_start()
+    import resource
     waits, steps, losses = [], [], []
+    cpu0, t_cpu0 = None, None
     for i in range(iters):
+        if i == min(10, iters // 4):
+            cpu0, t_cpu0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         a = time.perf_counter(); batch = next(tr.dataloader_train)
         b = time.perf_counter(); out = tr.train_step(batch)
         if dev.type == "cuda": torch.cuda.synchronize()
         c = time.perf_counter()
         waits.append(b - a); steps.append(c - b); losses.append(float(out["loss"]))
     skip = min(10, iters // 4)
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     w, s = waits[skip:], steps[skip:]
     it = [x + y for x, y in zip(w, s)]
     import statistics as st
@@ -116,16 +123,67 @@ def train(work, variant, iters):
            "patch": [int(x) for x in tr.configuration_manager.patch_size],
            "batch": int(tr.configuration_manager.batch_size),
            "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)],
-           "train_loader": type(tr.dataloader_train).__name__}
+           "train_loader": type(tr.dataloader_train).__name__,
+           # CPU time of the training process itself (not its workers) over the timed
+           # iterations, in cores
+           "train_process_cores": round((cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime
+                                         - cpu0.ru_stime) / (time.perf_counter() - t_cpu0), 2)}
     print(json.dumps(res), flush=True)
     import multiprocessing
     for ch in multiprocessing.active_children():   # the augmenters' workers
         ch.terminate()
     os._exit(0)
 
+def converge(work, variant, seed, epochs, iters, val_iters):
+    """A short real training: EPOCHS epochs of ITERS iterations, each followed by VAL_ITERS
+    validation batches; nnU-Net's pseudo-Dice (mean foreground Dice over the validation batches)
+    per epoch, and its EMA as nnU-Net's logger keeps it. The learning rate decays over the EPOCHS
+    (nnU-Net's poly schedule with num_epochs = EPOCHS)."""
+    env(work)
+    os.environ["AUGSCOPE_SEED"] = str(seed)
+    import random
+    import numpy as np
+    import torch
+    from batchgenerators.utilities.file_and_folder_operations import load_json
+    random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
+    cls = trainer_class(variant)
+    pre = f"{work}/pre/{NAME}"
+    plans = load_json(f"{pre}/nnUNetPlans.json"); dsj = load_json(f"{pre}/dataset.json")
+    plans["continue_training"] = False
+    dev = torch.device(os.environ.get("E2E_DEVICE", "cuda"))
+    tr = cls(plans, "3d_fullres", 0, dsj, device=dev)
+    tr.num_epochs, tr.num_iterations_per_epoch = epochs, iters
+    tr.num_val_iterations_per_epoch = val_iters
+    t0 = time.time()
+    tr.on_train_start()
+    dice, ema, losses = [], [], []
+    for epoch in range(epochs):
+        tr.on_epoch_start(); tr.on_train_epoch_start()
+        outs = [tr.train_step(next(tr.dataloader_train)) for _ in range(iters)]
+        tr.on_train_epoch_end(outs)
+        with torch.no_grad():
+            tr.on_validation_epoch_start()
+            val = [tr.validation_step(next(tr.dataloader_val)) for _ in range(val_iters)]
+            tr.on_validation_epoch_end(val)
+        d = float(tr.logger.get_value("mean_fg_dice", step=-1))
+        dice.append(round(d, 4))
+        ema.append(round(d if not ema else 0.9 * ema[-1] + 0.1 * d, 4))
+        losses.append(round(float(tr.logger.get_value("train_losses", step=-1)), 4))
+        tr.current_epoch += 1
+    print(json.dumps({"variant": variant, "seed": seed, "epochs": epochs, "iters": iters,
+                      "val_iters": val_iters, "pseudo_dice": dice, "pseudo_dice_ema": ema,
+                      "train_loss": losses, "seconds": round(time.time() - t0, 1)}), flush=True)
+    import multiprocessing
+    for ch in multiprocessing.active_children():
+        ch.terminate()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "prepare":
         prepare(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else 8)
+    elif cmd == "converge":
+        converge(sys.argv[2], sys.argv[3], *[int(a) for a in sys.argv[4:8]])
     else:
         train(sys.argv[2], sys.argv[3], int(sys.argv[4]))

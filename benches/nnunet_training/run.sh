@@ -12,7 +12,8 @@
 # augscope wheel; a variant written NAME@base runs with it (an A/B in one call, on one host).
 # VARIANTS: "name:workers ..." with name default | augscope | default-elastic |
 # augscope-elastic | noda. ITERS (default 60; the first quarter, at most 10, is not timed),
-# RUN_S (the time limit of one variant), CASES (default 8).
+# RUN_S (the time limit of one variant), CASES (default 8). CONVERGE (below): short trainings that
+# compare the trainers' validation pseudo-Dice.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; T0=$(date +%s)
@@ -37,5 +38,16 @@ for v in ${VARIANTS:-default:12 augscope:12 default:4 augscope:4}; do
     > "$OUT/train_${name}_$n.log" 2>&1
   line=$(grep -E '^\{' "$OUT/train_${name}_$n.log" | tail -1)
   if [[ -n $line ]]; then echo "${line%\}}, \"name\": \"$name\"}" | tee -a "$OUT/results.jsonl"; else tail -5 "$OUT/train_${name}_$n.log"; fi
+done
+# CONVERGE="variant:seed ...": short real trainings (EPOCHS of EPOCH_ITERS iterations and
+# VAL_ITERS validation batches each), one JSON line of per-epoch pseudo-Dice per run in
+# $OUT/converge.jsonl.
+for v in ${CONVERGE:-}; do
+  name=${v%%:*}; seed=${v##*:}
+  el "converge $name seed=$seed"
+  PYTHONPATH=/tmp/site:$HERE/stubs nnUNet_n_proc_DA=${CONVERGE_WORKERS:-12} timeout ${CONVERGE_S:-120} \
+    python3 "$HERE/bench.py" converge $W $name $seed \
+    ${EPOCHS:-8} ${EPOCH_ITERS:-40} ${VAL_ITERS:-8} > "$OUT/converge_${name}_$seed.log" 2>&1
+  grep -E '^\{' "$OUT/converge_${name}_$seed.log" | tail -1 | tee -a "$OUT/converge.jsonl" || tail -5 "$OUT/converge_${name}_$seed.log"
 done
 el done
