@@ -72,14 +72,20 @@ class _Keyed:
         return s[::-1] if self.spatial_order == "xyz" else s
 
     def _run(self, x, plan, spacing, label):
-        """One array (channel first) through `plan`, back in its own axis order and type."""
-        p = _label_plan(plan) if label else plan
-        from . import apply, normalize
+        """One array (channel first) through `plan`, back in its own axis order and type; or a
+        batch `(B, C, *spatial)` through a list of plans, one per sample, in one call."""
+        many = isinstance(plan, list)
+        p = plan
+        if label:
+            p = [_label_plan(q) for q in plan] if many else _label_plan(plan)
+        from . import _stack, apply, normalize
         dtype = getattr(x, "dtype", None)
         x = self._to_aug(x)
         if not label and self.aug._normalize is not None:
             # The preset's training units, as `Augment` and `augscope batch` give them.
-            x = normalize(x, self.aug._normalize, channels=True)
+            norm = self.aug._normalize
+            x = _stack([normalize(x[b], norm, channels=True) for b in range(x.shape[0])]) \
+                if many else normalize(x, norm, channels=True)
         out = apply(x, p, channels=True, spacing=spacing,
                     device=self.aug.device, precision=self.aug.precision).image
         out = self._from_aug(out)
@@ -105,6 +111,11 @@ class RandAugscoped(_Keyed):
 
     `spacing`: voxel size in mm per axis in the arrays' order (for presets in mm space or with
     translations in mm); by default a MetaTensor's `pixdim`. The draw and the apply use it.
+
+    A collated batch, `(B, C, *spatial)` arrays (after `ThreadDataLoader` or a DataLoader, on
+    the GPU after `ToDeviced`), gets a draw per sample (the next B indices, or the batch's
+    `index_key` values) and runs in one engine call per key (batched launches on a GPU);
+    `augscope_done` and `augscope_plan` are then lists of JSON strings, one per sample.
 
     The intensity steps draw per channel of the first image key, and act on images only. A
     preset's `[normalize]` is applied to each image first (`normalize=False`: your pipeline
@@ -168,22 +179,33 @@ class RandAugscoped(_Keyed):
             d["augscope_plan"] = "{}"
             return d
         first = d[present[0]]
-        index = None
+        # A collated batch (after ThreadDataLoader or DataLoader): (B, C, *spatial).
+        batched = len(first.shape) == self.ndim + 2
+        count = int(first.shape[0]) if batched else 1
         if self.index_key is not None:
-            index = int(d[self.index_key])
+            ix = d[self.index_key]
+            indices = [int(i) for i in ix] if batched else [int(ix)]
         else:
-            index = self.aug._counter
-            self.aug._counter += 1
+            indices = [self.aug._counter + b for b in range(count)]
+            self.aug._counter += count
+        item = first[0] if batched else first
         spacing = self._spacing(self.spacing if self.spacing is not None
-                                else _meta_pixdim(first, self.ndim))
+                                else _meta_pixdim(item, self.ndim))
         # The intensity steps draw per channel: as many as the images have.
         images = [d[k] for k in self.keys if k in d]
-        channels = int(images[0].shape[0]) if images else 1
-        plan, done = self.aug.draw(self._grid(first), index, self.epoch, spacing, channels)
+        channels = int(images[0].shape[1 if batched else 0]) if images else 1
+        drawn = [self.aug.draw(self._grid(item), i, self.epoch, spacing, channels)
+                 for i in indices]
+        plans = [p for p, _ in drawn]
         for k in present:
-            d[k] = _rewrap(d[k], self._run(_unwrap(d[k]), plan, spacing, k in self.label_keys))
-        d["augscope_done"] = json.dumps(done)
-        d["augscope_plan"] = json.dumps(plan)
+            d[k] = _rewrap(d[k], self._run(_unwrap(d[k]), plans if batched else plans[0],
+                                           spacing, k in self.label_keys))
+        if batched:
+            d["augscope_done"] = [json.dumps(done) for _, done in drawn]
+            d["augscope_plan"] = [json.dumps(p) for p in plans]
+        else:
+            d["augscope_done"] = json.dumps(drawn[0][1])
+            d["augscope_plan"] = json.dumps(plans[0])
         return d
 
 

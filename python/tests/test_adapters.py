@@ -326,3 +326,27 @@ def test_adapters_draw_per_channel_and_normalise_images_only():
     want_t = augscope.apply(augscope.normalize(zyx(img), {"method": "nnunet_zscore"},
                                                channels=True), plan_t, channels=True).image
     assert np.array_equal(got["t1"].data.numpy(), want_t.transpose(0, 3, 2, 1))
+
+
+def test_monai_transform_on_a_collated_batch_draws_per_sample_in_one_call():
+    """After ThreadDataLoader (or a DataLoader) the dictionary holds (B, C, *spatial) arrays:
+    sample b gets the draw of index counter + b (or of its index_key value), the same as the
+    transform on the sample alone."""
+    imgs = np.stack([np.stack([scan((18, 16, 14), 2 * b), scan((18, 16, 14), 2 * b + 1)])
+                     for b in range(3)])
+    labs = np.stack([seg((1, 18, 16, 14))] * 3)
+    t = RandAugscoped(keys="image", label_keys="label", preset=INTENSITY, seed=9)
+    out = t({"image": torch.from_numpy(imgs), "label": torch.from_numpy(labs)})
+    assert out["image"].shape == (3, 2, 18, 16, 14) and len(out["augscope_plan"]) == 3
+    one = RandAugscoped(keys="image", label_keys="label", preset=INTENSITY, seed=9,
+                        index_key="i")
+    for b in range(3):
+        alone = one({"image": torch.from_numpy(imgs[b]), "label": torch.from_numpy(labs[b]),
+                     "i": b})
+        assert torch.equal(out["image"][b], alone["image"]), b
+        assert torch.equal(out["label"][b], alone["label"]), b
+        assert out["augscope_plan"][b] == alone["augscope_plan"]
+    # index_key on a batch: the indices it holds
+    again = one({"image": torch.from_numpy(imgs), "label": torch.from_numpy(labs),
+                 "i": torch.tensor([0, 1, 2])})
+    assert torch.equal(again["image"], out["image"])
