@@ -6,9 +6,11 @@ centre crop, its seven intensity transforms and `MirrorTransform`) leaves the CP
 processes and runs in `train_step` on the training GPU, through augscope: the preset you tuned in
 the explorer, spatial part and `[[intensity]]` steps, exact scipy boundary modes, orders 0/1/3,
 the dense elastic field and the noise made on the device, on the batch where it already is. The
-deep-supervision targets are then made on the GPU by batchgeneratorsv2's own
-`DownsampleSegForDSTransform`. Everything else (masks, regions, the cascade) stays where nnU-Net
-puts it.
+rest of nnU-Net's pipeline follows on the device tensors, in nnU-Net's order (the mask of
+`use_mask_for_norm`, which zeroes the image outside the nonzero region after the intensity steps,
+the −1 label's removal, the cascade's and the regions' steps), and the deep-supervision targets
+are made on the GPU by batchgeneratorsv2's own `DownsampleSegForDSTransform`. The data loader
+transforms nothing.
 
 Differences from nnU-Net's own pipeline, by design:
 - augscope mirrors before the intensity steps, nnU-Net after them (the distributions are the
@@ -87,14 +89,31 @@ def _build():
         @staticmethod
         def get_training_transforms(patch_size, rotation_for_DA, deep_supervision_scales,
                                     mirror_axes, do_dummy_2d_data_aug, *args, **kwargs):
-            """nnU-Net's CPU pipeline without the spatial transform, the intensity transforms, the
-            mirroring and the deep-supervision downsampling (all of them run in `augscope_batch`
-            on the GPU)."""
+            """Nothing for the data loader: nnU-Net's whole training pipeline runs in
+            `augscope_batch` on the GPU (augscope's transform, then `augscope_after`)."""
             compose = nnUNetTrainer.get_training_transforms(
                 patch_size, rotation_for_DA, None, mirror_axes, do_dummy_2d_data_aug, *args,
                 **kwargs)
-            compose.transforms = [t for t in compose.transforms if not runs_on_the_gpu(t)]
+            compose.transforms = []
             return compose
+
+        def augscope_after(self):
+            """What nnU-Net applies after its spatial, intensity and mirror transforms (the mask
+            of `use_mask_for_norm`, the −1 label's removal, the cascade's and the regions'
+            steps), in its order, without the deep-supervision downsampling: run on the device
+            tensors of each sample once augscope's transform is done, as nnU-Net runs them."""
+            after = getattr(self, "_augscope_after", None)
+            if after is None:
+                lm = self.label_manager
+                after = nnUNetTrainer.get_training_transforms(
+                    self.configuration_manager.patch_size, None, None, None, False,
+                    use_mask_for_norm=self.configuration_manager.use_mask_for_norm,
+                    is_cascaded=self.is_cascaded, foreground_labels=lm.foreground_labels,
+                    regions=lm.foreground_regions if lm.has_regions else None,
+                    ignore_label=lm.ignore_label)
+                after.transforms = [t for t in after.transforms if not runs_on_the_gpu(t)]
+                self._augscope_after = after
+            return after
 
         def augscope_augment(self):
             """The transform of this trainer: the preset, seeded, cutting nnU-Net's patch from
@@ -133,6 +152,12 @@ def _build():
             out = aug(data, target, index=self._augscope_seen, epoch=epoch)
             self._augscope_seen += data.shape[0]
             data, seg = out.image, out.label
+            after = self.augscope_after()
+            if after.transforms:
+                done = [after(**{"image": data[b], "segmentation": seg[b]})
+                        for b in range(data.shape[0])]
+                data = torch.stack([d["image"] for d in done])
+                seg = torch.stack([d["segmentation"] for d in done])
             scales = self._get_deep_supervision_scales() \
                 if getattr(self, "enable_deep_supervision", False) else None
             if scales is not None:
@@ -162,7 +187,7 @@ def _build():
             from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
             if self.dataset_class is None:
                 self.dataset_class = infer_dataset_class(self.preprocessed_dataset_folder)
-            if self.is_cascaded or self.label_manager.has_regions:
+            if self.is_cascaded:
                 return super().get_dataloaders()
             dataset_tr, dataset_val = self.get_tr_and_val_datasets()
             free, _ = torch.cuda.mem_get_info(self.device)
@@ -183,13 +208,7 @@ def _build():
                                       sampling_probabilities=None, pad_sides=None,
                                       transforms=None,
                                       probabilistic_oversampling=self.probabilistic_oversampling)
-            rest = self.get_training_transforms(
-                patch, None, None, None, False,
-                use_mask_for_norm=self.configuration_manager.use_mask_for_norm,
-                is_cascaded=self.is_cascaded,
-                foreground_labels=self.label_manager.foreground_labels, regions=None,
-                ignore_label=self.label_manager.ignore_label)
-            train = _ResidentLoader(picker, dataset_tr, self.device, rest)
+            train = _ResidentLoader(picker, dataset_tr, self.device, None)
             self.print_to_log_file(f"augscope: {len(train.cases)} training cases resident on "
                                    f"{self.device} ({need / 2**30:.2f} GiB)")
             # nnU-Net's validation loader, as nnU-Net makes it.
@@ -230,9 +249,9 @@ def _resident_bytes(dataset):
 
 class _ResidentLoader:
     """Training batches cut from cases that stay in GPU memory: nnU-Net's data loader chooses the
-    cases and the boxes (its sampling and foreground oversampling, in this process), the boxes
-    are cut on the device (padded with 0, label maps with -1, as nnU-Net pads), and what is left
-    of nnU-Net's CPU pipeline (e.g. the -1 label's removal) runs on the device tensors."""
+    cases and the boxes (its sampling and foreground oversampling, in this process), and the
+    boxes are cut on the device (padded with 0, label maps with -1, as nnU-Net pads); then
+    `transforms`, if any, per sample."""
 
     def __init__(self, picker, dataset, device, transforms):
         import numpy as np

@@ -245,8 +245,15 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
                 "ContrastTransform", "MultiplicativeBrightnessTransform",
                 "SimulateLowResolutionTransform"} & set(inner), inner
 
+    assert compose.transforms == [], "the data loader transforms nothing"
+
     trainer = cls.__new__(cls)
-    trainer.configuration_manager = SimpleNamespace(patch_size=patch)
+    # nnU-Net's use_mask_for_norm: its MaskImageTransform zeroes the image where the label map
+    # is -1 after the intensity steps, then RemoveLabelTansform makes -1 a 0
+    trainer.configuration_manager = SimpleNamespace(patch_size=patch, use_mask_for_norm=[True])
+    trainer.label_manager = SimpleNamespace(foreground_labels=[1, 2], has_regions=False,
+                                            foreground_regions=None, ignore_label=None)
+    trainer.is_cascaded = False
     trainer.device = torch.device("cpu")
     trainer.current_epoch = 2
     trainer.enable_deep_supervision = True
@@ -254,25 +261,39 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
     trainer.augscope_preset = json.dumps(PRESET)
     trainer.augscope_seed = 11
     data = torch.from_numpy(np.stack([scan((1, 22, 24, 20), s) for s in range(2)]))
-    target = torch.from_numpy(np.stack([seg((1, 22, 24, 20))] * 2).astype(np.int16))
+    target = np.stack([seg((1, 22, 24, 20))] * 2).astype(np.int16)
+    target[:, :, :6] = -1  # outside nnU-Net's nonzero mask
+    target = torch.from_numpy(target)
+
+    def expect(b, plan):
+        """augscope's transform, then nnU-Net's mask and -1 removal."""
+        img = augscope.apply(data[b], plan, channels=True).image
+        lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0, intensity=[]),
+                             channels=True).image.round().to(torch.int16)
+        img[:, lab[0] < 0] = 0
+        lab[lab == -1] = 0
+        return img, lab
+
     out = trainer.augscope_batch({"data": data, "target": target, "keys": ["a", "b"]})
     assert out["data"].shape == (2, 1, 16, 16, 16) and out["keys"] == ["a", "b"]
     assert [tuple(t.shape) for t in out["target"]] == [(2, 1, 16, 16, 16), (2, 1, 8, 8, 8),
                                                       (2, 1, 4, 4, 4)]
     aug = augscope.Augment(json.dumps(PRESET), seed=11, patch_size=patch)
     ds = DownsampleSegForDSTransform(ds_scales=scales)
+    masked = 0
     for b in range(2):
         plan, _ = aug.draw([22, 24, 20], b, 2)
-        want = augscope.apply(data[b], plan, channels=True).image
+        want, lab = expect(b, plan)
+        masked += int((want == 0).sum())
         assert torch.equal(out["data"][b], want)
-        lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0, intensity=[]),
-                             channels=True).image.round().to(torch.int16)
+        assert (out["target"][0][b] >= 0).all()
         for k, w in enumerate(ds._apply_to_segmentation(lab)):
             assert torch.equal(out["target"][k][b], w)
     # the next batch of the epoch continues the sample count
     out2 = trainer.augscope_batch({"data": data, "target": target})
+    assert masked > 0, "no voxel of the -1 region reached the patches"
     plan2, _ = aug.draw([22, 24, 20], 2, 2)
-    assert torch.equal(out2["data"][0], augscope.apply(data[0], plan2, channels=True).image)
+    assert torch.equal(out2["data"][0], expect(0, plan2)[0])
     # nnunet-v2: the intensity steps reach the image, never the target.
     trainer._augscope = None
     trainer.augscope_preset = "nnunet-v2"
@@ -283,9 +304,8 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
         for b in range(2):
             plan, _ = aug.draw([22, 24, 20], 2 * k + b, 2, channels=1)
             seen += bool(plan.get("intensity"))
-            assert torch.equal(out["data"][b], augscope.apply(data[b], plan, channels=True).image)
-            lab = augscope.apply(target[b].float(), dict(plan, order=0, cval=0.0, intensity=[]),
-                                 channels=True).image.round().to(torch.int16)
+            want, lab = expect(b, plan)
+            assert torch.equal(out["data"][b], want)
             assert torch.equal(out["target"][0][b], ds._apply_to_segmentation(lab)[0])
     assert seen > 0, "no draw of twelve had an intensity step"
 
