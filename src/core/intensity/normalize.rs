@@ -377,7 +377,6 @@ impl Normalize {
     }
 }
 
-/// Mean and population variance of `x` (sums in f64).
 /// nnU-Net's nonzero mask (`create_nonzero_mask`): the voxels of `shape` where any of the
 /// `channels` channels is nonzero, with the holes filled as scipy's `binary_fill_holes` fills
 /// them (a voxel outside the mask is a hole unless a path of face neighbours outside the mask
@@ -428,6 +427,7 @@ fn nonzero_mask(data: &[f32], shape: &[usize], channels: usize) -> Vec<bool> {
     outside.iter().map(|&o| !o).collect()
 }
 
+/// Mean and population variance of `x` (sums in f64).
 fn moments(x: &[f32]) -> (f64, f64) {
     use rayon::prelude::*;
     let n = x.len().max(1) as f64;
