@@ -212,10 +212,12 @@ def _build():
             self.print_to_log_file(f"augscope: {len(train.cases)} training cases resident on "
                                    f"{self.device} ({need / 2**30:.2f} GiB)")
             # nnU-Net's validation loader, as nnU-Net makes it.
+            lm = self.label_manager
             val_transforms = self.get_validation_transforms(
                 self._get_deep_supervision_scales(), is_cascaded=self.is_cascaded,
-                foreground_labels=self.label_manager.foreground_labels, regions=None,
-                ignore_label=self.label_manager.ignore_label)
+                foreground_labels=lm.foreground_labels,
+                regions=lm.foreground_regions if lm.has_regions else None,
+                ignore_label=lm.ignore_label)
             dl_val = nnUNetDataLoader(dataset_val, self.batch_size, patch, patch,
                                       self.label_manager,
                                       oversample_foreground_percent=self.
