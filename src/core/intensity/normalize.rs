@@ -243,33 +243,29 @@ impl Normalize {
         }
         let every = |ab: (f64, f64)| vec![ab; channels];
         Ok(match self {
-            Normalize::NnunetZscore(z) if z.use_mask_for_norm => {
-                let mask = nonzero_mask(data, shape, channels);
+            Normalize::NnunetZscore(z) => {
+                // With use_mask_for_norm, the statistics and the change inside the mask only.
+                let mask = z
+                    .use_mask_for_norm
+                    .then(|| nonzero_mask(data, shape, channels));
                 let mut maps = vec![];
                 for x in data.chunks_mut(n) {
-                    let inside: Vec<f32> = x
-                        .iter()
-                        .zip(&mask)
-                        .filter_map(|(&v, &m)| m.then_some(v))
-                        .collect();
-                    let (mean, var) = moments(&inside);
+                    let (mean, var) = match &mask {
+                        Some(mask) => {
+                            let inside: Vec<f32> = x
+                                .iter()
+                                .zip(mask)
+                                .filter_map(|(&v, &m)| m.then_some(v))
+                                .collect();
+                            moments(&inside)
+                        }
+                        None => moments(x),
+                    };
                     let (m, s) = (mean as f32, (var.sqrt() as f32).max(EPS));
-                    for (v, &inside) in x.iter_mut().zip(&mask) {
-                        if inside {
+                    for (i, v) in x.iter_mut().enumerate() {
+                        if mask.as_ref().is_none_or(|mask| mask[i]) {
                             *v = (*v - m) / s;
                         }
-                    }
-                    maps.push((1.0 / s as f64, -(m as f64) / s as f64));
-                }
-                maps
-            }
-            Normalize::NnunetZscore(_) => {
-                let mut maps = vec![];
-                for x in data.chunks_mut(n) {
-                    let (mean, var) = moments(x);
-                    let (m, s) = (mean as f32, (var.sqrt() as f32).max(EPS));
-                    for v in x.iter_mut() {
-                        *v = (*v - m) / s;
                     }
                     maps.push((1.0 / s as f64, -(m as f64) / s as f64));
                 }
