@@ -85,8 +85,8 @@ def trainer_class(variant):
             return c
     return nnUNetTrainerElastic
 
-def train(work, variant, iters):
-    env(work)
+def trainer(work, variant):
+    """The variant's trainer over the prepared dataset (3d_fullres, fold 0), on E2E_DEVICE."""
     import torch
     from batchgenerators.utilities.file_and_folder_operations import load_json
     cls = trainer_class(variant)
@@ -94,7 +94,12 @@ def train(work, variant, iters):
     plans = load_json(f"{pre}/nnUNetPlans.json"); dsj = load_json(f"{pre}/dataset.json")
     plans["continue_training"] = False
     dev = torch.device(os.environ.get("E2E_DEVICE", "cuda"))
-    tr = cls(plans, "3d_fullres", 0, dsj, device=dev)
+    return cls(plans, "3d_fullres", 0, dsj, device=dev), dev
+
+def train(work, variant, iters):
+    env(work)
+    import torch
+    tr, dev = trainer(work, variant)
     t0 = time.time()
     tr.on_train_start()
     start_s = time.time() - t0
@@ -144,14 +149,8 @@ def converge(work, variant, seed, epochs, iters, val_iters):
     import random
     import numpy as np
     import torch
-    from batchgenerators.utilities.file_and_folder_operations import load_json
     random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
-    cls = trainer_class(variant)
-    pre = f"{work}/pre/{NAME}"
-    plans = load_json(f"{pre}/nnUNetPlans.json"); dsj = load_json(f"{pre}/dataset.json")
-    plans["continue_training"] = False
-    dev = torch.device(os.environ.get("E2E_DEVICE", "cuda"))
-    tr = cls(plans, "3d_fullres", 0, dsj, device=dev)
+    tr, _ = trainer(work, variant)
     tr.num_epochs, tr.num_iterations_per_epoch = epochs, iters
     tr.num_val_iterations_per_epoch = val_iters
     t0 = time.time()

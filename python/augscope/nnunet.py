@@ -199,15 +199,18 @@ def _build():
                 return super().get_dataloaders()
             _, _, initial, _ = self.configure_rotation_dummyDA_mirroring_and_inital_patch_size()
             patch = self.configuration_manager.patch_size
+
+            def loader(dataset, size, transforms):
+                """nnU-Net's data loader, as its get_dataloaders makes it."""
+                return nnUNetDataLoader(
+                    dataset, self.batch_size, size, patch, self.label_manager,
+                    oversample_foreground_percent=self.oversample_foreground_percent,
+                    sampling_probabilities=None, pad_sides=None, transforms=transforms,
+                    probabilistic_oversampling=self.probabilistic_oversampling)
+
             # nnU-Net's own loader picks the cases and boxes (foreground oversampling included);
             # it loads nothing itself.
-            picker = nnUNetDataLoader(dataset_tr, self.batch_size, initial, patch,
-                                      self.label_manager,
-                                      oversample_foreground_percent=self.
-                                      oversample_foreground_percent,
-                                      sampling_probabilities=None, pad_sides=None,
-                                      transforms=None,
-                                      probabilistic_oversampling=self.probabilistic_oversampling)
+            picker = loader(dataset_tr, initial, None)
             train = _ResidentLoader(picker, dataset_tr, self.device, None)
             self.print_to_log_file(f"augscope: {len(train.cases)} training cases resident on "
                                    f"{self.device} ({need / 2**30:.2f} GiB)")
@@ -218,13 +221,7 @@ def _build():
                 foreground_labels=lm.foreground_labels,
                 regions=lm.foreground_regions if lm.has_regions else None,
                 ignore_label=lm.ignore_label)
-            dl_val = nnUNetDataLoader(dataset_val, self.batch_size, patch, patch,
-                                      self.label_manager,
-                                      oversample_foreground_percent=self.
-                                      oversample_foreground_percent,
-                                      sampling_probabilities=None, pad_sides=None,
-                                      transforms=val_transforms,
-                                      probabilistic_oversampling=self.probabilistic_oversampling)
+            dl_val = loader(dataset_val, patch, val_transforms)
             n = get_allowed_n_proc_DA()
             val = SingleThreadedAugmenter(dl_val, None) if n == 0 else \
                 NonDetMultiThreadedAugmenter(data_loader=dl_val, transform=None,
