@@ -107,9 +107,13 @@ def test_monai_records_batch_in_a_dataloader():
     data = [{"image": scan((1, 10, 9, 8), i), "id": i} for i in range(4)]
     for loader in (DataLoader, MonaiLoader):
         t = RandAugscoped(keys="image", preset=PRESET, index_key="id", seed=1)
+        dataset = Dataset(data, transform=t)
+        # MONAI's Dataset wraps the transform in a Compose, which reseeds it from an unseeded
+        # generator (unless monai.utils.set_determinism ran): seed it again after.
+        t.set_random_state(seed=1)
         # A seeded generator: MONAI's loader draws the transform's seed from it (from torch's
         # global generator otherwise, which would make the draws, and this test, random).
-        batches = list(loader(Dataset(data, transform=t), batch_size=2, num_workers=0,
+        batches = list(loader(dataset, batch_size=2, num_workers=0,
                               generator=torch.Generator().manual_seed(5)))
         assert len(batches) == 2 and batches[0]["image"].shape == (2, 1, 10, 9, 8)
         # MONAI's loader seeds the transform: the draws are those of its seed now.
