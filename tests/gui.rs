@@ -40,7 +40,7 @@ fn harness(image: PathBuf, label: Option<PathBuf>) -> Harness<'static, App> {
 }
 
 fn sample() -> Harness<'static, App> {
-    harness(app::SAMPLE.into(), Some(app::SAMPLE_LABEL.into()))
+    harness(app::sample(), Some(app::sample_label()))
 }
 
 /// The slider with this label (egui's slider exposes the bar and its value box).
@@ -160,7 +160,7 @@ fn a_dicom_scan_opens_at_its_own_window() {
 #[test]
 fn a_label_map_of_another_shape_stays_reported() {
     let other = common::fixtures::data("io/i32.nii");
-    let mut h = harness(app::SAMPLE.into(), Some(other));
+    let mut h = harness(app::sample(), Some(other));
     settle(&mut h);
     h.state_mut().state.params.rotate_deg = [5.0, 0.0, 0.0];
     settle(&mut h);
@@ -236,12 +236,8 @@ fn latency_slice_path() {
     use augscope::engine::cpu::CpuBackend;
     use augscope::io::{LoadOptions, load};
 
-    let image = load(std::path::Path::new(app::SAMPLE), &LoadOptions::default()).expect("sample");
-    let label = load(
-        std::path::Path::new(app::SAMPLE_LABEL),
-        &LoadOptions::default(),
-    )
-    .expect("labels");
+    let image = load(&app::sample(), &LoadOptions::default()).expect("sample");
+    let label = load(&app::sample_label(), &LoadOptions::default()).expect("labels");
     let views = slices::views(&image);
     let cursor: Vec<usize> = image.shape.iter().map(|n| n / 2).collect();
     let cpu = SliceEngines::new(std::sync::Arc::new(CpuBackend::new()));

@@ -34,7 +34,7 @@ fn gpu_tour() {
     let mut report = String::new();
 
     // The MNI sample resampled to 256×512×512 (real anatomy at the benchmark's size).
-    let mni = io::load(std::path::Path::new(app::SAMPLE), &LoadOptions::default()).expect("mni");
+    let mni = io::load(&app::sample(), &LoadOptions::default()).expect("mni");
     let shape = vec![256, 512, 512];
     let plan = Plan {
         scale: mni

@@ -438,7 +438,7 @@ fn toggles_change_what_is_drawn_and_persist() {
 fn overlay_timings() {
     use augscope::app::overlay::{OverlayEngine, Request};
     let vol = augscope::io::load(
-        Path::new(augscope::app::SAMPLE),
+        &augscope::app::sample(),
         &augscope::io::LoadOptions::default(),
     )
     .expect("sample loads");
@@ -553,7 +553,7 @@ fn a_2d_image_gets_both_overlays() {
 #[test]
 #[ignore]
 fn overlay_frame_cost() {
-    let mut h = harness(augscope::app::SAMPLE.into());
+    let mut h = harness(augscope::app::sample());
     {
         let p = &mut h.state_mut().state.params;
         p.elastic = true;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Command, Runtime, SAMPLE, SAMPLE_LABEL, browse};
+use super::{Command, Runtime, browse};
 
 /// Writes the augmented volume to `path` (float32) and its label map, in its own type, beside it
 /// (`NAME_label.EXT`); each file appears whole or not at all.
@@ -48,7 +48,7 @@ pub(super) fn open(
     label: Option<PathBuf>,
     series: Option<String>,
 ) {
-    let label = label.or_else(|| (image == Path::new(SAMPLE)).then(|| PathBuf::from(SAMPLE_LABEL)));
+    let label = label.or_else(|| (image == sample()).then(sample_label));
     rt.series_picker = None;
     match &rt.worker {
         Some(w) => {
@@ -108,5 +108,99 @@ pub(super) fn save_in_background(rt: &mut Runtime, path: PathBuf) {
                 rt.error = Some(format!("cannot start saving: {e}"));
             }
         }
+    }
+}
+
+const SAMPLE_FILE: &str = "mni152_t1.nii.gz";
+
+/// The folder of the bundled sample: `AUGSCOPE_ASSETS` where set; else an `assets/` folder beside
+/// the binary or one folder above it (the Python wheel's and the release tarball's layout), or
+/// `../share/augscope/assets` (the Debian package's); else the source tree's `assets/`.
+pub fn assets_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe_dir = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.canonicalize().ok())
+            .and_then(|e| e.parent().map(Path::to_path_buf));
+        find_assets(std::env::var_os("AUGSCOPE_ASSETS"), exe_dir.as_deref())
+    })
+    .clone()
+}
+
+/// [`assets_dir`] for a given `AUGSCOPE_ASSETS` and folder of the binary.
+fn find_assets(env: Option<std::ffi::OsString>, exe_dir: Option<&Path>) -> PathBuf {
+    if let Some(d) = env.filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let beside = exe_dir.into_iter().flat_map(|bin| {
+        [
+            bin.join("assets"),
+            bin.join("../assets"),
+            bin.join("../share/augscope/assets"),
+        ]
+    });
+    for d in beside {
+        if d.join(SAMPLE_FILE).is_file() {
+            return d;
+        }
+    }
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets"))
+}
+
+/// The bundled sample scan (MNI152 T1), in [`assets_dir`].
+pub fn sample() -> PathBuf {
+    assets_dir().join(SAMPLE_FILE)
+}
+
+/// The sample's label map (1 grey matter, 2 white matter).
+pub fn sample_label() -> PathBuf {
+    assets_dir().join("mni152_tissue_labels.nii.gz")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_is_found_in_each_packaged_layout() {
+        let source = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets"));
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        let put = |dir: &Path| {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(SAMPLE_FILE), b"nii").unwrap();
+        };
+        // No sample anywhere near the binary: the source tree's.
+        std::fs::create_dir_all(r.join("empty/bin")).unwrap();
+        assert_eq!(find_assets(None, Some(&r.join("empty/bin"))), source);
+        assert_eq!(find_assets(None, None), source);
+        // The wheel (augscope/bin/augscope, augscope/assets/).
+        put(&r.join("wheel/augscope/assets"));
+        let bin = r.join("wheel/augscope/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        assert_eq!(find_assets(None, Some(&bin)), bin.join("../assets"));
+        // The tarball (augscope and assets/ side by side).
+        put(&r.join("tar/assets"));
+        assert_eq!(
+            find_assets(None, Some(&r.join("tar"))),
+            r.join("tar/assets")
+        );
+        // The Debian package (/usr/bin, /usr/share/augscope/assets).
+        put(&r.join("usr/share/augscope/assets"));
+        std::fs::create_dir_all(r.join("usr/bin")).unwrap();
+        assert_eq!(
+            find_assets(None, Some(&r.join("usr/bin"))),
+            r.join("usr/bin/../share/augscope/assets")
+        );
+        // The variable wins; an empty one is unset.
+        assert_eq!(
+            find_assets(Some("/x".into()), Some(&bin)),
+            PathBuf::from("/x")
+        );
+        assert_eq!(
+            find_assets(Some("".into()), Some(&bin)),
+            bin.join("../assets")
+        );
     }
 }

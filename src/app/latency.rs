@@ -228,10 +228,7 @@ fn load_input(opts: &LatencyOptions, worker: &Worker) -> Result<(PathBuf, Arc<Vo
             (p, None)
         }
         (None, Some(p)) => (p.clone(), opts.label.clone()),
-        (None, None) => (
-            PathBuf::from(super::SAMPLE),
-            Some(PathBuf::from(super::SAMPLE_LABEL)),
-        ),
+        (None, None) => (super::sample(), Some(super::sample_label())),
     };
     worker.load(path.clone(), label);
     let loaded = wait_for(worker, TIMEOUT, |r| match r {
@@ -390,9 +387,7 @@ pub fn grid(
             (PathBuf::from("synthetic"), synthetic(shape))
         }
         (None, input) => {
-            let p = input
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(super::SAMPLE));
+            let p = input.clone().unwrap_or_else(super::sample);
             let v = io::load(&p, &Default::default()).map_err(|e| e.to_string())?;
             (p, v)
         }

@@ -76,7 +76,7 @@ pub fn label_entries(data: &[f32], names: &[(u32, String)]) -> Vec<LabelEntry> {
 /// Label names from an nnU-Net `dataset.json` (`"labels": {"liver": 1, ...}`) in the label map's
 /// folder or the one above it; the bundled sample's own names otherwise.
 pub fn label_names(label_path: &Path) -> Vec<(u32, String)> {
-    if label_path == Path::new(super::SAMPLE_LABEL) {
+    if label_path == super::sample_label() {
         return vec![(1, "grey matter".into()), (2, "white matter".into())];
     }
     let dirs = label_path

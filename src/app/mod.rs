@@ -49,18 +49,10 @@ pub use state::{BackendChoice, Colormap, Display, History, Params, State};
 use worker::{Comparison, FullResult, Loaded, MaskSet, SliceSet, Worker};
 
 pub use commands::Command;
-pub use files::label_path_beside;
+pub use files::{assets_dir, label_path_beside, sample, sample_label};
 pub use screenshot::AutoPng;
 pub use scripted::preset_params;
 pub use sync::febds_map;
-
-/// The bundled sample scan (MNI152 T1), relative to the crate root.
-pub const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/mni152_t1.nii.gz");
-/// The sample's label map (1 grey matter, 2 white matter).
-pub const SAMPLE_LABEL: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/assets/mni152_tissue_labels.nii.gz"
-);
 
 /// Opens the window on the given file (or the bundled sample) and runs until it is closed;
 /// `series` chooses the series of a DICOM folder of several (else the picker offers them).
@@ -108,10 +100,7 @@ pub fn run(
 pub fn initial_files(files: Vec<PathBuf>, label: Option<PathBuf>) -> (PathBuf, Option<PathBuf>) {
     match files.into_iter().next() {
         Some(f) => (f, label),
-        None => (
-            PathBuf::from(SAMPLE),
-            label.or_else(|| Some(PathBuf::from(SAMPLE_LABEL))),
-        ),
+        None => (sample(), label.or_else(|| Some(sample_label()))),
     }
 }
 

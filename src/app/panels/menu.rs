@@ -134,7 +134,7 @@ fn file_menu(ui: &mut egui::Ui, state: &State, rt: &Runtime, out: &mut Vec<Comma
         out.push(Command::Browse(crate::app::browse::Purpose::Scan, false));
     }
     if ui.button("Open the bundled sample").clicked() {
-        out.push(Command::Open(crate::app::SAMPLE.into(), None));
+        out.push(Command::Open(crate::app::sample(), None));
     }
     if ui
         .add_enabled(has_scan, egui::Button::new("Save augmented volume…"))
