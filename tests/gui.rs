@@ -34,7 +34,7 @@ fn harness(image: PathBuf, label: Option<PathBuf>) -> Harness<'static, App> {
         .wgpu()
         .build_eframe(move |cc| {
             let mut app = App::new(cc, Some((image, label)));
-            app.rt.hide_timings = true;
+            app.rt.capture.hide_timings = true;
             app
         })
 }
@@ -68,12 +68,12 @@ fn sample_loads_with_three_named_planes() {
 fn sliders_mode_and_backend_drive_the_transform() {
     let mut h = sample();
     settle(&mut h);
-    let g0 = h.state().rt.generation;
+    let g0 = h.state().rt.work.generation;
     // A rotation slider, through accesskit as a screen reader would.
     slider(&h, "about axis 0 (I–S)").set_value_accesskit(20.0);
     settle(&mut h);
     assert_eq!(h.state().state.params.rotate_deg[0], 20.0);
-    assert!(h.state().rt.generation > g0);
+    assert!(h.state().rt.work.generation > g0);
     // Elastic on, with a moved alpha.
     h.get_by_label("enabled").click();
     h.step();
@@ -84,6 +84,7 @@ fn sliders_mode_and_backend_drive_the_transform() {
     assert_eq!(app.state.params.alpha, 1200.0);
     let (max, rms) = app
         .rt
+        .work
         .full
         .as_ref()
         .and_then(|f| f.displacement_vox)
@@ -95,10 +96,11 @@ fn sliders_mode_and_backend_drive_the_transform() {
     h.state_mut().state.params.backend = BackendChoice::Cuda(0);
     settle(&mut h);
     let app = h.state();
-    let full = app.rt.full.as_ref().expect("result");
+    let full = app.rt.work.full.as_ref().expect("result");
     // No GPU here: the CUDA choice falls back to the CPU engine with a note, never a crash.
     if app
         .rt
+        .gpu
         .devices
         .as_ref()
         .is_some_and(|d| d.devices.is_empty())
@@ -185,8 +187,8 @@ fn comparison_view_opens() {
     settle(&mut h);
     let app = h.state();
     assert!(app.state.show_compare);
-    let c = app.rt.comparison.as_ref().expect("comparison computed");
-    assert_eq!(c.generation, app.rt.generation);
+    let c = app.rt.gpu.comparison.as_ref().expect("comparison computed");
+    assert_eq!(c.generation, app.rt.work.generation);
     h.snapshot_options("comparison", &snapshot_options());
 }
 
@@ -299,9 +301,10 @@ fn latency_slice_path() {
             h.step();
             let rt = &h.state().rt;
             if rt
+                .work
                 .shown
                 .as_ref()
-                .is_some_and(|s| s.generation == rt.generation)
+                .is_some_and(|s| s.generation == rt.work.generation)
             {
                 break;
             }
@@ -392,7 +395,7 @@ fn open_export_dialog(h: &mut Harness<'_, App>) {
     h.get_by_label("Export batch…").click();
     // Command applied, then the window's sizing pass, then drawn.
     h.run_steps(4);
-    assert!(h.state().rt.export.open, "the dialog opens");
+    assert!(h.state().rt.windows.export.open, "the dialog opens");
 }
 
 #[test]
@@ -433,11 +436,11 @@ fn export_dialog_writes_a_batch_like_the_cli() {
     assert_eq!(s.out_dir, out.display().to_string());
     h.get_by_label("Export").click();
     h.run_steps(1);
-    assert!(h.state().rt.export.running() || h.state().rt.export.last.is_some());
+    assert!(h.state().rt.windows.export.running() || h.state().rt.windows.export.last.is_some());
     settle(&mut h);
 
     let app = h.state();
-    let summary = match &app.rt.export.last {
+    let summary = match &app.rt.windows.export.last {
         Some(Ok(s)) => s.clone(),
         other => panic!(
             "the export did not finish: {:?}",
@@ -467,7 +470,7 @@ fn export_dialog_writes_a_batch_like_the_cli() {
     };
     let first = load(lines[0]["output"].as_str().unwrap_or_default());
     let first_label = load(lines[0]["label_output"].as_str().unwrap_or_default());
-    let full = app.rt.full.as_ref().expect("the view's volume");
+    let full = app.rt.work.full.as_ref().expect("the view's volume");
     assert_eq!(first.shape, full.image.shape);
     assert!(
         first.data == full.image.data,
@@ -507,6 +510,7 @@ fn export_cancel_leaves_whole_files_only() {
         let written = h
             .state()
             .rt
+            .windows
             .export
             .job
             .as_ref()
@@ -515,9 +519,15 @@ fn export_cancel_leaves_whole_files_only() {
             break;
         }
         assert!(
-            h.state().rt.export.running(),
+            h.state().rt.windows.export.running(),
             "{:?}",
-            h.state().rt.export.last.as_ref().map(|r| r.as_ref().err())
+            h.state()
+                .rt
+                .windows
+                .export
+                .last
+                .as_ref()
+                .map(|r| r.as_ref().err())
         );
         assert!(
             start.elapsed() < Duration::from_secs(120),
@@ -527,7 +537,7 @@ fn export_cancel_leaves_whole_files_only() {
     }
     h.get_by_label("Cancel").click();
     settle(&mut h);
-    let summary = match &h.state().rt.export.last {
+    let summary = match &h.state().rt.windows.export.last {
         Some(Ok(s)) => s.clone(),
         _ => panic!("the export did not end cleanly"),
     };
@@ -804,7 +814,7 @@ fn filter_panel_gaussian_before_the_transform() {
     assert_eq!(f.kind, app::state::FilterKind::Gaussian);
     assert_eq!(f.stage, app::state::FilterStage::Before);
     assert_eq!(f.sigma_vox, 2.0);
-    let full = app.rt.full.as_ref().expect("result");
+    let full = app.rt.work.full.as_ref().expect("result");
     assert!(full.image.data != unfiltered, "the filter changed the view");
     let image = augscope::io::load(&img, &Default::default()).expect("image");
     let label = augscope::io::load(&lab, &Default::default()).expect("label");
@@ -836,7 +846,7 @@ fn filter_panel_gaussian_before_the_transform() {
     // Moving a transform reads the kept filtered scan.
     h.state_mut().state.params.rotate_deg = [25.0, 0.0, -5.0];
     settle(&mut h);
-    let full = h.state().rt.full.as_ref().expect("result");
+    let full = h.state().rt.work.full.as_ref().expect("result");
     assert!(full.filter.as_ref().expect("report").cached);
 }
 
@@ -888,18 +898,18 @@ fn filter_panel_febds_overlay_marks_the_spots() {
         Some(augscope::filter::FebdsMethod::Dog)
     );
     // The image itself is not filtered (identity transform: the scan).
-    let full = app.rt.full.as_ref().expect("result");
+    let full = app.rt.work.full.as_ref().expect("result");
     assert!(full.image.data == data);
     assert!(full.filter.is_none());
     // Values within 256..4095 are 12-bit data and reach FEBDS unchanged.
     let want = febds::febds(&data, [hgt, wid], febds::Method::Dog);
-    let shown = app.rt.shown.as_ref().expect("planes");
-    let masks = app.rt.masks.as_ref().expect("masks");
+    let shown = app.rt.work.shown.as_ref().expect("planes");
+    let masks = app.rt.febds.masks.as_ref().expect("masks");
     let aug = masks
         .mask_for(shown.image[0].id)
         .expect("mask of the augmented plane");
     let orig = masks
-        .mask_for(app.rt.original[0].id)
+        .mask_for(app.rt.views.original[0].id)
         .expect("mask of the original");
     assert!(aug.data == want && orig.data == want);
     for &(y, x) in &spots {
@@ -948,10 +958,10 @@ fn save_preset_writes_the_tuned_parameters_as_toml() {
     tuned(&mut h);
     settle(&mut h);
     open_from_file_menu(&mut h, "Save preset…");
-    assert!(h.state().rt.code.save.open, "the window opens");
+    assert!(h.state().rt.windows.code.save.open, "the window opens");
     let path = dir.path().join("tuned.toml");
-    assert_eq!(h.state().rt.code.save.name, "my preset");
-    h.state_mut().rt.code.save.name.clear();
+    assert_eq!(h.state().rt.windows.code.save.name, "my preset");
+    h.state_mut().rt.windows.code.save.name.clear();
     h.run_steps(1);
     type_into(&mut h, "name", "my tuned brain");
     let field = h
@@ -968,7 +978,7 @@ fn save_preset_writes_the_tuned_parameters_as_toml() {
         .click();
     h.run_steps(3);
     let app = h.state();
-    let status = app.rt.code.save.status.clone().expect("a status");
+    let status = app.rt.windows.code.save.status.clone().expect("a status");
     assert!(status.is_ok(), "{status:?}");
     let mut want = augscope::app::export::preset_from_params(&app.state.params, 3);
     want.name = "my tuned brain".into();
@@ -999,11 +1009,11 @@ fn copy_puts_exactly_the_preset_export_text_on_the_clipboard() {
     h.ctx
         .set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
     open_from_file_menu(&mut h, "Export code…");
-    assert!(h.state().rt.code.open, "the window opens");
+    assert!(h.state().rt.windows.code.open, "the window opens");
     // The preset in use is the default; these are the parameters on screen.
     h.get_by_label("current parameters").click();
     h.run_steps(2);
-    assert!(!h.state().rt.code.from_preset);
+    assert!(!h.state().rt.windows.code.from_preset);
     for (tab, flag) in [
         ("TorchIO", "torchio"),
         ("MONAI", "monai"),
@@ -1049,10 +1059,10 @@ fn editing_a_range_and_saving_writes_the_expected_toml() {
     h.run_steps(2);
     h.get_by_label("Edit…").click();
     h.run_steps(8);
-    assert!(h.state().rt.editor.open, "the editor opens");
+    assert!(h.state().rt.windows.editor.open, "the editor opens");
     let bundled = augscope::augment::preset::load_or_bundled("nnunet-v2".as_ref()).expect("preset");
     assert_eq!(h.state().state.draft.as_ref(), Some(&bundled));
-    assert!(!h.state().rt.editor.unsaved(&h.state().state));
+    assert!(!h.state().rt.windows.editor.unsaved(&h.state().state));
     // The rotation's lower end, as a user drags or types it: -30 becomes -12.5 degrees.
     h.get_all_by_role_and_label(Role::SpinButton, "all axes")
         .find(|n| n.value().as_deref() == Some("-30.0°"))
@@ -1064,7 +1074,7 @@ fn editing_a_range_and_saving_writes_the_expected_toml() {
         edited.rotate.as_ref().expect("rotate").range_deg,
         vec![[-12.5, 30.0]]
     );
-    assert!(h.state().rt.editor.unsaved(&h.state().state));
+    assert!(h.state().rt.windows.editor.unsaved(&h.state().state));
     assert!(h.state().title().ends_with('*'), "{}", h.state().title());
     // An invalid edit is reported with the TOML loader's message.
     let set_lower = |h: &mut Harness<'_, App>, from: &str, to: f64| {
@@ -1118,7 +1128,7 @@ fn editing_a_range_and_saving_writes_the_expected_toml() {
     h.run_steps(3);
     let text = std::fs::read_to_string(&path).expect("saved");
     assert_eq!(text, edited.to_toml());
-    assert!(!h.state().rt.editor.unsaved(&h.state().state));
+    assert!(!h.state().rt.windows.editor.unsaved(&h.state().state));
     assert!(!h.state().title().ends_with('*'), "{}", h.state().title());
     // The edited preset is the one sampled and exported.
     let app = h.state();

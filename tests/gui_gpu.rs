@@ -67,12 +67,13 @@ fn gpu_tour() {
     let adapter = h
         .state()
         .rt
+        .work
         .full
         .as_ref()
         .map_or("none".into(), |f| f.backend.clone());
     writeln!(report, "engine of the first result: {adapter}").ok();
     shot(&mut h, &dir, "gpu_memory.png");
-    for m in &h.state().rt.memory {
+    for m in &h.state().rt.gpu.memory {
         writeln!(report, "GPU memory: {m:?}").ok();
     }
 
@@ -91,14 +92,14 @@ fn gpu_tour() {
         loop {
             h.step();
             let rt = &h.state().rt;
-            let g = rt.generation;
+            let g = rt.work.generation;
             if shown.is_none()
-                && (rt.shown.as_ref().is_some_and(|s| s.generation == g)
-                    || rt.full.as_ref().is_some_and(|f| f.generation == g))
+                && (rt.work.shown.as_ref().is_some_and(|s| s.generation == g)
+                    || rt.work.full.as_ref().is_some_and(|f| f.generation == g))
             {
                 shown = Some(t.elapsed().as_secs_f64() * 1e3);
             }
-            if rt.full.as_ref().is_some_and(|f| f.generation == g) && h.state().is_idle() {
+            if rt.work.full.as_ref().is_some_and(|f| f.generation == g) && h.state().is_idle() {
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(120), "no result");
@@ -119,11 +120,11 @@ fn gpu_tour() {
          to the whole volume and a frame: median {wm:.1} ms, max {wx:.1} ms"
     )
     .ok();
-    if let Some(f) = &h.state().rt.full {
+    if let Some(f) = &h.state().rt.work.full {
         writeln!(report, "last run: {} {:?}", f.backend, f.timings).ok();
     }
     shot(&mut h, &dir, "slider_elastic.png");
-    for m in &h.state().rt.memory {
+    for m in &h.state().rt.gpu.memory {
         writeln!(report, "GPU memory while resident: {m:?}").ok();
     }
 
@@ -134,9 +135,10 @@ fn gpu_tour() {
         h.step();
         let rt = &h.state().rt;
         if rt
+            .gpu
             .comparison
             .as_ref()
-            .is_some_and(|c| c.generation == rt.generation)
+            .is_some_and(|c| c.generation == rt.work.generation)
         {
             break;
         }
@@ -145,7 +147,7 @@ fn gpu_tour() {
     }
     settle(&mut h, Duration::from_secs(60));
     shot(&mut h, &dir, "compare.png");
-    if let Some(c) = &h.state().rt.comparison {
+    if let Some(c) = &h.state().rt.gpu.comparison {
         let gpu = match &c.gpu {
             Ok((_, ms, name)) => format!("{name} {ms:.1} ms"),
             Err(e) => format!("no GPU result: {e}"),

@@ -31,7 +31,7 @@ fn open_grid(h: &mut Harness<'_, App>) {
     h.run_steps(2);
     h.get_by_label("What training will see…").click();
     h.run_steps(6);
-    assert!(h.state().rt.grid.open, "the grid window opens");
+    assert!(h.state().rt.windows.grid.open, "the grid window opens");
 }
 
 /// The plane `index` normal to `axis` of a one-channel volume, C order of the other two axes.
@@ -84,7 +84,7 @@ fn batch(preset: &str, count: usize, seed: u64, input: &Path, out: &Path) -> Vec
 /// Compares every tile with the batch sample of its seed on the tile's plane; returns the
 /// largest difference.
 fn tiles_against_batch(app: &App, samples: &[(u64, Volume)]) -> f32 {
-    let g = &app.rt.grid;
+    let g = &app.rt.windows.grid;
     let (axis, index) = g.plane.expect("a 3D plane");
     assert_eq!(samples.len(), g.n);
     let mut worst = 0f32;
@@ -104,7 +104,7 @@ fn tiles_against_batch(app: &App, samples: &[(u64, Volume)]) -> f32 {
 /// Whether the draws hold anything but flips (a rotation or a scaling), so that a comparison of
 /// tiles is not a comparison of mirrored copies only.
 fn something_beyond_flips(app: &App) -> bool {
-    app.rt.grid.samples.iter().any(|s| {
+    app.rt.windows.grid.samples.iter().any(|s| {
         s.done
             .iter()
             .any(|d| d.transform == "rotate" || d.transform == "scale")
@@ -129,7 +129,10 @@ fn tiles_are_the_batch_samples_voxel_for_voxel() {
     h.run_steps(2);
     grid_done(&mut h);
     assert_eq!(
-        (h.state().rt.grid.n, h.state().rt.grid.first_seed),
+        (
+            h.state().rt.windows.grid.n,
+            h.state().rt.windows.grid.first_seed
+        ),
         (16, 40)
     );
     assert!(
@@ -151,22 +154,26 @@ fn tiles_are_the_batch_samples_voxel_for_voxel() {
         );
     }
     let views = &h.state().rt.scan.as_ref().expect("scan").views;
-    assert_eq!(h.state().rt.grid.plane.map(|p| p.0), views[2].normal);
+    assert_eq!(
+        h.state().rt.windows.grid.plane.map(|p| p.0),
+        views[2].normal
+    );
     // The CUDA engine chosen: without a device the grid says so and the CPU computes the same
     // tiles; with one, its slice path gives the batch's values to f32 rounding.
     h.state_mut().state.params.backend = BackendChoice::Cuda(0);
-    step_until(&mut h, "the devices report", |a| a.rt.devices.is_some());
+    step_until(&mut h, "the devices report", |a| a.rt.gpu.devices.is_some());
     h.run_steps(2);
     grid_done(&mut h);
     let app = h.state();
     let worst = tiles_against_batch(app, &samples);
     if app
         .rt
+        .gpu
         .devices
         .as_ref()
         .is_some_and(|d| d.devices.is_empty())
     {
-        let note = app.rt.grid.note.as_deref().unwrap_or_default();
+        let note = app.rt.windows.grid.note.as_deref().unwrap_or_default();
         assert!(note.contains("CPU engine"), "{note:?}");
         assert_eq!(worst, 0.0, "CPU fallback tiles differ by {worst}");
     } else {
@@ -220,7 +227,7 @@ fn elastic_tiles_match_the_batch_within_field_rounding() {
         h.run_steps(2);
         grid_done(&mut h);
         let app = h.state();
-        let g = &app.rt.grid;
+        let g = &app.rt.windows.grid;
         assert_eq!(g.n, n);
         let elastic = g
             .samples
@@ -268,16 +275,16 @@ fn clicking_a_tile_puts_its_draw_into_the_views() {
     // Opened from the Preset section's button this time.
     h.get_by_label("Grid…").click();
     h.run_steps(6);
-    assert!(h.state().rt.grid.open);
+    assert!(h.state().rt.windows.grid.open);
     h.get_by_label("2×2").click();
     h.run_steps(2);
     grid_done(&mut h);
     let before = h.state().state.params.clone();
     let (k, sample) = {
-        let g = &h.state().rt.grid;
+        let g = &h.state().rt.windows.grid;
         (2, g.samples[2].clone())
     };
-    assert_eq!(sample.seed, h.state().rt.grid.first_seed + k as u64);
+    assert_eq!(sample.seed, h.state().rt.windows.grid.first_seed + k as u64);
     h.get_by_label(&format!("draw {k}, seed {}", sample.seed))
         .click();
     // The frame that takes the click applies it.
@@ -325,17 +332,17 @@ fn a_new_seed_while_computing_leaves_tiles_of_that_seed_only() {
     let mut h = harness(img);
     loaded(&mut h);
     h.state_mut().state.preset = "batchgenerators".into();
-    h.state_mut().rt.grid.n = 16;
+    h.state_mut().rt.windows.grid.n = 16;
     open_grid(&mut h);
     // The first request is out; its tiles are not all there yet.
-    assert!(h.state().rt.grid.tiles.iter().any(Option::is_none));
-    let first = h.state().rt.grid.first_seed;
+    assert!(h.state().rt.windows.grid.tiles.iter().any(Option::is_none));
+    let first = h.state().rt.windows.grid.first_seed;
     h.get_by_label("Reseed").click();
     h.run_steps(1);
-    assert_eq!(h.state().rt.grid.first_seed, first + 16);
+    assert_eq!(h.state().rt.windows.grid.first_seed, first + 16);
     grid_done(&mut h);
     let app = h.state();
-    let g = &app.rt.grid;
+    let g = &app.rt.windows.grid;
     let new_first = first + 16;
     let image = app.rt.scan.as_ref().expect("scan").loaded.image.clone();
     let preset = load_or_bundled(Path::new("batchgenerators")).expect("preset");

@@ -111,17 +111,17 @@ fn tile_overlays_match_the_cli_and_are_not_computed_when_off() {
         app.state.preset = preset.to_string_lossy().into_owned();
         app.state.display.jacobian = true;
         app.state.display.deformation_grid = true;
-        app.rt.grid.n = 4;
+        app.rt.windows.grid.n = 4;
     }
     h.get_by_label("View").click();
     h.run_steps(2);
     h.get_by_label("What training will see…").click();
     h.run_steps(6);
-    assert!(h.state().rt.grid.open, "the grid window opens");
+    assert!(h.state().rt.windows.grid.open, "the grid window opens");
     grid_done(&mut h);
 
     let app = h.state();
-    let g = &app.rt.grid;
+    let g = &app.rt.windows.grid;
     let plane = g.plane.expect("3D plane");
     assert_eq!(g.overlays_computed(), 4);
     for k in 0..4 {
@@ -178,7 +178,7 @@ fn tile_overlays_match_the_cli_and_are_not_computed_when_off() {
     }
     h.run_steps(2);
     grid_done(&mut h);
-    let g = &h.state().rt.grid;
+    let g = &h.state().rt.windows.grid;
     assert!(g.tiles.iter().all(Option::is_some));
     assert!(g.overlays.iter().all(Option::is_none));
     assert_eq!(
@@ -191,7 +191,7 @@ fn tile_overlays_match_the_cli_and_are_not_computed_when_off() {
     h.state_mut().state.display.jacobian = true;
     h.run_steps(2);
     grid_done(&mut h);
-    let g = &h.state().rt.grid;
+    let g = &h.state().rt.windows.grid;
     assert_eq!(g.overlays_computed(), 8);
     for (k, o) in g.overlays.iter().enumerate() {
         let o = o.as_ref().expect("tile overlay");
@@ -223,7 +223,7 @@ fn the_preset_editor_states_the_realised_displacement_of_its_elastic_extremes() 
         let app = h.state_mut();
         app.state.params.seed = 7;
         app.state.draft = Some(preset);
-        app.rt.editor.open = true;
+        app.rt.windows.editor.open = true;
     }
     h.run_steps(6);
     // The CPU engine's figures of the two settings, with the views' seed.

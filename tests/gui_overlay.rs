@@ -80,7 +80,7 @@ fn harness(image: PathBuf) -> Harness<'static, App> {
         .wgpu()
         .build_eframe(move |cc| {
             let mut app = App::new(cc, Some((image, None)));
-            app.rt.hide_timings = true;
+            app.rt.capture.hide_timings = true;
             app
         });
     h.ctx
@@ -203,7 +203,7 @@ fn check_against_numpy(h: &mut Harness<'_, App>, dir: &Path, scan: &Path) -> usi
         "the volume's field is in use once the volume is there"
     );
     let vol = ov.volume.expect("volume count");
-    assert_eq!(vol.generation, app.rt.generation);
+    assert_eq!(vol.generation, app.rt.work.generation);
     let want_total = np["folded"].as_u64().expect("numpy count") as usize;
     assert_eq!(vol.voxels, np["n"].as_u64().expect("numpy size") as usize);
     assert_eq!(
@@ -597,7 +597,7 @@ fn nearest_display_draws_voxels_as_they_are() {
     let scan = small_scan(dir.path());
     let mut h = harness(scan);
     settle(&mut h);
-    let generation = h.state().rt.generation;
+    let generation = h.state().rt.work.generation;
     let smooth = h.render().expect("render");
     let (w, hgt) = (smooth.width(), smooth.height());
     let central = [w * 30 / 100, hgt * 15 / 100, w * 75 / 100, hgt * 88 / 100];
@@ -606,7 +606,7 @@ fn nearest_display_draws_voxels_as_they_are() {
     settle(&mut h);
     assert!(h.state().state.display.nearest);
     assert_eq!(
-        h.state().rt.generation,
+        h.state().rt.work.generation,
         generation,
         "a display change recomputed"
     );

@@ -57,7 +57,7 @@ fn preview_as_torchio_shows_the_models_volume_its_steps_and_control_grid() {
         .wgpu()
         .build_eframe(move |cc| {
             let mut app = App::new(cc, Some((img2, Some(lab2))));
-            app.rt.hide_timings = true;
+            app.rt.capture.hide_timings = true;
             app
         });
     settle(&mut h);
@@ -79,7 +79,7 @@ fn preview_as_torchio_shows_the_models_volume_its_steps_and_control_grid() {
     settle(&mut h);
     let app = h.state();
     assert_eq!(app.state.params.preview_as, Model::TorchIo);
-    let full = app.rt.full.as_ref().expect("a result");
+    let full = app.rt.work.full.as_ref().expect("a result");
     assert_eq!(full.model, Model::TorchIo);
     let grid = full.control_grid.as_ref().expect("TorchIO's control grid");
     assert!(grid.shape.iter().all(|&n| n >= 5));
@@ -108,7 +108,7 @@ fn preview_as_torchio_shows_the_models_volume_its_steps_and_control_grid() {
     h.run_steps(2);
     h.get_by_label("augscope").click();
     settle(&mut h);
-    let full = h.state().rt.full.as_ref().expect("a result");
+    let full = h.state().rt.work.full.as_ref().expect("a result");
     assert_eq!(full.model, Model::Augscope);
     assert!(full.control_grid.is_none() && full.model_steps.is_empty());
     assert_ne!(full.image.data, want.image.data);

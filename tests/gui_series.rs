@@ -17,7 +17,9 @@ use common::gui::{harness, settle, small_scan, step_until};
 
 /// Steps until the picker is up and drawn.
 fn picker_shown(h: &mut Harness<'_, App>) {
-    step_until(h, "the series picker", |a| a.rt.series_picker.is_some());
+    step_until(h, "the series picker", |a| {
+        a.rt.windows.series_picker.is_some()
+    });
     h.run_steps(3);
 }
 
@@ -45,6 +47,7 @@ fn opening_a_folder_of_several_series_shows_the_picker_and_the_pick_loads() {
     let listed: Vec<String> = h
         .state()
         .rt
+        .windows
         .series_picker
         .as_ref()
         .unwrap()
@@ -67,7 +70,7 @@ fn opening_a_folder_of_several_series_shows_the_picker_and_the_pick_loads() {
     // Cancel: the scan on screen stays, and its views are computed as before.
     h.get_by_label("Cancel").click();
     h.run_steps(2);
-    assert!(h.state().rt.series_picker.is_none());
+    assert!(h.state().rt.windows.series_picker.is_none());
     settle(&mut h);
     assert_eq!(scan_path(&h), Some(scan.clone()));
     assert!(h.state().rt.error.is_none(), "{:?}", h.state().rt.error);
@@ -77,10 +80,19 @@ fn opening_a_folder_of_several_series_shows_the_picker_and_the_pick_loads() {
     picker_shown(&mut h);
     h.get_by_label("T2 axial").click();
     h.run_steps(2);
-    assert_eq!(h.state().rt.series_picker.as_ref().unwrap().selected, 1);
+    assert_eq!(
+        h.state()
+            .rt
+            .windows
+            .series_picker
+            .as_ref()
+            .unwrap()
+            .selected,
+        1
+    );
     h.get_by_label("Open series").click();
     h.run_steps(1);
-    assert!(h.state().rt.series_picker.is_none());
+    assert!(h.state().rt.windows.series_picker.is_none());
     step_until(&mut h, "the series to load", |a| {
         a.rt.scan.as_ref().is_some_and(|s| s.loaded.path == folder)
     });
@@ -114,7 +126,7 @@ fn a_folder_given_at_start_offers_its_series_and_a_chosen_one_opens_directly() {
     });
     step_until(&mut h, "the series to load", |a| a.rt.scan.is_some());
     settle(&mut h);
-    assert!(h.state().rt.series_picker.is_none());
+    assert!(h.state().rt.windows.series_picker.is_none());
     let loaded = &h.state().rt.scan.as_ref().unwrap().loaded;
     assert_eq!(loaded.image.data, t1.values());
     assert_eq!(loaded.series.as_ref().map(|s| s.number), Some(Some(3)));

@@ -27,7 +27,7 @@ fn harness(image: PathBuf) -> Harness<'static, App> {
         .wgpu()
         .build_eframe(move |cc| {
             let mut app = App::new(cc, Some((image, None)));
-            app.rt.hide_timings = true;
+            app.rt.capture.hide_timings = true;
             // The CPU engine: the whole-volume fill reports its progress there.
             app.state.params.backend = BackendChoice::Cpu;
             app
@@ -64,7 +64,7 @@ fn hover_an_original_voxel(h: &mut Harness<'_, App>) -> Hover {
             h.hover_at(egui::pos2(x as f32, y as f32));
             h.step();
             h.step();
-            if let Some(hv) = h.state().rt.hover.clone()
+            if let Some(hv) = h.state().rt.views.hover.clone()
                 && hv.augmented.is_some()
             {
                 return hv;
@@ -281,8 +281,9 @@ fn the_whole_volume_fill_reports_its_progress() {
         let app = h.state();
         if let Some(p) = app
             .rt
+            .work
             .progress
-            .filter(|p| p.generation == app.rt.generation)
+            .filter(|p| p.generation == app.rt.work.generation)
             && seen.last() != Some(&(p.done, p.total))
         {
             seen.push((p.done, p.total));
@@ -290,9 +291,10 @@ fn the_whole_volume_fill_reports_its_progress() {
         if app.is_idle()
             && app
                 .rt
+                .work
                 .full
                 .as_ref()
-                .is_some_and(|f| f.generation == app.rt.generation)
+                .is_some_and(|f| f.generation == app.rt.work.generation)
         {
             break;
         }
@@ -306,12 +308,12 @@ fn the_whole_volume_fill_reports_its_progress() {
     );
     assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
     // The bar, as it reads halfway through a fill.
-    let g = h.state().rt.generation;
+    let g = h.state().rt.work.generation;
     {
         let rt = &mut h.state_mut().rt;
-        rt.full = None;
-        rt.filling = Some(g);
-        rt.progress = Some(augscope::app::Progress {
+        rt.work.full = None;
+        rt.work.filling = Some(g);
+        rt.work.progress = Some(augscope::app::Progress {
             generation: g,
             done: 24,
             total: 48,
@@ -356,20 +358,20 @@ fn the_built_in_browser_opens_a_typed_path() {
     // The folder of the open scan is listed, with both scans.
     h.get_by_label("typed.nii");
     let typed = dir.path().join("missing.nii").display().to_string();
-    h.state_mut().rt.browse.typed = typed;
+    h.state_mut().rt.windows.browse.typed = typed;
     h.step();
     h.get_by_role(Role::TextInput).focus();
     h.key_press(egui::Key::Enter);
     h.step();
     h.get_by_label_contains("no such file or folder");
-    h.state_mut().rt.browse.typed = b.display().to_string();
+    h.state_mut().rt.windows.browse.typed = b.display().to_string();
     h.step();
     h.get_by_role(Role::TextInput).focus();
     h.key_press(egui::Key::Enter);
     settle(&mut h);
     let s = h.state().rt.scan.as_ref().expect("scan");
     assert_eq!(s.loaded.path, b);
-    assert!(h.state().rt.browse.open.is_none());
+    assert!(h.state().rt.windows.browse.open.is_none());
 }
 
 /// File → Save augmented volume…: the transformed scan and its label map, beside each other,
@@ -397,7 +399,7 @@ fn the_augmented_volume_and_its_labels_are_saved() {
     h.run_steps(3);
     let out = dir.path().join("out").join("aug.nii.gz");
     std::fs::create_dir(out.parent().expect("parent")).expect("dir");
-    h.state_mut().rt.browse.typed = out.display().to_string();
+    h.state_mut().rt.windows.browse.typed = out.display().to_string();
     h.step();
     h.get_by_label("Save").click();
     let start = Instant::now();
@@ -412,7 +414,7 @@ fn the_augmented_volume_and_its_labels_are_saved() {
         std::thread::sleep(Duration::from_millis(10));
         assert!(start.elapsed() < Duration::from_secs(60), "not saved");
     }
-    let full = h.state().rt.full.as_ref().expect("result");
+    let full = h.state().rt.work.full.as_ref().expect("result");
     let saved = io::load(&out, &Default::default()).expect("saved image");
     assert_eq!(saved.data, full.image.data);
     let saved_label = io::load(
@@ -470,7 +472,7 @@ fn export_writes_the_chosen_format_and_type() {
     assert!(h.state().state.export.keep_dtype);
     h.state_mut().apply(Command::StartExport);
     settle(&mut h);
-    assert!(matches!(h.state().rt.export.last, Some(Ok(_))));
+    assert!(matches!(h.state().rt.windows.export.last, Some(Ok(_))));
     let files: Vec<PathBuf> = std::fs::read_dir(&out)
         .expect("out")
         .flatten()
@@ -515,7 +517,7 @@ fn display_follows_the_sampling_order() {
     let follow_nearest = shot(&mut h);
     // The views alone (the controls differ: the order buttons and this checkbox).
     let views = |img: &image::RgbaImage| {
-        let r = h.state().rt.views_rect.expect("views");
+        let r = h.state().rt.capture.views_rect.expect("views");
         image::imageops::crop_imm(
             img,
             r.min.x as u32,

@@ -31,7 +31,7 @@ fn edit_nnunet(h: &mut Harness<'_, App>) {
     h.run_steps(2);
     h.get_by_label("Edit…").click();
     h.run_steps(6);
-    assert!(h.state().rt.editor.open, "the editor opens");
+    assert!(h.state().rt.windows.editor.open, "the editor opens");
 }
 
 /// Sets the rotation's lower end of the preset being edited from -30° to `deg`, as a user drags it.
@@ -71,7 +71,7 @@ fn every_key_typed_into_the_preset_name_arrives() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut h = scan_harness(dir.path());
     edit_nnunet(&mut h);
-    assert!(!h.state().rt.editor.unsaved(&h.state().state));
+    assert!(!h.state().rt.windows.editor.unsaved(&h.state().state));
     h.get_all_by_role_and_label(Role::TextInput, "name")
         .next()
         .expect("the name field")
@@ -86,7 +86,7 @@ fn every_key_typed_into_the_preset_name_arrives() {
     }
     let draft = h.state().state.draft.clone().expect("a draft");
     assert_eq!(draft.name, "newcomer brain test");
-    assert!(h.state().rt.editor.unsaved(&h.state().state));
+    assert!(h.state().rt.windows.editor.unsaved(&h.state().state));
 }
 
 #[test]
@@ -143,9 +143,12 @@ fn export_code_exports_the_preset_in_use_and_says_which() {
     h.state_mut().state.preset = "nnunet-v2".into();
     h.run_steps(2);
     open_from_file_menu(&mut h, "Export code…");
-    assert!(h.state().rt.code.from_preset, "the preset is the default");
+    assert!(
+        h.state().rt.windows.code.from_preset,
+        "the preset is the default"
+    );
     h.get_by_label_contains("Exporting preset nnunet-v2, with its ranges and probabilities");
-    h.state_mut().rt.code.open = false;
+    h.state_mut().rt.windows.code.open = false;
     h.run_steps(2);
     edit_nnunet(&mut h);
     edit_rotation(&mut h, -12.5);
@@ -157,11 +160,16 @@ fn export_code_exports_the_preset_in_use_and_says_which() {
     let draft = h.state().state.draft.clone().expect("draft");
     let want = augscope::export::export(&draft, Target::Monai, 3).expect("export");
     let app = h.state();
-    let shown =
-        code::code_text(&app.state, 3, app.rt.code.from_preset, Target::Monai).expect("code");
+    let shown = code::code_text(
+        &app.state,
+        3,
+        app.rt.windows.code.from_preset,
+        Target::Monai,
+    )
+    .expect("code");
     assert_eq!(shown, want);
     // The Save preset window names the edited preset, not the bundled one.
-    h.state_mut().rt.code.open = false;
+    h.state_mut().rt.windows.code.open = false;
     h.run_steps(2);
     h.get_by_label("Save preset…").click();
     h.run_steps(4);
@@ -203,13 +211,13 @@ fn each_code_tab_has_its_own_file_and_save_asks_before_replacing_one() {
     h.get_by_label("nnU-Net v2 trainer").click();
     h.run_steps(2);
     assert_eq!(tab_path_field(&h).value().as_deref(), Some(""));
-    let paths = &h.state().rt.code.paths;
+    let paths = &h.state().rt.windows.code.paths;
     assert_eq!(paths[1], torchio.display().to_string());
     assert!(paths[3].is_empty());
     // Saving it onto TorchIO's file asks first; Cancel leaves the file as it was.
     save_code_as(&mut h, "nnU-Net v2 trainer", &torchio);
     assert_eq!(
-        h.state().rt.code.confirm.as_deref(),
+        h.state().rt.windows.code.confirm.as_deref(),
         Some(torchio.as_path())
     );
     h.get_by_label_contains("exists: replace it?");
@@ -219,7 +227,7 @@ fn each_code_tab_has_its_own_file_and_save_asks_before_replacing_one() {
     );
     h.get_by_label("Cancel").click();
     h.run_steps(2);
-    assert!(h.state().rt.code.confirm.is_none());
+    assert!(h.state().rt.windows.code.confirm.is_none());
     assert_eq!(
         std::fs::read_to_string(&torchio).expect("file"),
         torchio_text
@@ -324,14 +332,14 @@ fn a_saved_preset_being_edited_has_no_unsaved_edits_after_a_restart() {
                     ..Default::default()
                 };
                 let mut app = App::with_state(cc, state, Some((img, None)));
-                app.rt.hide_timings = true;
+                app.rt.capture.hide_timings = true;
                 app
             })
     };
     let mut h = restart(Preset::parse(&p.to_toml()).expect("parses"));
     h.run_steps(3);
     assert!(!h.state().title().ends_with('*'), "{}", h.state().title());
-    assert!(!h.state().rt.editor.unsaved(&h.state().state));
+    assert!(!h.state().rt.windows.editor.unsaved(&h.state().state));
     // A draft that differs from its file still has unsaved edits.
     let mut edited = p.clone();
     edited.rotate.as_mut().expect("rotate").range_deg = vec![[-5.0, 5.0]];
@@ -378,7 +386,7 @@ fn the_editor_lists_the_intensity_steps_and_edits_them() {
         .click_accesskit();
     h.run_steps(4);
     assert_eq!(steps(&h)[0], "gaussian_blur");
-    assert!(h.state().rt.editor.unsaved(&h.state().state));
+    assert!(h.state().rt.windows.editor.unsaved(&h.state().state));
     // Add it back from the families' list, at the end.
     h.get_all_by_role_and_label(Role::ComboBox, "add a step")
         .next()
@@ -485,7 +493,7 @@ fn the_intensity_section_adds_a_step_with_one_value_and_the_views_take_it() {
     assert_eq!(plan.intensity.len(), 1);
     let cpu = augscope::engine::cpu::CpuBackend::new();
     let (want, _, _) = augscope::engine::apply_new(&cpu, &plan, scan, None).expect("apply");
-    let full = app.rt.full.as_ref().expect("the whole volume");
+    let full = app.rt.work.full.as_ref().expect("the whole volume");
     assert!(full.image.data == want.data, "the views show the step");
     let scaled: f32 = want.data.iter().sum();
     let raw: f32 = scan.data.iter().sum();

@@ -99,7 +99,7 @@ pub fn code_text(
 
 /// The preset that Save preset writes: the chosen one, with the name and description typed.
 pub fn preset_to_save(state: &State, rt: &Runtime) -> Result<Preset, String> {
-    let s = &rt.code.save;
+    let s = &rt.windows.code.save;
     let mut p = chosen_preset(state, scan_ndim(rt), s.from_preset)?;
     if !s.name.trim().is_empty() {
         p.name = s.name.trim().to_string();
@@ -147,7 +147,7 @@ fn write_file(path: PathBuf, what: &'static str, text: &str) -> Result<PathBuf, 
 /// presets.
 pub fn save_preset(state: &mut State, rt: &mut Runtime) -> Result<Written, String> {
     let p = preset_to_save(state, rt)?;
-    let s = &rt.code.save;
+    let s = &rt.windows.code.save;
     let path = match write_text(&s.path, "preset", &p.to_toml(), s.confirm.as_deref())? {
         Written::Saved(path) => path,
         exists @ Written::Exists(_) => return Ok(exists),
@@ -155,9 +155,9 @@ pub fn save_preset(state: &mut State, rt: &mut Runtime) -> Result<Written, Strin
     let shown = path.display().to_string();
     state.push_recent_preset(shown.clone());
     state.preset = shown;
-    if rt.code.save.from_preset && state.draft.is_some() {
+    if rt.windows.code.save.from_preset && state.draft.is_some() {
         // The edited preset is now this file: no unsaved edits.
-        rt.editor.baseline = Some(p.clone());
+        rt.windows.editor.baseline = Some(p.clone());
         state.draft = Some(p);
     }
     Ok(Written::Saved(path))
@@ -283,7 +283,7 @@ pub fn preset_in_use(state: &State, rt: &Runtime) -> String {
         Some(d) => format!(
             "the edited preset \u{201c}{}\u{201d}{}",
             d.name,
-            if rt.editor.unsaved(state) {
+            if rt.windows.editor.unsaved(state) {
                 " (unsaved edits)"
             } else {
                 ""
@@ -338,9 +338,9 @@ fn status_line(ui: &mut egui::Ui, status: &Option<Result<String, String>>) {
     }
 }
 
-/// Export → Code… (while `rt.code.open`).
+/// Export → Code… (while `rt.windows.code.open`).
 pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
-    let mut open = rt.code.open;
+    let mut open = rt.windows.code.open;
     let ndim = scan_ndim(rt);
     egui::Window::new("Export code")
         .open(&mut open)
@@ -348,7 +348,7 @@ pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
         .default_pos([300.0, 80.0])
         .show(ui.ctx(), |ui| {
             let in_use = preset_in_use(state, rt);
-            let c = &mut rt.code;
+            let c = &mut rt.windows.code;
             source_choice(ui, &mut c.from_preset, &in_use, "Exporting");
             ui.horizontal(|ui| {
                 for (k, (_, name, _)) in TARGETS.iter().enumerate() {
@@ -431,7 +431,7 @@ pub fn code_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
                 });
         });
     if !open {
-        rt.code.open = false;
+        rt.windows.code.open = false;
     }
 }
 
@@ -489,9 +489,9 @@ pub fn target_flag(t: Target) -> &'static str {
     }
 }
 
-/// File → Save preset… (while `rt.code.save.open`).
+/// File → Save preset… (while `rt.windows.code.save.open`).
 pub fn save_preset_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
-    let mut open = rt.code.save.open;
+    let mut open = rt.windows.code.save.open;
     let mut save = false;
     let in_use = preset_in_use(state, rt);
     egui::Window::new("Save preset")
@@ -499,7 +499,7 @@ pub fn save_preset_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime
         .resizable(false)
         .default_pos([420.0, 140.0])
         .show(ui.ctx(), |ui| {
-            let s = &mut rt.code.save;
+            let s = &mut rt.windows.code.save;
             source_choice(ui, &mut s.from_preset, &in_use, "Saving");
             egui::Grid::new("save-preset")
                 .num_columns(2)
@@ -547,20 +547,20 @@ pub fn save_preset_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime
     if save {
         match save_preset(state, rt) {
             Ok(Written::Saved(p)) => {
-                rt.code.save.confirm = None;
-                rt.code.save.status = Some(Ok(format!("saved {}", p.display())));
+                rt.windows.code.save.confirm = None;
+                rt.windows.code.save.status = Some(Ok(format!("saved {}", p.display())));
             }
             Ok(Written::Exists(p)) => {
-                rt.code.save.confirm = Some(p);
-                rt.code.save.status = None;
+                rt.windows.code.save.confirm = Some(p);
+                rt.windows.code.save.status = None;
             }
             Err(e) => {
-                rt.code.save.confirm = None;
-                rt.code.save.status = Some(Err(e));
+                rt.windows.code.save.confirm = None;
+                rt.windows.code.save.status = Some(Err(e));
             }
         }
     }
     if !open {
-        rt.code.save.open = false;
+        rt.windows.code.save.open = false;
     }
 }

@@ -102,10 +102,10 @@ impl App {
             Command::SaveAugmented(path) => files::save_in_background(rt, path),
             Command::Saved(Ok(note)) => rt.note = Some(note),
             Command::Saved(Err(e)) => rt.error = Some(e),
-            Command::Screenshot => rt.screenshot_pending = true,
+            Command::Screenshot => rt.capture.screenshot_pending = true,
             Command::ScreenshotTaken(img) => screenshot::save_in_background(rt, img),
             Command::Quit => rt.quit = true,
-            Command::ShowHelp => rt.help_open = true,
+            Command::ShowHelp => rt.windows.help_open = true,
             Command::Browse(purpose, failed) => {
                 let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());
                 let why = failed.then(|| {
@@ -113,7 +113,7 @@ impl App {
                      answered): augscope's own browser"
                         .to_string()
                 });
-                rt.browse.show(purpose, start.as_deref(), why);
+                rt.windows.browse.show(purpose, start.as_deref(), why);
             }
             Command::SamplePreset => sample_preset(state, rt),
             Command::PresetDialog => self.apply(Command::Pick(browse::Purpose::Preset)),
@@ -123,27 +123,27 @@ impl App {
                 }
                 state.preset = p;
             }
-            Command::OpenCode => rt.code.open = true,
+            Command::OpenCode => rt.windows.code.open = true,
             Command::OpenSavePreset => open_save_preset(state, rt),
             Command::OpenEditor => open_editor(state, rt),
             Command::PresetFromPlan => {
                 let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
                 state.draft = Some(preset_editor::centred_on(state, nd));
-                rt.editor.open = true;
+                rt.windows.editor.open = true;
             }
             Command::DiscardDraft => {
                 state.draft = None;
-                rt.editor.baseline = None;
-                rt.editor.open = false;
+                rt.windows.editor.baseline = None;
+                rt.windows.editor.open = false;
             }
-            Command::OpenExport => rt.export.open = true,
-            Command::OpenGrid => rt.grid.open = true,
+            Command::OpenExport => rt.windows.export.open = true,
+            Command::OpenGrid => rt.windows.grid.open = true,
             Command::StartExport => {
                 if let Err(e) = export::start(state, rt) {
-                    rt.export.last = Some(Err(e));
+                    rt.windows.export.last = Some(Err(e));
                 }
             }
-            Command::CancelExport => rt.export.cancel(),
+            Command::CancelExport => rt.windows.export.cancel(),
             Command::ExportFolderDialog => self.apply(Command::Pick(browse::Purpose::ExportFolder)),
             Command::SetExportFolder(p) => state.export.out_dir = p.display().to_string(),
             Command::Undo => {
@@ -242,7 +242,7 @@ fn sample_preset(state: &mut State, rt: &mut Runtime) {
 
 /// Opens File → Save preset…, named after the preset being edited if there is one.
 fn open_save_preset(state: &State, rt: &mut Runtime) {
-    let save = &mut rt.code.save;
+    let save = &mut rt.windows.code.save;
     save.confirm = None;
     if let Some(d) = &state.draft {
         save.from_preset = true;
@@ -262,13 +262,13 @@ fn open_editor(state: &mut State, rt: &mut Runtime) {
         let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
         match export::chosen_preset(state, nd, true) {
             Ok(p) => {
-                rt.editor.baseline = Some(p.clone());
+                rt.windows.editor.baseline = Some(p.clone());
                 state.draft = Some(p);
             }
             Err(e) => rt.error = Some(e),
         }
     }
-    rt.editor.open = state.draft.is_some();
+    rt.windows.editor.open = state.draft.is_some();
 }
 
 fn splitmix(mut x: u64) -> u64 {

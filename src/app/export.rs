@@ -130,7 +130,7 @@ pub fn export_filter(state: &State, scan: &super::Scan) -> Option<BatchFilter> {
 
 /// Starts a batch with the dialog's settings on the open scan.
 pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
-    if rt.export.running() {
+    if rt.windows.export.running() {
         return Err("an export is already running".into());
     }
     let Some(scan) = &rt.scan else {
@@ -147,7 +147,11 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
         (Some(l), true, Some(_)) => vec![l.clone()],
         _ => vec![],
     };
-    let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
+    let have_cuda = rt
+        .gpu
+        .devices
+        .as_ref()
+        .is_some_and(|d| !d.devices.is_empty());
     let stop = Arc::new(AtomicBool::new(false));
     let counter = Arc::new(BatchProgress::default());
     let opts = BatchOptions {
@@ -180,8 +184,8 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
             let _ = tx.send(r);
         })
         .map_err(|e| format!("cannot start the export thread: {e}"))?;
-    rt.export.last = None;
-    rt.export.job = Some(ExportJob {
+    rt.windows.export.last = None;
+    rt.windows.export.job = Some(ExportJob {
         stop,
         counter,
         out_dir,
@@ -191,18 +195,18 @@ pub fn start(state: &State, rt: &mut Runtime) -> Result<(), String> {
     Ok(())
 }
 
-/// The export dialog (while `rt.export.open`).
+/// The export dialog (while `rt.windows.export.open`).
 /// A sentence on its length: egui lays the window out as it runs, so the function is the window
 /// from top to bottom; the parts with logic of their own are functions beside it.
 pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
     let mut out = vec![];
-    let mut open = rt.export.open;
+    let mut open = rt.windows.export.open;
     egui::Window::new("Export batch")
         .open(&mut open)
         .resizable(false)
         .default_pos([420.0, 120.0])
         .show(ui.ctx(), |ui| {
-            let running = rt.export.running();
+            let running = rt.windows.export.running();
             let has_label = rt.scan.as_ref().is_some_and(|s| s.loaded.label.is_some());
             let view_seed = state.params.seed;
             let ExportSettings {
@@ -309,7 +313,7 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                 }
             });
             ui.separator();
-            if let Some(job) = &rt.export.job {
+            if let Some(job) = &rt.windows.export.job {
                 let (written, todo) = job.counter.get();
                 let frac = if todo > 0 {
                     written as f32 / todo as f32
@@ -340,7 +344,7 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
                         out.push(Command::StartExport);
                     }
                 });
-                match &rt.export.last {
+                match &rt.windows.export.last {
                     Some(Ok(s)) if s.interrupted => {
                         ui.label(format!(
                             "cancelled: {} of {} samples written (whole files only); \
@@ -366,7 +370,7 @@ pub fn export_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
             }
         });
     if !open {
-        rt.export.open = false;
+        rt.windows.export.open = false;
     }
     out
 }

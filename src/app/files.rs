@@ -49,7 +49,7 @@ pub(super) fn open(
     series: Option<String>,
 ) {
     let label = label.or_else(|| (image == sample()).then(sample_label));
-    rt.series_picker = None;
+    rt.windows.series_picker = None;
     match &rt.worker {
         Some(w) => {
             w.load_series(image.clone(), label, series);
@@ -65,14 +65,14 @@ pub(super) fn pick(rt: &mut Runtime, purpose: browse::Purpose) {
     let start = rt.scan.as_ref().map(|s| s.loaded.path.clone());
     if browse::system_dialog_available() {
         if let Err(e) = browse::system_dialog(purpose.clone(), rt.dialogs.0.clone()) {
-            rt.browse.show(
+            rt.windows.browse.show(
                 purpose,
                 start.as_deref(),
                 Some(format!("the system file dialog cannot start ({e})")),
             );
         }
     } else {
-        rt.browse.show(
+        rt.windows.browse.show(
             purpose,
             start.as_deref(),
             Some(
@@ -87,7 +87,11 @@ pub(super) fn pick(rt: &mut Runtime, purpose: browse::Purpose) {
 /// Writes the current augmented volume and its label map to `path` on a thread of its own; what
 /// it comes to arrives as [`Command::Saved`].
 pub(super) fn save_in_background(rt: &mut Runtime, path: PathBuf) {
-    let full = rt.full.as_ref().filter(|f| f.generation == rt.generation);
+    let full = rt
+        .work
+        .full
+        .as_ref()
+        .filter(|f| f.generation == rt.work.generation);
     match full {
         None => rt.error = Some("nothing to save yet: the transform is still running".into()),
         Some(f) => {

@@ -146,62 +146,88 @@ pub struct Runtime {
     /// A message shown in the window until dismissed (load errors among them).
     pub error: Option<String>,
     pub note: Option<String>,
+    /// The transform of the scan: what was asked for and what came back.
+    pub work: Work,
+    /// The original planes on screen, the views' zoom and pan, and the pointer.
+    pub views: ViewsRuntime,
+    /// The GPU panels: devices, memory, the CPU-vs-GPU comparison.
+    pub gpu: GpuPanel,
+    /// The FEBDS masks over the views.
+    pub febds: FebdsRuntime,
+    /// Screenshots and scripted captures.
+    pub capture: Capture,
+    /// The windows besides the main one, and the file browser.
+    pub windows: Windows,
+    /// The deformation grid and Jacobian overlays and their thread.
+    pub overlay: overlay::OverlayRuntime,
+    pub has_wgpu: bool,
+    pub dialogs: (Sender<Command>, Receiver<Command>),
+    /// The last preset sample: the parameters it set, its done list and drawn values, and the
+    /// preset it was drawn from, in words ([`code::preset_in_use`]).
+    pub sampled: Option<(Params, Vec<crate::augment::Done>, String)>,
+    /// The window title last sent.
+    pub title: String,
+    pub quit: bool,
+    /// Wakes the UI when a background thread (a save, a screenshot) has sent its answer.
+    pub egui_ctx: egui::Context,
+}
+
+/// The transform of the open scan in flight: each change of the parameters is a generation.
+#[derive(Default)]
+pub struct Work {
     pub generation: u64,
+    /// The generation, cursor and time of the last request sent to the worker.
     pub sent: Option<(u64, Vec<usize>, Instant)>,
     pub full: Option<FullResult>,
     pub shown: Option<SliceSet>,
     /// Whether the planes on screen were cut from the whole volume of their generation (else
     /// they are the worker's planes, shown until the whole volume is there).
     pub shown_full: bool,
-    pub original: Vec<Arc<DisplaySlice>>,
-    pub original_label: Vec<Option<Arc<DisplaySlice>>>,
-    pub original_cursor: Vec<usize>,
-    pub devices: Option<DevicesReport>,
-    pub memory: Vec<MemStats>,
-    pub comparison: Option<Comparison>,
-    pub compare_sent: Option<u64>,
     pub applied: Option<Params>,
     /// The parameters of the last generations (oldest first, a few kept): what the planes on
     /// screen, which may be older than the sliders, were computed with.
     pub applied_log: Vec<(u64, Params)>,
-    pub nav: Vec<Nav>,
-    pub active_view: usize,
-    pub latency: Latency,
-    pub has_wgpu: bool,
-    pub dialogs: (Sender<Command>, Receiver<Command>),
-    /// The last preset sample: the parameters it set, its done list and drawn values, and the
-    /// preset it was drawn from, in words ([`code::preset_in_use`]).
-    pub sampled: Option<(Params, Vec<crate::augment::Done>, String)>,
-    /// Show no timings (snapshot tests: they differ from run to run).
-    pub hide_timings: bool,
     /// The generation whose whole volume the worker is filling in.
     pub filling: Option<u64>,
-    /// The batch export dialog and its running batch.
-    pub export: export::ExportRuntime,
-    /// The code window and the save-preset window.
-    pub code: code::CodeRuntime,
-    /// The preset editor.
-    pub editor: preset_editor::EditorRuntime,
-    /// The window title last sent.
-    pub title: String,
-    /// The last FEBDS masks received, and the plane ids of the last request sent.
-    pub masks: Option<MaskSet>,
-    pub mask_sent: Option<(crate::filter::FebdsMethod, Vec<u64>)>,
-    /// The deformation grid and Jacobian overlays and their thread.
-    pub overlay: overlay::OverlayRuntime,
-    /// The grid of draws of the preset in use.
-    pub grid: grid::GridRuntime,
-    /// What lies under the mouse pointer this frame (the status bar's readout).
-    pub hover: Option<Hover>,
     /// When the current generation's work began (for the elapsed time of long work), and how
     /// far its whole-volume fill is.
     pub work_started: Option<(u64, Instant)>,
     pub progress: Option<Progress>,
-    /// The built-in file browser.
-    pub browse: browse::BrowseRuntime,
-    /// The series picker, while a DICOM folder of several series waits for a choice.
-    pub series_picker: Option<series_picker::SeriesPicker>,
-    pub help_open: bool,
+    pub latency: Latency,
+}
+
+/// The original planes on screen, and how the views look at them.
+#[derive(Default)]
+pub struct ViewsRuntime {
+    pub original: Vec<Arc<DisplaySlice>>,
+    pub original_label: Vec<Option<Arc<DisplaySlice>>>,
+    pub original_cursor: Vec<usize>,
+    pub nav: Vec<Nav>,
+    pub active_view: usize,
+    /// What lies under the mouse pointer this frame (the status bar's readout).
+    pub hover: Option<Hover>,
+}
+
+/// The GPU panels' data: the devices, their memory, and the CPU-vs-GPU comparison.
+#[derive(Default)]
+pub struct GpuPanel {
+    pub devices: Option<DevicesReport>,
+    pub memory: Vec<MemStats>,
+    pub comparison: Option<Comparison>,
+    pub compare_sent: Option<u64>,
+}
+
+/// The FEBDS masks over the views.
+#[derive(Default)]
+pub struct FebdsRuntime {
+    /// The last masks received.
+    pub masks: Option<MaskSet>,
+    /// The method and plane ids of the last request sent.
+    pub mask_sent: Option<(crate::filter::FebdsMethod, Vec<u64>)>,
+}
+
+/// Screenshots of the window, and scripted captures.
+pub struct Capture {
     /// A screenshot was asked for and has not arrived.
     pub screenshot_pending: bool,
     /// Where the views are in the window (points), for the screenshot.
@@ -211,20 +237,50 @@ pub struct Runtime {
     pub initial_zoom: Option<f32>,
     /// A scripted PNG of the window, taken when the work is done (then the app quits).
     pub auto_png: Option<AutoPng>,
-    pub quit: bool,
-    /// Wakes the UI when a background thread (a save, a screenshot) has sent its answer.
-    pub egui_ctx: egui::Context,
+    /// Show no timings (snapshot tests: they differ from run to run).
+    pub hide_timings: bool,
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Self {
+            screenshot_pending: false,
+            views_rect: None,
+            pixels_per_point: 1.0,
+            initial_zoom: None,
+            auto_png: None,
+            hide_timings: false,
+        }
+    }
+}
+
+/// The windows besides the main one.
+#[derive(Default)]
+pub struct Windows {
+    /// The batch export dialog and its running batch.
+    pub export: export::ExportRuntime,
+    /// The code window and the save-preset window.
+    pub code: code::CodeRuntime,
+    /// The preset editor.
+    pub editor: preset_editor::EditorRuntime,
+    /// The grid of draws of the preset in use.
+    pub grid: grid::GridRuntime,
+    /// The built-in file browser.
+    pub browse: browse::BrowseRuntime,
+    /// The series picker, while a DICOM folder of several series waits for a choice.
+    pub series_picker: Option<series_picker::SeriesPicker>,
+    pub help_open: bool,
 }
 
 /// [`App::params_on_screen`].
 pub fn params_on_screen<'a>(state: &'a State, rt: &'a Runtime) -> &'a Params {
-    let generation = rt
-        .shown
+    let generation = rt.work.shown.as_ref().map(|s| s.generation).or(rt
+        .work
+        .full
         .as_ref()
-        .map(|s| s.generation)
-        .or(rt.full.as_ref().map(|f| f.generation));
+        .map(|f| f.generation));
     generation
-        .and_then(|g| rt.applied_log.iter().rev().find(|(k, _)| *k == g))
+        .and_then(|g| rt.work.applied_log.iter().rev().find(|(k, _)| *k == g))
         .map_or(&state.params, |(_, p)| p)
 }
 
@@ -309,47 +365,17 @@ impl App {
                 loading: None,
                 error,
                 note: None,
-                generation: 0,
-                sent: None,
-                full: None,
-                shown: None,
-                shown_full: false,
-                original: vec![],
-                original_label: vec![],
-                original_cursor: vec![],
-                devices: None,
-                memory: vec![],
-                comparison: None,
-                compare_sent: None,
-                applied: None,
-                applied_log: vec![],
-                nav: vec![],
-                active_view: 0,
-                latency: Latency::default(),
+                work: Work::default(),
+                views: ViewsRuntime::default(),
+                gpu: GpuPanel::default(),
+                febds: FebdsRuntime::default(),
+                capture: Capture::default(),
+                windows: Windows::default(),
+                overlay: overlay::OverlayRuntime::default(),
                 has_wgpu,
                 dialogs: channel(),
                 sampled: None,
-                hide_timings: false,
-                filling: None,
-                export: export::ExportRuntime::default(),
-                code: code::CodeRuntime::default(),
-                editor: preset_editor::EditorRuntime::default(),
                 title: String::new(),
-                masks: None,
-                mask_sent: None,
-                overlay: overlay::OverlayRuntime::default(),
-                grid: grid::GridRuntime::default(),
-                hover: None,
-                work_started: None,
-                progress: None,
-                browse: browse::BrowseRuntime::default(),
-                series_picker: None,
-                help_open: false,
-                screenshot_pending: false,
-                views_rect: None,
-                pixels_per_point: 1.0,
-                initial_zoom: None,
-                auto_png: None,
                 quit: false,
                 egui_ctx,
             },
@@ -361,7 +387,8 @@ impl App {
                 "" => "nnunet-v2",
                 p => p,
             };
-            app.rt.editor.baseline = crate::augment::preset::load_or_bundled(Path::new(name)).ok();
+            app.rt.windows.editor.baseline =
+                crate::augment::preset::load_or_bundled(Path::new(name)).ok();
         }
         if let Some((image, label)) = open {
             app.apply(Command::Open(image, label));
@@ -388,7 +415,7 @@ impl App {
         };
         if !preset.is_empty() {
             t.push_str(&format!(" — preset {preset}"));
-            if self.rt.editor.unsaved(&self.state) {
+            if self.rt.windows.editor.unsaved(&self.state) {
                 t.push('*');
             }
         }
@@ -401,19 +428,21 @@ impl App {
         let busy_worker = rt.worker.as_ref().is_some_and(Worker::pending);
         let computing = rt.scan.is_some()
             && rt
+                .work
                 .full
                 .as_ref()
-                .is_none_or(|f| f.generation != rt.generation);
+                .is_none_or(|f| f.generation != rt.work.generation);
         let comparing = self.state.show_compare
             && rt
+                .gpu
                 .comparison
                 .as_ref()
-                .is_none_or(|c| c.generation != rt.generation);
+                .is_none_or(|c| c.generation != rt.work.generation);
         rt.loading.is_none()
             && !busy_worker
             && !computing
             && !comparing
-            && !rt.export.running()
+            && !rt.windows.export.running()
             && !self.masks_pending()
     }
 
@@ -454,7 +483,7 @@ impl eframe::App for App {
         if let Some(first) = dropped.first() {
             cmds.push(Command::Open(first.clone(), dropped.get(1).cloned()));
         }
-        cmds.extend(panels::shortcuts(ui, self.rt.active_view));
+        cmds.extend(panels::shortcuts(ui, self.rt.views.active_view));
         cmds.extend(panels::menu_bar(ui, &mut self.state, &self.rt));
         panels::status_bar(ui, &self.state, &mut self.rt);
         cmds.extend(panels::controls(ui, &mut self.state, &self.rt));
@@ -464,34 +493,37 @@ impl eframe::App for App {
         if self.state.show_compare {
             cmds.extend(views::compare_window(ui, &mut self.state, &mut self.rt));
         }
-        if self.rt.export.open {
+        if self.rt.windows.export.open {
             cmds.extend(export::export_window(ui, &mut self.state, &mut self.rt));
         }
-        if self.rt.code.open {
+        if self.rt.windows.code.open {
             code::code_window(ui, &mut self.state, &mut self.rt);
         }
-        if self.rt.code.save.open {
+        if self.rt.windows.code.save.open {
             code::save_preset_window(ui, &mut self.state, &mut self.rt);
         }
-        if self.rt.editor.open {
+        if self.rt.windows.editor.open {
             cmds.extend(preset_editor::editor_window(
                 ui,
                 &mut self.state,
                 &mut self.rt,
             ));
         }
-        if self.rt.grid.open {
+        if self.rt.windows.grid.open {
             grid::grid_window(ui, &mut self.state, &mut self.rt);
         }
-        cmds.extend(browse::window(ui.ctx(), &mut self.rt.browse));
-        cmds.extend(series_picker::window(ui.ctx(), &mut self.rt.series_picker));
-        panels::help_window(ui.ctx(), &mut self.rt.help_open);
-        self.rt.pixels_per_point = ui.ctx().pixels_per_point();
+        cmds.extend(browse::window(ui.ctx(), &mut self.rt.windows.browse));
+        cmds.extend(series_picker::window(
+            ui.ctx(),
+            &mut self.rt.windows.series_picker,
+        ));
+        panels::help_window(ui.ctx(), &mut self.rt.windows.help_open);
+        self.rt.capture.pixels_per_point = ui.ctx().pixels_per_point();
         self.auto_png(ui.ctx());
         if self.rt.quit {
             ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
         }
-        if std::mem::take(&mut self.rt.screenshot_pending) {
+        if std::mem::take(&mut self.rt.capture.screenshot_pending) {
             // The pixels come back through the dialogs' channel once the frame is read.
             let tx = self.rt.dialogs.0.clone();
             let ctx = ui.ctx().clone();

@@ -21,7 +21,7 @@ impl App {
             self.apply(cmd);
         }
         let App { state, rt } = self;
-        rt.export.poll();
+        rt.windows.export.poll();
         for r in replies {
             match r {
                 Reply::Loaded(Ok(l)) => loaded(state, rt, l),
@@ -31,32 +31,32 @@ impl App {
                 }
                 Reply::ChooseSeries(c) => {
                     keep_scan(rt);
-                    rt.series_picker = Some(SeriesPicker::new(c));
+                    rt.windows.series_picker = Some(SeriesPicker::new(c));
                 }
                 Reply::Slices(s) => {
-                    if s.generation == rt.generation {
-                        if let Some((g, _, t)) = &rt.sent
+                    if s.generation == rt.work.generation {
+                        if let Some((g, _, t)) = &rt.work.sent
                             && *g == s.generation
                         {
-                            rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                            rt.work.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                         }
-                        rt.latency.slice_compute_ms = Some(s.elapsed_ms);
-                        rt.shown = Some(s);
-                        rt.shown_full = false;
+                        rt.work.latency.slice_compute_ms = Some(s.elapsed_ms);
+                        rt.work.shown = Some(s);
+                        rt.work.shown_full = false;
                     }
                 }
-                Reply::Filling(g) => rt.filling = Some(g),
+                Reply::Filling(g) => rt.work.filling = Some(g),
                 Reply::Progress {
                     generation,
                     done,
                     total,
                 } => {
-                    if generation == rt.generation {
-                        let first = match rt.progress {
+                    if generation == rt.work.generation {
+                        let first = match rt.work.progress {
                             Some(p) if p.generation == generation => p.first,
                             _ => (Instant::now(), done),
                         };
-                        rt.progress = Some(Progress {
+                        rt.work.progress = Some(Progress {
                             generation,
                             done,
                             total,
@@ -65,12 +65,12 @@ impl App {
                     }
                 }
                 Reply::Full(f) => {
-                    if f.generation == rt.generation {
-                        if let Some((g, _, t)) = &rt.sent
+                    if f.generation == rt.work.generation {
+                        if let Some((g, _, t)) = &rt.work.sent
                             && *g == f.generation
-                            && rt.shown.as_ref().is_none_or(|s| s.generation != *g)
+                            && rt.work.shown.as_ref().is_none_or(|s| s.generation != *g)
                         {
-                            rt.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                            rt.work.latency.last_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                         }
                         // A run's note, else the scan's own (e.g. why its label map was not
                         // used), which stays as long as the scan is open.
@@ -78,24 +78,24 @@ impl App {
                             .note
                             .clone()
                             .or_else(|| rt.scan.as_ref().and_then(|s| s.loaded.note.clone()));
-                        rt.full = Some(f);
+                        rt.work.full = Some(f);
                         // The planes on screen stay until this frame's sync cuts the new ones
                         // from the whole volume: no blank frame between the two.
-                        rt.shown_full = false;
+                        rt.work.shown_full = false;
                     }
                 }
-                Reply::Compared(c) => rt.comparison = Some(c),
-                Reply::Masks(m) => rt.masks = Some(m),
+                Reply::Compared(c) => rt.gpu.comparison = Some(c),
+                Reply::Masks(m) => rt.febds.masks = Some(m),
                 Reply::Failed {
                     generation,
                     message,
                 } => {
-                    if generation == rt.generation {
+                    if generation == rt.work.generation {
                         rt.error = Some(message);
                     }
                 }
-                Reply::Devices(d) => rt.devices = Some(d),
-                Reply::Memory(m) => rt.memory = m,
+                Reply::Devices(d) => rt.gpu.devices = Some(d),
+                Reply::Memory(m) => rt.gpu.memory = m,
             }
         }
     }
@@ -106,9 +106,9 @@ impl App {
 /// or masks not yet started) is asked for again.
 fn keep_scan(rt: &mut Runtime) {
     rt.loading = None;
-    rt.sent = None;
-    rt.compare_sent = None;
-    rt.mask_sent = None;
+    rt.work.sent = None;
+    rt.gpu.compare_sent = None;
+    rt.febds.mask_sent = None;
 }
 
 /// A scan has loaded: its window, views and cursor; everything computed for the last one is
@@ -146,24 +146,24 @@ fn loaded(state: &mut State, rt: &mut Runtime, l: Loaded) {
         state.display.wl_path = Some(l.path.clone());
     }
     let nav = Nav {
-        zoom: rt.initial_zoom.unwrap_or(1.0),
+        zoom: rt.capture.initial_zoom.unwrap_or(1.0),
         ..Nav::default()
     };
-    rt.nav = vec![nav; views.len()];
-    rt.active_view = 0;
+    rt.views.nav = vec![nav; views.len()];
+    rt.views.active_view = 0;
     rt.scan = Some(Scan {
         loaded: l,
         views,
         cursor,
         frame: 0,
     });
-    rt.full = None;
-    rt.shown = None;
-    rt.original_cursor.clear();
-    rt.comparison = None;
-    rt.compare_sent = None;
-    rt.sent = None;
-    rt.masks = None;
-    rt.mask_sent = None;
-    rt.generation += 1;
+    rt.work.full = None;
+    rt.work.shown = None;
+    rt.views.original_cursor.clear();
+    rt.gpu.comparison = None;
+    rt.gpu.compare_sent = None;
+    rt.work.sent = None;
+    rt.febds.masks = None;
+    rt.febds.mask_sent = None;
+    rt.work.generation += 1;
 }

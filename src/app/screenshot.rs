@@ -87,10 +87,11 @@ impl App {
             && (!self.state.show_compare
                 || self
                     .rt
+                    .gpu
                     .comparison
                     .as_ref()
-                    .is_some_and(|c| c.generation == self.rt.generation));
-        let Some(a) = self.rt.auto_png.as_mut() else {
+                    .is_some_and(|c| c.generation == self.rt.work.generation));
+        let Some(a) = self.rt.capture.auto_png.as_mut() else {
             return;
         };
         if !idle || a.stage == 2 {
@@ -109,7 +110,7 @@ impl App {
             self.state.params.rotate_deg[0] += 1.5;
         } else {
             a.stage = 2;
-            self.rt.screenshot_pending = true;
+            self.rt.capture.screenshot_pending = true;
         }
     }
 }
@@ -118,13 +119,14 @@ impl App {
 /// screenshot folder, or the whole window of a scripted screenshot, after which the app quits.
 pub(super) fn save_in_background(rt: &mut Runtime, img: Arc<egui::ColorImage>) {
     // A scripted screenshot is the whole window and ends the app; F12's is the views.
-    let scripted = rt.auto_png.as_ref().is_some_and(|a| a.stage == 2);
-    let (path, crop) = match rt.auto_png.take().filter(|_| scripted) {
+    let scripted = rt.capture.auto_png.as_ref().is_some_and(|a| a.stage == 2);
+    let (path, crop) = match rt.capture.auto_png.take().filter(|_| scripted) {
         Some(a) => (a.path, None),
         None => {
-            let ppp = rt.pixels_per_point;
+            let ppp = rt.capture.pixels_per_point;
             let scan = rt.scan.as_ref().map(|s| s.loaded.path.clone());
             let crop = rt
+                .capture
                 .views_rect
                 .map(|r| egui::Rect::from_min_max(r.min * ppp, r.max * ppp));
             (screenshot_path(scan.as_deref()), crop)

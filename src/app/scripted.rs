@@ -17,7 +17,7 @@ pub(super) fn apply_spec(app: &mut App, spec: &str) {
     {
         app.state.export.out_dir = dir.to_string();
         app.state.export.seed = app.state.params.seed;
-        app.rt.export.open = true;
+        app.rt.windows.export.open = true;
     }
     // `editor`: the preset editor open; `code=K`: the code window on tab K; `grid`:
     // the grid of draws; `preset=NAME`: the preset in use; `overlays`: the deformation
@@ -31,7 +31,7 @@ pub(super) fn apply_spec(app: &mut App, spec: &str) {
             app.state.preset = name.to_string();
         } else if let Some(p) = part.strip_prefix("png=") {
             // A PNG of the whole window once the work is done, then quit.
-            app.rt.auto_png = Some(AutoPng {
+            app.rt.capture.auto_png = Some(AutoPng {
                 path: PathBuf::from(p),
                 nudge: spec.split(';').any(|q| q.trim() == "nudge"),
                 stage: 0,
@@ -42,7 +42,7 @@ pub(super) fn apply_spec(app: &mut App, spec: &str) {
         } else if part == "backend=cuda" {
             app.state.params.backend = BackendChoice::Cuda(0);
         } else if let Some(z) = part.strip_prefix("zoom=") {
-            app.rt.initial_zoom = z.parse().ok();
+            app.rt.capture.initial_zoom = z.parse().ok();
         } else if part == "nearest" {
             app.state.display.nearest = true;
         } else if part == "overlays" {
@@ -53,9 +53,9 @@ pub(super) fn apply_spec(app: &mut App, spec: &str) {
                 app.state.params.preview_as = m;
             }
         } else if let Some(tab) = part.strip_prefix("code=") {
-            app.rt.code.open = true;
-            app.rt.code.from_preset = true;
-            app.rt.code.tab = tab.parse().unwrap_or(0);
+            app.rt.windows.code.open = true;
+            app.rt.windows.code.from_preset = true;
+            app.rt.windows.code.tab = tab.parse().unwrap_or(0);
         }
     }
 }

@@ -19,12 +19,13 @@ impl App {
         let method = self.state.params.filter.febds()?;
         let rt = &self.rt;
         let shown = rt
+            .work
             .shown
             .as_ref()
-            .filter(|s| s.generation == rt.generation)?;
+            .filter(|s| s.generation == rt.work.generation)?;
         let mut planes: Vec<Arc<DisplaySlice>> = shown.image.clone();
         if self.state.display.side_by_side {
-            planes.extend(rt.original.iter().cloned());
+            planes.extend(rt.views.original.iter().cloned());
         }
         Some((method, planes))
     }
@@ -35,7 +36,7 @@ impl App {
             return false;
         };
         let ids: Vec<u64> = planes.iter().map(|p| p.id).collect();
-        self.rt.masks.as_ref().is_none_or(|m| {
+        self.rt.febds.masks.as_ref().is_none_or(|m| {
             m.method != method || ids.iter().any(|id| !m.masks.iter().any(|(i, _)| i == id))
         })
     }
@@ -46,24 +47,30 @@ impl App {
         let Some(scan) = &rt.scan else {
             return;
         };
-        if rt.applied.as_ref() != Some(&state.params) {
-            if rt.applied.is_some() {
-                rt.generation += 1;
+        if rt.work.applied.as_ref() != Some(&state.params) {
+            if rt.work.applied.is_some() {
+                rt.work.generation += 1;
             }
-            rt.applied = Some(state.params.clone());
+            rt.work.applied = Some(state.params.clone());
         }
         // A new generation (new parameters, or a scan loaded): what it is computed with.
-        if rt.applied_log.last().map(|(g, _)| *g) != Some(rt.generation) {
-            rt.applied_log.push((rt.generation, state.params.clone()));
-            let extra = rt.applied_log.len().saturating_sub(APPLIED_KEPT);
-            rt.applied_log.drain(..extra);
+        if rt.work.applied_log.last().map(|(g, _)| *g) != Some(rt.work.generation) {
+            rt.work
+                .applied_log
+                .push((rt.work.generation, state.params.clone()));
+            let extra = rt.work.applied_log.len().saturating_sub(APPLIED_KEPT);
+            rt.work.applied_log.drain(..extra);
         }
-        if rt.work_started.is_none_or(|(g, _)| g != rt.generation) {
-            rt.work_started = Some((rt.generation, Instant::now()));
+        if rt
+            .work
+            .work_started
+            .is_none_or(|(g, _)| g != rt.work.generation)
+        {
+            rt.work.work_started = Some((rt.work.generation, Instant::now()));
         }
         let img = &scan.loaded.image;
-        if rt.original_cursor != scan.cursor || rt.original.len() != scan.views.len() {
-            rt.original = scan
+        if rt.views.original_cursor != scan.cursor || rt.views.original.len() != scan.views.len() {
+            rt.views.original = scan
                 .views
                 .iter()
                 .map(|v| {
@@ -71,7 +78,7 @@ impl App {
                     slices::extract(&img.data, &img.shape, img.channels, &img.spacing_mm, v, idx)
                 })
                 .collect();
-            rt.original_label = scan
+            rt.views.original_label = scan
                 .views
                 .iter()
                 .map(|v| {
@@ -82,9 +89,13 @@ impl App {
                         .map(|l| slices::extract(&l.data, &l.shape, 1, &img.spacing_mm, v, idx))
                 })
                 .collect();
-            rt.original_cursor = scan.cursor.clone();
+            rt.views.original_cursor = scan.cursor.clone();
         }
-        let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
+        let have_cuda = rt
+            .gpu
+            .devices
+            .as_ref()
+            .is_some_and(|d| !d.devices.is_empty());
         let spec = state.params.backend.spec(have_cuda);
         let nd = img.ndim();
         let plan = state.params.to_plan(nd, &img.spacing_mm);
@@ -96,13 +107,13 @@ impl App {
                 boundary: fp.boundary(),
                 stage: fp.stage,
             });
-        match &rt.full {
-            Some(f) if f.generation == rt.generation => {
-                let fresh = rt.shown_full
-                    && rt
-                        .shown
-                        .as_ref()
-                        .is_some_and(|s| s.generation == f.generation && s.cursor == scan.cursor);
+        match &rt.work.full {
+            Some(f) if f.generation == rt.work.generation => {
+                let fresh =
+                    rt.work.shown_full
+                        && rt.work.shown.as_ref().is_some_and(|s| {
+                            s.generation == f.generation && s.cursor == scan.cursor
+                        });
                 if !fresh {
                     let image = scan
                         .views
@@ -129,7 +140,7 @@ impl App {
                             })
                         })
                         .collect();
-                    rt.shown = Some(SliceSet {
+                    rt.work.shown = Some(SliceSet {
                         generation: f.generation,
                         cursor: scan.cursor.clone(),
                         image,
@@ -139,19 +150,20 @@ impl App {
                         unfiltered: false,
                         normalized: f.normalized.clone(),
                     });
-                    rt.shown_full = true;
+                    rt.work.shown_full = true;
                     // They are drawn in the next frame.
                     rt.egui_ctx.request_repaint();
                 }
             }
             _ => {
                 let sent = rt
+                    .work
                     .sent
                     .as_ref()
-                    .is_some_and(|(g, c, _)| *g == rt.generation && *c == scan.cursor);
+                    .is_some_and(|(g, c, _)| *g == rt.work.generation && *c == scan.cursor);
                 if !sent && let Some(w) = &rt.worker {
                     w.compute(Compute {
-                        generation: rt.generation,
+                        generation: rt.work.generation,
                         plan: plan.clone(),
                         backend: spec.clone(),
                         precision: state.params.precision,
@@ -162,16 +174,16 @@ impl App {
                         normalize: state.params.normalize.clone(),
                         model: state.params.preview_as,
                     });
-                    rt.sent = Some((rt.generation, scan.cursor.clone(), Instant::now()));
+                    rt.work.sent = Some((rt.work.generation, scan.cursor.clone(), Instant::now()));
                 }
             }
         }
         if state.show_compare
-            && rt.compare_sent != Some(rt.generation)
+            && rt.gpu.compare_sent != Some(rt.work.generation)
             && let Some(w) = &rt.worker
         {
             w.compare(Compute {
-                generation: rt.generation,
+                generation: rt.work.generation,
                 plan,
                 backend: spec,
                 precision: state.params.precision,
@@ -182,7 +194,7 @@ impl App {
                 normalize: None,
                 model: Default::default(),
             });
-            rt.compare_sent = Some(rt.generation);
+            rt.gpu.compare_sent = Some(rt.work.generation);
         }
         self.request_masks();
     }
@@ -193,12 +205,13 @@ impl App {
             return;
         };
         let ids: Vec<u64> = planes.iter().map(|p| p.id).collect();
-        if self.rt.mask_sent.as_ref() == Some(&(method, ids.clone())) {
+        if self.rt.febds.mask_sent.as_ref() == Some(&(method, ids.clone())) {
             return;
         }
         let (offset, factor) = febds_map(self.scan_range());
         let have_cuda = self
             .rt
+            .gpu
             .devices
             .as_ref()
             .is_some_and(|d| !d.devices.is_empty());
@@ -211,7 +224,7 @@ impl App {
                 backend: self.state.params.backend.spec(have_cuda),
                 precision: self.state.params.precision,
             });
-            self.rt.mask_sent = Some((method, ids));
+            self.rt.febds.mask_sent = Some((method, ids));
         }
     }
 }

@@ -214,7 +214,7 @@ fn filtered_window(report: Option<&super::worker::FilterReport>) -> Option<(f32,
 /// The mask of plane `id`, when the FEBDS overlay is on.
 fn mask_of(state: &State, rt: &Runtime, id: u64) -> Option<Arc<DisplaySlice>> {
     state.params.filter.febds()?;
-    rt.masks.as_ref()?.mask_for(id)
+    rt.febds.masks.as_ref()?.mask_for(id)
 }
 
 /// The view's title in a strip above the image (one line, cut with "…" where the view is too
@@ -338,13 +338,13 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 (rows, views.len())
             };
             let full = ui.available_rect_before_wrap();
-            rt.views_rect = Some(full);
+            rt.capture.views_rect = Some(full);
             let slider_h = 26.0;
             let cell = Vec2::new(
                 full.width() / n_cols as f32,
                 (full.height() - slider_h) / n_rows as f32,
             );
-            let aug = rt.shown.as_ref();
+            let aug = rt.work.shown.as_ref();
             let own_window = filtered_window(aug.and_then(|s| s.filter.as_ref()));
             let normalized = aug.and_then(|s| s.normalized.clone());
             let unfiltered = aug.is_some_and(|s| s.unfiltered);
@@ -355,16 +355,19 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 .enumerate()
                 .map(|(vi, _)| {
                     (
-                        rt.original.get(vi).and_then(|p| mask_of(state, rt, p.id)),
+                        rt.views
+                            .original
+                            .get(vi)
+                            .and_then(|p| mask_of(state, rt, p.id)),
                         aug.and_then(|s| s.image.get(vi))
                             .and_then(|p| mask_of(state, rt, p.id)),
                     )
                 })
                 .collect();
-            let active = &mut rt.active_view;
+            let active = &mut rt.views.active_view;
             let mut hovered = None;
             for (vi, geom) in views.iter().enumerate() {
-                let mut nav = rt.nav.get(vi).copied().unwrap_or_default();
+                let mut nav = rt.views.nav.get(vi).copied().unwrap_or_default();
                 for r in 0..rows {
                     let original = state.display.side_by_side && r == 0;
                     let (row, colm) = if views.len() == 1 { (0, r) } else { (r, vi) };
@@ -376,13 +379,13 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                     let idx = geom.normal.map(|a| (cursor[a], shape[a]));
                     let pos = idx.map_or(String::new(), |(i, n)| format!("  {i}/{}", n - 1));
                     let input = if original {
-                        rt.original.get(vi).cloned().map(|image| ViewInput {
+                        rt.views.original.get(vi).cloned().map(|image| ViewInput {
                             key: view_key(0, vi),
                             title: format!("{} · original{pos}", geom.name),
                             geom,
                             image,
                             other: None,
-                            label: rt.original_label.get(vi).cloned().flatten(),
+                            label: rt.views.original_label.get(vi).cloned().flatten(),
                             mask: masks.get(vi).and_then(|m| m.0.clone()),
                             look: look(state, scan, false),
                             cursor: &cursor,
@@ -405,7 +408,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                 geom,
                                 image,
                                 other: if diff {
-                                    rt.original.get(vi).cloned()
+                                    rt.views.original.get(vi).cloned()
                                 } else {
                                     None
                                 },
@@ -434,10 +437,10 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                                     rect,
                                     nav,
                                     view: vi,
-                                    generation: rt.generation,
+                                    generation: rt.work.generation,
                                     scan,
                                 };
-                                paint_overlays(ui, state, &rt.overlay, rt.full.as_ref(), at);
+                                paint_overlays(ui, state, &rt.overlay, rt.work.full.as_ref(), at);
                             }
                         }
                         None => {
@@ -446,7 +449,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                         }
                     }
                 }
-                if let Some(n) = rt.nav.get_mut(vi) {
+                if let Some(n) = rt.views.nav.get_mut(vi) {
                     *n = nav;
                 }
                 // The slice slider under each column.
@@ -462,7 +465,7 @@ pub fn central(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Co
                 }
             }
             ui.allocate_rect(full, Sense::hover());
-            rt.hover = hovered.and_then(|(vi, row, col)| {
+            rt.views.hover = hovered.and_then(|(vi, row, col)| {
                 let geom = views.get(vi)?;
                 // A colour image reads all three channels; a 4D scan the volume shown.
                 let only = (!scan.loaded.image.is_colour()).then_some(scan.frame);
@@ -600,12 +603,12 @@ fn hover_at(
     only: Option<usize>,
 ) -> Option<super::Hover> {
     let at = |p: &DisplaySlice| value_at(p, row, col, only);
-    let aug = rt.shown.as_ref();
+    let aug = rt.work.shown.as_ref();
     Some(super::Hover {
-        voxel: voxel_of(geom, cursor, row, col, rt.original.get(vi)?),
-        original: at(rt.original.get(vi)?),
+        voxel: voxel_of(geom, cursor, row, col, rt.views.original.get(vi)?),
+        original: at(rt.views.original.get(vi)?),
         augmented: aug.and_then(|s| s.image.get(vi)).map(|p| at(p)),
-        label: rt.original_label.get(vi).cloned().flatten().map(|l| {
+        label: rt.views.original_label.get(vi).cloned().flatten().map(|l| {
             let a = aug
                 .and_then(|s| s.label.get(vi).cloned().flatten())
                 .map(|p| value_at(&p, row, col, Some(0))[0]);
@@ -670,9 +673,10 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                 return;
             };
             let Some(c) = rt
+                .gpu
                 .comparison
                 .as_ref()
-                .filter(|c| c.generation == rt.generation)
+                .filter(|c| c.generation == rt.work.generation)
             else {
                 ui.horizontal(|ui| {
                     ui.spinner();
@@ -680,7 +684,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
                 });
                 return;
             };
-            let vi = rt.active_view.min(scan.views.len().saturating_sub(1));
+            let vi = rt.views.active_view.min(scan.views.len().saturating_sub(1));
             let geom = &scan.views[vi];
             let idx = geom.normal.map_or(0, |a| scan.cursor[a]);
             let sp = &scan.loaded.image.spacing_mm;
@@ -712,7 +716,7 @@ pub fn compare_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) ->
             let (rect, _) = ui.allocate_exact_size(Vec2::new(w * 3.0, h), Sense::hover());
             let base = look(state, scan, false);
             let mut nav = Nav::default();
-            let mut active = rt.active_view;
+            let mut active = rt.views.active_view;
             let panes: [Pane<'_>; 3] = [
                 ("CPU", Some(cpu.clone()), None, base),
                 ("GPU", gpu.clone(), None, base),

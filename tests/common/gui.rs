@@ -36,6 +36,7 @@ pub fn settle(h: &mut Harness<'_, App>) {
 pub fn result_image(h: &Harness<'_, App>) -> Vec<f32> {
     h.state()
         .rt
+        .work
         .full
         .as_ref()
         .expect("a result")
@@ -52,7 +53,7 @@ pub fn harness(image: PathBuf) -> Harness<'static, App> {
         .wgpu()
         .build_eframe(move |cc| {
             let mut app = App::new(cc, Some((image, None)));
-            app.rt.hide_timings = true;
+            app.rt.capture.hide_timings = true;
             cc.egui_ctx
                 .set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
             app
@@ -74,12 +75,12 @@ pub fn step_until(h: &mut Harness<'_, App>, what: &str, done: impl Fn(&App) -> b
 
 /// Steps until the grid of draws is complete, then asserts that it shows no error.
 pub fn grid_done(h: &mut Harness<'_, App>) {
-    step_until(h, "the grid", |a| a.rt.grid.complete());
+    step_until(h, "the grid", |a| a.rt.windows.grid.complete());
     h.run_steps(4);
     assert!(
-        h.state().rt.grid.error.is_none(),
+        h.state().rt.windows.grid.error.is_none(),
         "{:?}",
-        h.state().rt.grid.error
+        h.state().rt.windows.grid.error
     );
 }
 

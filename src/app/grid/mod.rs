@@ -373,7 +373,7 @@ impl GridRuntime {
 pub fn pick(state: &mut State, rt: &mut Runtime, k: usize) {
     let nd = rt.scan.as_ref().map_or(3, |s| s.loaded.image.ndim());
     let from = super::code::preset_in_use(state, rt);
-    let Some(s) = rt.grid.samples.get(k) else {
+    let Some(s) = rt.windows.grid.samples.get(k) else {
         return;
     };
     state.params = Params::from_plan(&s.plan, nd, &state.params);
@@ -492,14 +492,20 @@ fn tile_texture(ui: &egui::Ui, t: &mut Tile, k: usize, (lo, hi): (f32, f32)) {
     }
 }
 
-/// The "What training will see" window (while `rt.grid.open`).
+/// The "What training will see" window (while `rt.windows.grid.open`).
 /// A sentence on its length: egui lays the window out as it runs, so the function is the window
 /// from top to bottom; the parts with logic of their own are functions beside it.
 pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
-    let have_cuda = rt.devices.as_ref().is_some_and(|d| !d.devices.is_empty());
+    let have_cuda = rt
+        .gpu
+        .devices
+        .as_ref()
+        .is_some_and(|d| !d.devices.is_empty());
     let ctx = ui.ctx().clone();
-    rt.grid.sync(state, rt.scan.as_ref(), have_cuda, &ctx);
-    let mut open = rt.grid.open;
+    rt.windows
+        .grid
+        .sync(state, rt.scan.as_ref(), have_cuda, &ctx);
+    let mut open = rt.windows.grid.open;
     let mut picked = None;
     let (lo, hi) = {
         let (alo, ahi) = rt
@@ -510,6 +516,7 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
         let width = state.display.width.unwrap_or((ahi - alo).max(1e-6));
         // Tiles in a normalisation's units: the window mapped through it.
         let (a, b) = rt
+            .windows
             .grid
             .normalized
             .as_ref()
@@ -533,7 +540,7 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
         .min_width(GRID_WIDTH)
         .show(&ctx, |ui| {
             ui.set_max_width(GRID_WIDTH);
-            let g = &mut rt.grid;
+            let g = &mut rt.windows.grid;
             ui.weak(format!(
                 "draws of preset {preset_name}; draw k uses seed first seed + k, as augscope batch"
             ));
@@ -669,7 +676,7 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
             if !g.samples.is_empty() {
                 histograms(ui, g);
             }
-            if !rt.hide_timings
+            if !rt.capture.hide_timings
                 && let Some(first) = g.first_ms
             {
                 let last = g
@@ -682,6 +689,6 @@ pub fn grid_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) {
         pick(state, rt, k);
     }
     if !open {
-        rt.grid.close();
+        rt.windows.grid.close();
     }
 }

@@ -157,8 +157,8 @@ pub fn is_current(state: &State, rt: &Runtime) -> bool {
     let Some(p) = &rt.overlay.planes else {
         return false;
     };
-    let g = rt.generation;
-    let volume = rt.full.as_ref().is_some_and(|f| f.generation == g);
+    let g = rt.work.generation;
+    let volume = rt.work.full.as_ref().is_some_and(|f| f.generation == g);
     let planes = p.generation == g
         && p.cursor == scan.cursor
         && p.grid == d.deformation_grid
@@ -220,7 +220,7 @@ pub fn update(ctx: &egui::Context, state: &State, rt: &mut Runtime) {
                     generation,
                     message,
                 } => {
-                    if generation == rt.generation {
+                    if generation == rt.work.generation {
                         ov.error = Some(message);
                     }
                 }
@@ -242,11 +242,12 @@ pub fn update(ctx: &egui::Context, state: &State, rt: &mut Runtime) {
         return;
     };
     let volume = rt
+        .work
         .full
         .as_ref()
-        .is_some_and(|f| f.generation == rt.generation);
+        .is_some_and(|f| f.generation == rt.work.generation);
     let key: SentKey = (
-        rt.generation,
+        rt.work.generation,
         scan.cursor.clone(),
         d.deformation_grid,
         d.jacobian,
@@ -266,9 +267,9 @@ pub fn update(ctx: &egui::Context, state: &State, rt: &mut Runtime) {
         }
     }
     let img = &scan.loaded.image;
-    let params = rt.applied.as_ref().unwrap_or(&state.params);
+    let params = rt.work.applied.as_ref().unwrap_or(&state.params);
     let req = Request {
-        generation: rt.generation,
+        generation: rt.work.generation,
         plan: params.to_plan(img.ndim(), &img.spacing_mm),
         shape: img.shape.clone(),
         spacing_mm: img.spacing_mm.clone(),

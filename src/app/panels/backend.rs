@@ -8,7 +8,7 @@ use crate::app::state::{BackendChoice, Params};
 use crate::engine::Precision;
 
 pub(super) fn engine_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime) {
-    let n_dev = rt.devices.as_ref().map_or(0, |d| d.devices.len());
+    let n_dev = rt.gpu.devices.as_ref().map_or(0, |d| d.devices.len());
     ui.horizontal(|ui| {
         let lb = ui.label("backend");
         egui::ComboBox::from_id_salt("backend")
@@ -38,7 +38,7 @@ pub(super) fn engine_ui(ui: &mut egui::Ui, p: &mut Params, rt: &Runtime) {
             .labelled_by(lp.id);
     });
     if n_dev == 0
-        && let Some(why) = rt.devices.as_ref().and_then(|d| d.unavailable_reason())
+        && let Some(why) = rt.gpu.devices.as_ref().and_then(|d| d.unavailable_reason())
     {
         ui.weak(format!("no CUDA: {why}"));
     }
@@ -49,7 +49,7 @@ fn mib(b: usize) -> String {
 }
 
 pub(super) fn gpu_memory_ui(ui: &mut egui::Ui, rt: &Runtime) {
-    let Some(d) = &rt.devices else {
+    let Some(d) = &rt.gpu.devices else {
         ui.spinner();
         return;
     };
@@ -62,7 +62,7 @@ pub(super) fn gpu_memory_ui(ui: &mut egui::Ui, rt: &Runtime) {
         return;
     }
     for dev in &d.devices {
-        let live = rt.memory.iter().find(|m| m.ordinal == dev.ordinal);
+        let live = rt.gpu.memory.iter().find(|m| m.ordinal == dev.ordinal);
         let (free, total) = live.map_or((dev.free_bytes, dev.total_bytes), |m| {
             (m.driver_free_bytes, m.driver_total_bytes)
         });

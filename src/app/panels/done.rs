@@ -78,7 +78,7 @@ fn model_lines(ui: &mut egui::Ui, params: &crate::app::Params, rt: &Runtime) {
         return;
     }
     ui.label(RichText::new(format!("model: {}", model.id())).strong());
-    match &rt.full {
+    match &rt.work.full {
         Some(f) if f.model == model => {
             for s in &f.model_steps {
                 ui.add(egui::Label::new(RichText::new(format!("• {s}")).small()).wrap());

@@ -183,7 +183,7 @@ fn febds_ui(
             " (the whole image)"
         }
     ));
-    if let Some(m) = &rt.masks {
+    if let Some(m) = &rt.febds.masks {
         let n: usize = m
             .masks
             .iter()

@@ -14,7 +14,7 @@ const BEFORE: Color32 = Color32::from_rgb(235, 170, 70);
 
 /// The section: the histograms of the last whole volume, or why there are none.
 pub(super) fn intensity_section(ui: &mut egui::Ui, rt: &Runtime) {
-    let Some(full) = rt.full.as_ref() else {
+    let Some(full) = rt.work.full.as_ref() else {
         ui.weak("the histograms come with the first whole volume");
         return;
     };

@@ -111,7 +111,7 @@ fn scan_facts(ui: &mut egui::Ui, rt: &Runtime) {
 
 /// The Last run section: the engine and the time of each step, the filter's and the slices'.
 fn last_run(ui: &mut egui::Ui, rt: &Runtime) {
-    let Some(f) = &rt.full else {
+    let Some(f) = &rt.work.full else {
         ui.label("—");
         return;
     };
@@ -152,12 +152,12 @@ fn last_run(ui: &mut egui::Ui, rt: &Runtime) {
                 });
                 ui.end_row();
             }
-            if let Some(ms) = rt.latency.slice_compute_ms {
+            if let Some(ms) = rt.work.latency.slice_compute_ms {
                 ui.label("slices only");
                 ui.label(fmt_ms(rt, ms));
                 ui.end_row();
             }
-            if let Some(ms) = rt.latency.last_ms {
+            if let Some(ms) = rt.work.latency.last_ms {
                 ui.label("change to view");
                 ui.label(fmt_ms(rt, ms));
                 ui.end_row();

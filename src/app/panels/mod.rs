@@ -77,7 +77,7 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
                             preset,
                             preset_seed,
                             draft.as_ref(),
-                            rt.editor.unsaved_draft(draft.as_ref()),
+                            rt.windows.editor.unsaved_draft(draft.as_ref()),
                         ));
                         preset::preview_as_ui(ui, &mut params.preview_as);
                     });
@@ -127,7 +127,7 @@ pub fn controls(ui: &mut egui::Ui, state: &mut State, rt: &Runtime) -> Vec<Comma
 
 /// Milliseconds for display; hidden in snapshot tests, where they differ from run to run.
 pub fn fmt_ms(rt: &Runtime, ms: f64) -> String {
-    if rt.hide_timings {
+    if rt.capture.hide_timings {
         "– ms".into()
     } else {
         format!("{ms:.1} ms")

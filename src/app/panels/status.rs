@@ -27,18 +27,23 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     n => format!("{:?} × {n} volumes", v.shape),
                 });
                 let busy = rt
+                    .work
                     .full
                     .as_ref()
-                    .is_none_or(|f| f.generation != rt.generation);
+                    .is_none_or(|f| f.generation != rt.work.generation);
                 if busy {
                     ui.spinner();
-                    let progress = rt.progress.filter(|p| p.generation == rt.generation);
+                    let progress = rt
+                        .work
+                        .progress
+                        .filter(|p| p.generation == rt.work.generation);
                     let elapsed = rt
+                        .work
                         .work_started
-                        .filter(|(g, _)| *g == rt.generation)
+                        .filter(|(g, _)| *g == rt.work.generation)
                         .map_or(0.0, |(_, t)| t.elapsed().as_secs_f64());
                     match progress {
-                        Some(p) if rt.filling == Some(rt.generation) => {
+                        Some(p) if rt.work.filling == Some(rt.work.generation) => {
                             let left = p
                                 .seconds_left()
                                 .map_or(String::new(), |s| format!(" · {} left", secs(s)));
@@ -52,13 +57,13 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                             );
                         }
                         _ => {
-                            let what = if rt.filling == Some(rt.generation) {
+                            let what = if rt.work.filling == Some(rt.work.generation) {
                                 "filling in the whole volume…"
                             } else {
                                 "computing…"
                             };
                             // Work past half a second says how long it has run.
-                            if elapsed > 0.5 && !rt.hide_timings {
+                            if elapsed > 0.5 && !rt.capture.hide_timings {
                                 ui.label(format!("{what} {}", secs(elapsed)));
                             } else {
                                 ui.label(what);
@@ -67,7 +72,7 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     }
                     ui.ctx()
                         .request_repaint_after(std::time::Duration::from_millis(200));
-                } else if let Some(f) = &rt.full {
+                } else if let Some(f) = &rt.work.full {
                     ui.label(format!(
                         "{} in {} on {}",
                         "transform",
@@ -76,7 +81,7 @@ pub fn status_bar(ui: &mut egui::Ui, state: &State, rt: &mut Runtime) {
                     ));
                 }
                 ui.separator();
-                match &rt.hover {
+                match &rt.views.hover {
                     Some(h) => ui.label(readout(v, h)),
                     None => ui.label(format!("cursor {}", position(v, &s.cursor))),
                 };

@@ -225,7 +225,11 @@ pub(super) fn elastic_ui(
                 out.push(Command::NewSeed);
             }
         });
-        let full = rt.full.as_ref().filter(|f| f.generation == rt.generation);
+        let full = rt
+            .work
+            .full
+            .as_ref()
+            .filter(|f| f.generation == rt.work.generation);
         let readout = full.and_then(|f| f.displacement_vox);
         // Previewing as a library: its own field's displacement.
         let whose = full

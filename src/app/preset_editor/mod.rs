@@ -594,15 +594,15 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &Realis
     intensity::intensity_section(ui, &mut p.intensity);
 }
 
-/// The editor window (while `rt.editor.open`).
+/// The editor window (while `rt.windows.editor.open`).
 pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> Vec<Command> {
     let mut out = vec![];
     let ndim = rt
         .scan
         .as_ref()
         .map_or(3, |s| s.loaded.image.ndim().clamp(2, 3));
-    let mut open = rt.editor.open;
-    let unsaved = rt.editor.unsaved(state);
+    let mut open = rt.windows.editor.open;
+    let unsaved = rt.windows.editor.unsaved(state);
     // What an edited preset says it was derived from: the bundled name, else the preset's name.
     let from = if crate::augment::preset::BUNDLED
         .iter()
@@ -610,7 +610,8 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
     {
         state.preset.clone()
     } else {
-        rt.editor
+        rt.windows
+            .editor
             .baseline
             .as_ref()
             .map_or_else(String::new, |b| b.name.clone())
@@ -619,11 +620,11 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
         (Some(scan), Some(p)) => {
             let img = &scan.loaded.image;
             realised_keys(p, state.params.seed, &img.shape, &img.spacing_mm).map(|keys| {
-                rt.editor.realised.ask(&keys, ui.ctx());
+                rt.windows.editor.realised.ask(&keys, ui.ctx());
                 let sp = &img.spacing_mm;
                 let mean_mm = (p.space == Space::Mm && !sp.is_empty())
                     .then(|| sp.iter().map(|s| s.abs()).sum::<f64>() / sp.len() as f64);
-                let r = &rt.editor.realised;
+                let r = &rt.windows.editor.realised;
                 [
                     realised_text("weakest", r.get(&keys[0]), mean_mm),
                     realised_text("strongest", r.get(&keys[1]), mean_mm),
@@ -677,7 +678,7 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
             egui::ScrollArea::vertical()
                 .max_height(560.0)
                 .show(ui, |ui| editor_body(ui, p, ndim, &realised));
-            if let Some(base) = &rt.editor.baseline {
+            if let Some(base) = &rt.windows.editor.baseline {
                 mark_derived(p, base, &from);
             }
             ui.separator();
@@ -691,7 +692,7 @@ pub fn editor_window(ui: &mut egui::Ui, state: &mut State, rt: &mut Runtime) -> 
             }
         });
     if !open {
-        rt.editor.open = false;
+        rt.windows.editor.open = false;
     }
     out
 }
