@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# On the GPU machine: the explorer's tour of the CUDA engine (tests/gui_gpu.rs, rendered by wgpu
+# On the GPU machine: the explorer's tour of the CUDA engine (examples/gpu_tour.rs, rendered by wgpu
 # on the machine's GPU through Vulkan, no display): screenshots of the GPU memory panel, a slider
 # step with elastic on and "Compare CPU vs GPU", with the figures in tour.txt. The Vulkan loader
-# comes as .debs in .gl (see the device notes); the test binary in .gpu/tests.
+# comes as .debs in .gl (see the device notes); the example's binary in .gpu/examples
+# (`cargo build --release --example gpu_tour`, copied there).
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
-TOUR=$(ls .gpu/tests/gui_gpu-* | head -1)
-run() { AUGSCOPE_TOUR_DIR="$OUT" timeout "$1" "$TOUR" --ignored --nocapture gpu_tour >>"$OUT/tour.log" 2>&1; }
+TOUR=.gpu/examples/gpu_tour
+run() { AUGSCOPE_TOUR_DIR="$OUT" timeout "$1" "$TOUR" >>"$OUT/tour.log" 2>&1; }
 if ! run 400; then
   # No Vulkan driver found where the loader looks: name NVIDIA's.
   echo "retry with NVIDIA's Vulkan ICD named" >>"$OUT/tour.log"

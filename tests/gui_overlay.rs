@@ -431,86 +431,6 @@ fn toggles_change_what_is_drawn_and_persist() {
     assert!(!back.display.deformation_grid && !back.display.jacobian);
 }
 
-/// The overlay computation on the bundled sample (197×233×189), reported rather than asserted:
-/// `cargo test --release --test gui_overlay overlay_timings -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn overlay_timings() {
-    use augscope::app::overlay::{OverlayEngine, Request};
-    let vol = augscope::io::load(
-        &augscope::app::sample(),
-        &augscope::io::LoadOptions::default(),
-    )
-    .expect("sample loads");
-    let views = augscope::app::slices::views(&vol);
-    let mut params = augscope::app::Params {
-        elastic: true,
-        alpha: 400.0,
-        sigma_vox: 6.0,
-        ..Default::default()
-    };
-    params.rotate_deg = [10.0, 0.0, 0.0];
-    let cursor: Vec<usize> = vol.shape.iter().map(|n| n / 2).collect();
-    let req = |grid: bool, jacobian: bool, volume: bool, plan: augscope::augment::Plan| Request {
-        generation: 1,
-        plan,
-        shape: vol.shape.clone(),
-        spacing_mm: vol.spacing_mm.clone(),
-        views: views.clone(),
-        cursor: cursor.clone(),
-        grid,
-        jacobian,
-        volume,
-    };
-    let never = || false;
-    let mut e = OverlayEngine::default();
-    let plan = params.to_plan(3, &[1.0; 3]);
-    for (what, r) in [
-        (
-            "grid, new sigma (field planes)",
-            req(true, false, false, plan.clone()),
-        ),
-        ("grid + Jacobian, new sigma", {
-            let mut p = plan.clone();
-            p.elastic.as_mut().expect("elastic plan").sigma = 7.0;
-            req(true, true, false, p)
-        }),
-        ("grid + Jacobian, cached planes (alpha moved)", {
-            let mut p = plan.clone();
-            p.elastic.as_mut().expect("elastic plan").sigma = 7.0;
-            p.elastic.as_mut().expect("elastic plan").alpha = 300.0;
-            req(true, true, false, p)
-        }),
-    ] {
-        let t = Instant::now();
-        let p = e.planes(&r, &never).expect("planes").expect("not stopped");
-        let segs: usize = p
-            .views
-            .iter()
-            .map(|v| v.grid.iter().map(Vec::len).sum::<usize>())
-            .sum();
-        println!(
-            "{what}: {:.0} ms ({segs} grid points)",
-            t.elapsed().as_secs_f64() * 1e3
-        );
-    }
-    let r = req(true, true, true, plan);
-    let t = Instant::now();
-    e.planes(&r, &never).expect("planes").expect("not stopped");
-    println!(
-        "at rest, volume field + exact planes: {:.0} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    let t = Instant::now();
-    let v = e.volume(&r, &never).expect("volume").expect("not stopped");
-    println!(
-        "whole-volume sweep: {:.0} ms, folded {}/{}",
-        t.elapsed().as_secs_f64() * 1e3,
-        v.folded,
-        v.voxels
-    );
-}
-
 #[test]
 fn a_2d_image_gets_both_overlays() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -545,47 +465,6 @@ fn a_2d_image_gets_both_overlays() {
     assert_eq!(vol.voxels, 64 * 48);
     assert!(j.folded > 0, "alpha 300, sigma 2 folds a 64×48 image");
     assert!(ov.textures.first().is_some_and(Option::is_some));
-}
-
-/// Frame cost of the overlays on the sample (UI thread: drawing the grid's polylines and the
-/// Jacobian texture), reported: `cargo test --test gui_overlay overlay_frame_cost -- --ignored
-/// --nocapture`.
-#[test]
-#[ignore]
-fn overlay_frame_cost() {
-    let mut h = harness(augscope::app::sample());
-    {
-        let p = &mut h.state_mut().state.params;
-        p.elastic = true;
-        p.alpha = 400.0;
-        p.sigma_vox = 6.0;
-    }
-    settle(&mut h);
-    let frame = |h: &mut Harness<'_, App>| {
-        let t = Instant::now();
-        for _ in 0..10 {
-            h.step();
-        }
-        let step = t.elapsed().as_secs_f64() * 100.0;
-        let t = Instant::now();
-        h.render().expect("render");
-        (step, t.elapsed().as_secs_f64() * 1e3)
-    };
-    let off = frame(&mut h);
-    {
-        let d = &mut h.state_mut().state.display;
-        d.deformation_grid = true;
-        d.jacobian = true;
-    }
-    let t = Instant::now();
-    settle(&mut h);
-    let ready = t.elapsed();
-    let on = frame(&mut h);
-    println!(
-        "overlays ready {ready:?} after the toggle; frame (ui pass) off {:.1} ms, on {:.1} ms; \
-         render off {:.0} ms, on {:.0} ms",
-        off.0, on.0, off.1, on.1
-    );
 }
 
 /// "voxels as they are (nearest)" draws each voxel as a flat square: the 16×20×24 scan, zoomed

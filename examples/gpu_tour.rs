@@ -3,8 +3,7 @@
 //! steps with their latency, and "Compare CPU vs GPU" with both results, the |Δ| map and both
 //! times. Screenshots and figures go to `$AUGSCOPE_TOUR_DIR` (default: a temporary folder).
 //!
-//! `cargo test --release --test gui_gpu -- --ignored --nocapture` (a CUDA device is needed).
-#![cfg(feature = "gui")]
+//! `cargo run --release --example gpu_tour` (a CUDA device is needed; `scripts/gpu_tour.sh`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,8 +15,11 @@ use augscope::engine::{self, cpu::CpuBackend};
 use augscope::io::{self, LoadOptions, SaveOptions};
 use egui_kittest::Harness;
 
-mod common;
-use common::gui::settle_within as settle;
+// The GUI tests' helpers (stepping the app until its worker has answered).
+#[allow(dead_code)]
+#[path = "../tests/common/gui.rs"]
+mod gui;
+use gui::settle_within as settle;
 
 fn shot(h: &mut Harness<'_, App>, dir: &std::path::Path, name: &str) {
     h.run_steps(2);
@@ -25,9 +27,7 @@ fn shot(h: &mut Harness<'_, App>, dir: &std::path::Path, name: &str) {
     img.save(dir.join(name)).expect("save png");
 }
 
-#[test]
-#[ignore = "needs a CUDA device; writes screenshots and figures"]
-fn gpu_tour() {
+fn main() {
     let dir = std::env::var_os("AUGSCOPE_TOUR_DIR")
         .map_or_else(|| std::env::temp_dir().join("augscope-tour"), PathBuf::from);
     std::fs::create_dir_all(&dir).expect("tour folder");
