@@ -1,7 +1,7 @@
 //! The CUDA runtime shared by the engine and the filters: devices and their memory accounting
 //! ([`device`]), one store of compiled modules per process and of loaded kernels per device
 //! ([`nvrtc`], with the on-disk CUBIN cache in [`kernel_cache`]), device buffers and pinned
-//! staging ([`buffer`]), launch shapes ([`launch`]) and [`GpuError`], cudarc's errors in augscope's
+//! staging ([`buffer`]), launch shapes ([`launch`]), the tuning knobs ([`tuning`]) and [`GpuError`], cudarc's errors in augscope's
 //! words.
 //!
 //! Nothing here knows a transform or a filter: the layers above pass define sets and entry
@@ -14,6 +14,9 @@ pub mod device;
 pub mod kernel_cache;
 pub mod launch;
 pub mod nvrtc;
+pub mod tuning;
+
+pub use tuning::{Tuning, tuning};
 
 use std::sync::{Mutex, MutexGuard};
 

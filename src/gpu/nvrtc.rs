@@ -152,15 +152,8 @@ pub(crate) fn nvrtc_options(family: Family, defines: &[String], arch: Option<&st
     }
     options.extend(defines.iter().cloned());
     options.push("--std=c++17".into());
-    // Extra -D defines for measurements of kernel variants (e.g. AUGSCOPE_NVRTC_DEFINES=-DX).
-    if let Ok(extra) = std::env::var("AUGSCOPE_NVRTC_DEFINES") {
-        options.extend(
-            extra
-                .split_whitespace()
-                .filter(|d| d.starts_with("-D"))
-                .map(String::from),
-        );
-    }
+    // Extra -D defines for measurements of kernel variants (AUGSCOPE_NVRTC_DEFINES=-DX).
+    options.extend(super::tuning().nvrtc_defines.iter().cloned());
     options
 }
 

@@ -1,14 +1,13 @@
 //! The engine's kernels as the host sees them: the define sets of each build, the entry names,
 //! the parameter structs that mirror `kernels/*.cu`, launch shapes and the tuning knobs.
 
-use std::sync::OnceLock;
-
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use crate::core::gaussian::gaussian_kernel1d;
 use crate::core::{CoordMap, Mode, Order};
 use crate::engine::{EngineError, Precision};
 use crate::gpu::nvrtc::store_define;
+use crate::gpu::tuning;
 
 use super::{Family, check_entries, compile, device_engine, mode_defines};
 /// Defines of a resample or prefilter build.
@@ -109,10 +108,7 @@ pub(super) fn field_pass_entry(
 ) -> (bool, bool, &'static str) {
     let radius = field_build_radius(sigma);
     let tiled = radius <= FIELD_TILED_MAX_R;
-    let col = axis == 0
-        && tiled
-        && shape[0] + 2 * radius <= FIELD_COL_ROWS
-        && std::env::var("AUGSCOPE_FIELD_COL").as_deref() != Ok("0");
+    let col = axis == 0 && tiled && shape[0] + 2 * radius <= FIELD_COL_ROWS && tuning().field_col;
     let name = match (tiled, col, contiguous_pass(axis, shape)) {
         (false, _, _) => "gauss_direct_f32",
         (true, true, _) => "gauss_col_noise_f32",
@@ -354,17 +350,7 @@ pub(super) const FIELD_COL_ROWS: usize = 352;
 /// Block shape of the resample and coordinate kernels: (32, 8, 1) unless
 /// `AUGSCOPE_CUDA_BLOCK=x,y,z` (256 threads, x a multiple of 8) asks for another, for tuning.
 pub(super) fn resample_block() -> (u32, u32, u32) {
-    static B: OnceLock<(u32, u32, u32)> = OnceLock::new();
-    *B.get_or_init(|| {
-        let parsed = std::env::var("AUGSCOPE_CUDA_BLOCK").ok().and_then(|s| {
-            let v: Vec<u32> = s.split(',').filter_map(|t| t.trim().parse().ok()).collect();
-            match v[..] {
-                [x, y, z] if x * y * z == 256 && x % 8 == 0 => Some((x, y, z)),
-                _ => None,
-            }
-        });
-        parsed.unwrap_or((32, 8, 1))
-    })
+    tuning().block.unwrap_or((32, 8, 1))
 }
 
 /// Builds the tiled field kernels of every radius (three entries each, NVRTC builds run in
@@ -394,40 +380,19 @@ pub(super) fn grid_out(out_shape: &[usize]) -> Result<LaunchConfig, EngineError>
 /// Output voxels per thread of the resample kernels along the last axis (RS_K in
 /// kernels/resample.cu): 1 unless `AUGSCOPE_RS_K` (1 to 8) says otherwise, for measurements.
 pub(super) fn resample_k() -> usize {
-    static K: OnceLock<usize> = OnceLock::new();
-    *K.get_or_init(|| {
-        std::env::var("AUGSCOPE_RS_K")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .filter(|k| (1..=8).contains(k))
-            .unwrap_or(RESAMPLE_K)
-    })
+    tuning().rs_k.unwrap_or(RESAMPLE_K)
 }
 
 /// Blocks per SM the order-0/1 resample kernels are built for (RS_MINB in kernels/resample.cu):
 /// `RESAMPLE_MINB` unless `AUGSCOPE_RS_MINB` (1 to 8) says otherwise, for measurements.
 pub(super) fn resample_minb() -> usize {
-    static B: OnceLock<usize> = OnceLock::new();
-    *B.get_or_init(|| {
-        std::env::var("AUGSCOPE_RS_MINB")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .filter(|b| (1..=8).contains(b))
-            .unwrap_or(RESAMPLE_MINB)
-    })
+    tuning().rs_minb.unwrap_or(RESAMPLE_MINB)
 }
 
 /// Blocks per SM of the `resample_plain*` entries for `order` (RS_PLAIN_MINB): the constants
 /// above unless `AUGSCOPE_RS_PLAIN_MINB` (1 to 8) says otherwise, for measurements.
 pub(super) fn resample_plain_minb(order: Order) -> usize {
-    static B: OnceLock<Option<usize>> = OnceLock::new();
-    let env = *B.get_or_init(|| {
-        std::env::var("AUGSCOPE_RS_PLAIN_MINB")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .filter(|b| (1..=8).contains(b))
-    });
-    env.unwrap_or(if order == Order::Cubic {
+    tuning().rs_plain_minb.unwrap_or(if order == Order::Cubic {
         RESAMPLE_PLAIN_MINB_CUBIC
     } else {
         RESAMPLE_PLAIN_MINB
@@ -441,15 +406,13 @@ pub(super) const PF_WARPS: usize = 2;
 /// shared tiles): yes unless `AUGSCOPE_PF_ROWS=0` (the one-thread-per-line kernel, for A/B
 /// measurements; the values are the same).
 pub(super) fn prefilter_rows_enabled() -> bool {
-    static P: OnceLock<bool> = OnceLock::new();
-    *P.get_or_init(|| std::env::var("AUGSCOPE_PF_ROWS").map_or(true, |v| v.trim() != "0"))
+    tuning().pf_rows
 }
 
 /// Whether one-channel, label-free jobs use the `resample_plain*` entries: yes unless
 /// `AUGSCOPE_RS_PLAIN=0` (the general entry, for A/B measurements; the values are the same).
 pub(super) fn resample_plain_enabled() -> bool {
-    static P: OnceLock<bool> = OnceLock::new();
-    *P.get_or_init(|| std::env::var("AUGSCOPE_RS_PLAIN").map_or(true, |v| v.trim() != "0"))
+    tuning().rs_plain
 }
 
 /// Whether a job of `channels` image channels, with or without a label map, takes the plain
