@@ -12,10 +12,17 @@ the −1 label's removal, the cascade's and the regions' steps), and the deep-su
 are made on the GPU by batchgeneratorsv2's own `DownsampleSegForDSTransform`. The data loader
 transforms nothing.
 
-Differences from nnU-Net's own pipeline, by design:
-- augscope mirrors before the intensity steps, nnU-Net after them (the distributions are the
-  same; see the nnunet-v2 preset's description);
-- the preset is applied in 3D also where nnU-Net would use its dummy-2D augmentation.
+Where nnU-Net uses its dummy-2D augmentation (3D patches whose first axis is much shorter than
+the others: `do_dummy_2d_data_aug` of `configure_rotation_dummyDA_mirroring_and_inital_patch_size`),
+so does this trainer: the preset's spatial part runs in 2D over the last two axes, each slice of
+the first axis a channel (the preset's 2D rotation range, nnU-Net's ±180°), then its mirror and
+intensity steps in 3D, low resolution leaving the first axis alone, as nnU-Net's
+`Convert3DTo2DTransform`, `SpatialTransform`, `Convert2DTo3DTransform` and
+`SimulateLowResolutionTransform(ignore_axes=(0,))` do. The two parts draw from two seeds
+(`augscope_seed` and `augscope_seed` XOR `DUMMY_2D_SEED`).
+
+Difference from nnU-Net's own pipeline, by design: augscope mirrors before the intensity steps,
+nnU-Net after them (the distributions are the same; see the nnunet-v2 preset's description).
 
 The training cases stay on the GPU when they fit a quarter of its free memory
 (`AUGSCOPE_RESIDENT`: "auto", the default; "1" always; "0" never): nnU-Net's own data loader
@@ -36,7 +43,10 @@ Importing this module imports nothing of nnU-Net; the trainer class is built on 
 import os
 import sys
 
-__all__ = ["nnUNetTrainerAugscopeGPU", "install"]
+__all__ = ["nnUNetTrainerAugscopeGPU", "install", "DUMMY_2D_SEED"]
+
+# The second seed of the dummy-2D mode (mirror and intensity steps) is the trainer's XOR this.
+DUMMY_2D_SEED = 0x9E37_79B9_7F4A_7C15
 
 _CLASS = []
 
@@ -118,14 +128,21 @@ def _build():
         def augscope_augment(self):
             """The transform of this trainer: the preset, seeded, cutting nnU-Net's patch from
             the centre of the data loader's larger initial patch (as nnU-Net's SpatialTransform
-            does), on the trainer's device."""
+            does), on the trainer's device; in nnU-Net's dummy-2D mode, its spatial part in 2D
+            and the rest in 3D (`Dummy2D`)."""
             aug = getattr(self, "_augscope", None)
             if aug is None:
                 patch = [int(i) for i in self.configuration_manager.patch_size]
                 dev = self.device
                 device = f"cuda:{dev.index or 0}" if dev.type == "cuda" else "cpu"
-                aug = Augment(self.augscope_preset, seed=self.augscope_seed, ndim=len(patch),
-                              device=device, patch_size=patch, patch_center="centre")
+                dummy_2d = len(patch) == 3 and bool(
+                    self.configure_rotation_dummyDA_mirroring_and_inital_patch_size()[1])
+                if dummy_2d:
+                    aug = Dummy2D(self.augscope_preset, self.augscope_seed, patch, device)
+                else:
+                    aug = Augment(self.augscope_preset, seed=self.augscope_seed,
+                                  ndim=len(patch), device=device, patch_size=patch,
+                                  patch_center="centre")
                 self._augscope = aug
                 self._augscope_epoch = None
                 self._augscope_seen = 0
@@ -234,6 +251,45 @@ def _build():
     nnUNetTrainerAugscopeGPU.augscope_resident = os.environ.get("AUGSCOPE_RESIDENT", "auto")
     nnUNetTrainerAugscopeGPU.__module__ = __name__
     return nnUNetTrainerAugscopeGPU
+
+
+class Dummy2D:
+    """nnU-Net's dummy-2D augmentation with a preset: the preset's spatial part (rotation,
+    scaling, elastic deformation, translation, with the patch cut) in 2D over the last two axes
+    of `(B, C, X, Y, Z)`, the X slices as channels, then its mirror and intensity steps in 3D,
+    low resolution leaving axis 0 alone (and a `[normalize]` normalising the 3D patch after the
+    2D part). `spatial` and `rest` are the two `Augment`s."""
+
+    def __init__(self, preset, seed, patch, device):
+        from . import Augment
+        from . import preset as load
+        p = load(preset)
+        spatial = {k: v for k, v in p.items() if k not in ("flip", "intensity", "normalize")}
+        rest = {k: v for k, v in p.items()
+                if k not in ("rotate", "scale", "elastic", "translate")}
+        rest["intensity"] = [
+            dict(s, ignore_axes=sorted(set(s.get("ignore_axes") or []) | {0}))
+            if s.get("step") == "low_resolution" else s
+            for s in p.get("intensity") or []]
+        self.spatial = Augment(spatial, seed=seed, ndim=2, device=device,
+                               patch_size=list(patch[1:]), patch_center="centre",
+                               normalize=False)
+        # A `[normalize]` normalises each channel of the whole 3D patch (never a slice): after
+        # the 2D part, before the mirror and the intensity steps.
+        self.rest = Augment(rest, seed=(int(seed) ^ DUMMY_2D_SEED) % (1 << 64), ndim=3,
+                            device=device)
+
+    def __call__(self, data, target, index, epoch):
+        """The batch `data` (B, C, X, Yi, Zi) and `target` (B, K, X, Yi, Zi): the patch (B, C,
+        X, Y, Z) and its target, sample b with the draws of index + b."""
+        b, c, x = data.shape[:3]
+        k = target.shape[1]
+        flat = self.spatial(data.reshape(b, c * x, *data.shape[3:]),
+                            target.reshape(b, k * x, *target.shape[3:]), index=index,
+                            epoch=epoch)
+        image = flat.image.reshape(b, c, x, *flat.image.shape[2:])
+        label = flat.label.reshape(b, k, x, *flat.label.shape[2:])
+        return self.rest(image, label, index=index, epoch=epoch)
 
 
 def _resident_bytes(dataset):

@@ -260,6 +260,7 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
     trainer.configuration_manager = SimpleNamespace(patch_size=patch, use_mask_for_norm=[True])
     trainer.label_manager = SimpleNamespace(foreground_labels=[1, 2], has_regions=False,
                                             foreground_regions=None, ignore_label=None)
+    trainer.print_to_log_file = lambda *a, **k: None
     trainer.is_cascaded = False
     trainer.device = torch.device("cpu")
     trainer.current_epoch = 2
@@ -315,6 +316,62 @@ def test_nnunet_trainer_moves_the_spatial_part_to_augscope():
             assert torch.equal(out["data"][b], want)
             assert torch.equal(out["target"][0][b], ds._apply_to_segmentation(lab)[0])
     assert seen > 0, "no draw of twelve had an intensity step"
+
+
+def test_nnunet_trainer_dummy_2d_runs_the_spatial_part_in_2d():
+    """An anisotropic patch (nnU-Net's do_dummy_2d_data_aug): the preset's spatial part in 2D
+    over the last two axes, each slice of axis 0 a channel, with the preset's 2D rotation range
+    (nnU-Net's ±180°); then its mirror and intensity steps in 3D, low resolution leaving axis 0
+    alone, from the second seed. Sample for sample, the two augscope calls it is made of."""
+    pytest.importorskip("nnunetv2")
+    from types import SimpleNamespace
+
+    import augscope.nnunet as an
+    cls = an.nnUNetTrainerAugscopeGPU
+    patch = [6, 24, 24]  # 24 / 6 = 4 > nnU-Net's ANISO_THRESHOLD (3)
+    trainer = cls.__new__(cls)
+    trainer.configuration_manager = SimpleNamespace(patch_size=patch, use_mask_for_norm=[False])
+    trainer.label_manager = SimpleNamespace(foreground_labels=[1, 2], has_regions=False,
+                                            foreground_regions=None, ignore_label=None)
+    trainer.print_to_log_file = lambda *a, **k: None
+    assert trainer.configure_rotation_dummyDA_mirroring_and_inital_patch_size()[1]
+    trainer.is_cascaded = False
+    trainer.device = torch.device("cpu")
+    trainer.current_epoch = 1
+    trainer.enable_deep_supervision = False
+    trainer.augscope_preset = "nnunet-v2"
+    trainer.augscope_seed = 5
+    data = torch.from_numpy(np.stack([scan((1, 6, 34, 30), s) for s in range(2)]))
+    target = torch.from_numpy(np.stack([seg((1, 6, 34, 30))] * 2).astype(np.int16))
+
+    p = augscope.preset("nnunet-v2")
+    spatial = {k: v for k, v in p.items() if k not in ("flip", "intensity")}
+    rest = {k: v for k, v in p.items() if k not in ("rotate", "scale")}
+    rest["intensity"] = [dict(s, ignore_axes=[0]) if s["step"] == "low_resolution" else s
+                         for s in p["intensity"]]
+    a2 = augscope.Augment(spatial, seed=5, ndim=2, patch_size=[24, 24])
+    a3 = augscope.Augment(rest, seed=5 ^ an.DUMMY_2D_SEED)
+    angles, lowres = [], 0
+    for k in range(8):
+        out = trainer.augscope_batch({"data": data, "target": target})
+        assert out["data"].shape == (2, 1, 6, 24, 24) and out["target"].shape == (2, 1, 6, 24, 24)
+        for b in range(2):
+            plan2, _ = a2.draw([34, 30], 2 * k + b, 1)
+            angles += plan2.get("rotate_rad") or []
+            img = augscope.apply(data[b].reshape(6, 34, 30), plan2, channels=True).image
+            lab = augscope.apply(target[b].reshape(6, 34, 30).float(),
+                                 dict(plan2, order=0, cval=0.0), channels=True).image
+            plan3, _ = a3.draw([6, 24, 24], 2 * k + b, 1, channels=1)
+            lowres += any("low_resolution" in s for s in plan3.get("intensity") or [])
+            want = augscope.apply(img.reshape(1, 6, 24, 24), plan3, channels=True).image
+            want_lab = augscope.apply(lab.reshape(1, 6, 24, 24),
+                                      dict(plan3, order=0, cval=0.0, intensity=[]),
+                                      channels=True).image.round().to(torch.int16)
+            assert torch.equal(out["data"][b], want), (k, b)
+            assert torch.equal(out["target"][b], want_lab), (k, b)
+    # The 2D rotation is one in-plane angle from nnU-Net's ±180°, beyond the 3D preset's ±30°.
+    assert angles and max(abs(a) for a in angles) > np.radians(30), angles
+    assert lowres > 0, "no draw of sixteen had the low-resolution step"
 
 
 INTENSITY = dict(PRESET, normalize={"method": "nnunet_zscore"}, intensity=[
