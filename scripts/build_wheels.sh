@@ -12,6 +12,11 @@
 #   scripts/build_wheels.sh --target TRIPLE     another target: aarch64-unknown-linux-gnu on a
 #                                               Linux host (zig cross-links), or the host's own
 #                                               triple on macOS and Windows
+#   scripts/build_wheels.sh --kernels MANIFEST  also carry CUBINs compiled ahead for sm_75 to
+#                                               sm_120 (augscope/kernels/, src/gpu/prebuilt.rs)
+#                                               of the modules a manifest recorded with
+#                                               AUGSCOPE_KERNEL_RECORD lists; needs NVRTC on
+#                                               LD_LIBRARY_PATH
 #
 # The build tools come from PyPI into a virtualenv of their own (BUILD_VENV, default
 # $TMPDIR/augscope-wheel-venv): maturin, and on Linux ziglang, cargo-zigbuild and auditwheel, at
@@ -20,11 +25,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FEATURES=()
 TARGET=""
+MANIFEST=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --headless) FEATURES=(--no-default-features); shift ;;
     --target) TARGET=${2:?--target needs a triple}; shift 2 ;;
-    *) echo "usage: scripts/build_wheels.sh [--headless] [--target TRIPLE]" >&2; exit 2 ;;
+    --kernels) MANIFEST=$(realpath "${2:?--kernels needs a manifest}"); shift 2 ;;
+    *) echo "usage: scripts/build_wheels.sh [--headless] [--target TRIPLE] [--kernels MANIFEST]" >&2
+       exit 2 ;;
   esac
 done
 TARGET=${TARGET:-$(rustc -vV | sed -n 's/^host: //p')}
@@ -51,7 +59,8 @@ export PATH=$VBIN:$PATH
 # The binary, stripped (no line tables: the wheel is what users download).
 BIN_DIR=python/augscope/bin
 ASSETS_DIR=python/augscope/assets
-cleanup() { rm -rf "$BIN_DIR" "$ASSETS_DIR"; }
+KERNELS_DIR=python/augscope/kernels
+cleanup() { rm -rf "$BIN_DIR" "$ASSETS_DIR" "$KERNELS_DIR"; }
 trap cleanup EXIT
 cleanup
 export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols
@@ -65,6 +74,11 @@ fi
 mkdir -p "$BIN_DIR" "$ASSETS_DIR"
 cp "target/$TARGET/release/$EXE" "$BIN_DIR/$EXE"
 cp assets/mni152_t1.nii.gz assets/mni152_tissue_labels.nii.gz assets/LICENSES.md "$ASSETS_DIR/"
+
+if [[ -n $MANIFEST ]]; then
+  cargo run --release --locked --no-default-features --example prebuild_kernels -- \
+    "$MANIFEST" "$KERNELS_DIR"
+fi
 
 # The wheel: the extension module, the package, the binary and the sample.
 rm -rf dist && mkdir -p dist

@@ -126,6 +126,64 @@ fn modules_compile_to_cubin_and_are_cached_on_disk() {
     assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 2);
 }
 
+/// A store of prebuilt kernels built from a manifest holds each module for each architecture,
+/// keyed as the engine asks for it (its family, defines and architecture): another define set or
+/// architecture is not in it, and a store's index says which NVRTC built it.
+#[test]
+fn prebuilt_stores_hold_the_manifests_modules_for_each_architecture() {
+    use augscope::gpu::{nvrtc, prebuilt};
+    if cuda::nvrtc_version().is_err() {
+        common::skipped("NVRTC not loadable");
+        return;
+    }
+    let resample = cuda::resample_defines(Mode::Reflect, Order::Linear, 3, Precision::F32, false);
+    let manifest = prebuilt::read_manifest(&format!(
+        "{}\n{}\n",
+        serde_json::json!({"family": "resample", "defines": resample}),
+        serde_json::json!({"family": "intensity", "defines": []})
+    ))
+    .expect("manifest");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let archs = vec!["sm_80".to_string(), "sm_90".to_string()];
+    let index = prebuilt::build(&manifest, &archs, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(index.modules, 2);
+    assert_eq!(prebuilt::read_index(dir.path()).unwrap(), index);
+    assert_eq!(Some(index.nvrtc), cuda::nvrtc_version().ok());
+    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 4);
+    let options =
+        |family, defines: &[String], arch| nvrtc::nvrtc_options_for(family, defines, arch);
+    let hit = prebuilt::find(
+        dir.path(),
+        cuda::Family::Resample,
+        &options(cuda::Family::Resample, &resample, "sm_90"),
+        "sm_90",
+    )
+    .expect("the resample module for sm_90");
+    assert!(hit.image.starts_with(b"\x7fELF"), "a CUBIN is an ELF image");
+    assert!(
+        hit.entries.iter().any(|e| e == "resample_f32"),
+        "{:?}",
+        hit.entries
+    );
+    // The CUBIN is the one the engine would compile now for that device.
+    let fresh = cuda::compile_module_in(cuda::Family::Resample, &resample, Some("sm_90"), None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(hit.entries, fresh.entries);
+    let other = cuda::resample_defines(Mode::Wrap, Order::Linear, 3, Precision::F32, false);
+    for (defines, arch) in [(&other, "sm_90"), (&resample, "sm_86")] {
+        let missing = prebuilt::find(
+            dir.path(),
+            cuda::Family::Resample,
+            &options(cuda::Family::Resample, defines, arch),
+            arch,
+        );
+        assert!(missing.is_none(), "{arch} {defines:?}");
+    }
+    // A virtual architecture makes no CUBIN: refused, with its name.
+    let e = prebuilt::build(&manifest, &["compute_90".into()], dir.path()).unwrap_err();
+    assert!(e.to_string().contains("compute_90"), "{e}");
+}
+
 /// A process builds each resample entry alone (RS_ONLY): every one compiles by itself, with the
 /// one entry the host launches under that number.
 #[test]

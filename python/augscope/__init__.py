@@ -28,12 +28,19 @@ draws sample j with seed S + j, the same plans as epoch 0 here.
 import atexit
 import contextlib
 import json
+import os
 import warnings
 from collections import namedtuple
 
 import numpy as np
 
-from . import _augscope as _core
+# Kernels compiled ahead, where the wheel carries them (scripts/build_wheels.sh --kernels): read
+# by the engine on its first CUDA use, and by the `augscope` binary this process starts.
+_KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+if os.path.isfile(os.path.join(_KERNELS, "prebuilt.json")):
+    os.environ.setdefault("AUGSCOPE_PREBUILT_KERNELS", _KERNELS)
+
+from . import _augscope as _core  # noqa: E402
 
 # Kernel compiles started ahead on other threads must end before the interpreter does: NVRTC torn
 # down under a running compile crashes the process after its work is done.

@@ -1,6 +1,7 @@
 //! The CUDA runtime shared by the engine and the filters: devices and their memory accounting
 //! ([`device`]), one store of compiled modules per process and of loaded kernels per device
-//! ([`nvrtc`], with the on-disk CUBIN cache in [`kernel_cache`]), device buffers and pinned
+//! ([`nvrtc`], with the on-disk CUBIN cache in [`kernel_cache`] and the stores of kernels compiled
+//! ahead in [`prebuilt`]), device buffers and pinned
 //! staging ([`buffer`]), launch shapes ([`launch`]), the tuning knobs ([`tuning`]) and [`GpuError`], cudarc's errors in augscope's
 //! words.
 //!
@@ -14,6 +15,7 @@ pub mod device;
 pub mod kernel_cache;
 pub mod launch;
 pub mod nvrtc;
+pub mod prebuilt;
 pub mod tuning;
 
 pub use tuning::{Tuning, tuning};

@@ -39,6 +39,17 @@ impl Family {
         Family::Intensity,
     ];
 
+    /// The family's name in a manifest of prebuilt kernels (`super::prebuilt`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Resample => "resample",
+            Family::Field => "field",
+            Family::Prefilter => "prefilter",
+            Family::Filter => "filter",
+            Family::Intensity => "intensity",
+        }
+    }
+
     pub fn file(self) -> &'static str {
         match self {
             Family::Resample => "kernels/resample.cu",
@@ -157,6 +168,11 @@ pub(crate) fn nvrtc_options(family: Family, defines: &[String], arch: Option<&st
     options
 }
 
+/// [`nvrtc_options`] for a known architecture, public for the prebuilt stores' callers and tests.
+pub fn nvrtc_options_for(family: Family, defines: &[String], arch: &str) -> Vec<String> {
+    nvrtc_options(family, defines, Some(arch))
+}
+
 /// What NVRTC made of one program: its PTX, and its CUBIN when compiled for a real `sm_XY`.
 pub(crate) struct NvrtcOutput {
     pub(crate) ptx: String,
@@ -242,8 +258,8 @@ pub fn compile(
     Ok(Ptx::from_src(out.ptx))
 }
 
-/// A module ready to load: CUBIN for the device's architecture (from the disk cache, or compiled
-/// and then cached), else PTX for the driver to JIT where the architecture is unknown; the
+/// A module ready to load: CUBIN for the device's architecture (from a prebuilt store, the disk
+/// cache, or compiled and then cached), else PTX for the driver to JIT where the architecture is unknown; the
 /// module's entry names; and the cache key it is stored under.
 #[derive(Clone)]
 pub struct ModuleImage {
@@ -274,6 +290,19 @@ pub fn compile_module_in(
     cache_dir: Option<std::path::PathBuf>,
 ) -> Result<ModuleImage, GpuError> {
     let options = nvrtc_options(family, defines, arch);
+    super::prebuilt::record(family, defines);
+    if let Some(a) = arch
+        && let Some(hit) = super::prebuilt::lookup(family, &options, a)
+    {
+        kernel_cache::count_hit();
+        return Ok(ModuleImage {
+            image: Ptx::from_binary(hit.image),
+            entries: hit.entries,
+            is_cubin: true,
+            cached: None,
+            ptx: None,
+        });
+    }
     let nvrtc = nvrtc_version().map_err(GpuError::Unavailable)?;
     let slot = match (arch, cache_dir) {
         (Some(a), Some(dir)) => {
