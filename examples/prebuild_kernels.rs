@@ -34,7 +34,8 @@ fn main() {
         .collect();
     let dir = std::path::Path::new(&args[1]);
     let t = std::time::Instant::now();
-    let index = prebuilt::build(&manifest, &archs, dir).unwrap_or_else(|e| fail(e.to_string()));
+    let index = augscope::gpu::nvrtc::build_prebuilt(&manifest, &archs, dir)
+        .unwrap_or_else(|e| fail(e.to_string()));
     let (n, bytes) = augscope::gpu::kernel_cache::usage(dir);
     println!(
         "{} modules x {} architectures ({}), NVRTC {}.{}: {n} entries, {:.1} MB, in {:.0} s",

@@ -145,7 +145,8 @@ fn prebuilt_stores_hold_the_manifests_modules_for_each_architecture() {
     .expect("manifest");
     let dir = tempfile::tempdir().expect("tempdir");
     let archs = vec!["sm_80".to_string(), "sm_90".to_string()];
-    let index = prebuilt::build(&manifest, &archs, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let index =
+        nvrtc::build_prebuilt(&manifest, &archs, dir.path()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(index.modules, 2);
     assert_eq!(prebuilt::read_index(dir.path()).unwrap(), index);
     assert_eq!(Some(index.nvrtc), cuda::nvrtc_version().ok());
@@ -180,7 +181,7 @@ fn prebuilt_stores_hold_the_manifests_modules_for_each_architecture() {
         assert!(missing.is_none(), "{arch} {defines:?}");
     }
     // A virtual architecture makes no CUBIN: refused, with its name.
-    let e = prebuilt::build(&manifest, &["compute_90".into()], dir.path()).unwrap_err();
+    let e = nvrtc::build_prebuilt(&manifest, &["compute_90".into()], dir.path()).unwrap_err();
     assert!(e.to_string().contains("compute_90"), "{e}");
 }
 

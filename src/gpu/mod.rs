@@ -12,6 +12,7 @@
 
 pub mod buffer;
 pub mod device;
+pub mod family;
 pub mod kernel_cache;
 pub mod launch;
 pub mod nvrtc;

@@ -8,81 +8,10 @@ use std::time::Instant;
 
 use cudarc::nvrtc::Ptx;
 
-use super::{GpuError, kernel_cache, lock};
+use super::{GpuError, kernel_cache, lock, prebuilt};
 use crate::core::{Mode, Precision};
 
-/// The shared header with the boundary rules and samplers.
-pub const BOUNDARY_CUH: &str = include_str!("../../kernels/boundary.cuh");
-
-/// One `.cu` file per kernel family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// `resample_{f32,f16,bf16}`, `coords_f32`.
-    Resample,
-    /// `gauss_mid_f32`, `gauss_last_f32`, `gauss_direct_f32`, `field_stats_f32`.
-    Field,
-    /// `pad_f32`, `prefilter_axis_f32`, `to_store_f32`.
-    Prefilter,
-    /// The filters (`sep_line_f32`, `median_f32`, …); their host code is `src/filter/cuda/`.
-    Filter,
-    /// The intensity steps (`int_noise`, `int_partials`, `int_blur_axis`, …); their host code is
-    /// `src/engine/cuda/intensity.rs`.
-    Intensity,
-}
-
-impl Family {
-    pub const ALL: [Family; 5] = [
-        Family::Resample,
-        Family::Field,
-        Family::Prefilter,
-        Family::Filter,
-        Family::Intensity,
-    ];
-
-    /// The family's name in a manifest of prebuilt kernels (`super::prebuilt`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Resample => "resample",
-            Family::Field => "field",
-            Family::Prefilter => "prefilter",
-            Family::Filter => "filter",
-            Family::Intensity => "intensity",
-        }
-    }
-
-    pub fn file(self) -> &'static str {
-        match self {
-            Family::Resample => "kernels/resample.cu",
-            Family::Field => "kernels/field.cu",
-            Family::Prefilter => "kernels/prefilter.cu",
-            Family::Filter => "kernels/filter.cu",
-            Family::Intensity => "kernels/intensity.cu",
-        }
-    }
-
-    pub(crate) fn source(self) -> &'static str {
-        match self {
-            Family::Resample => include_str!("../../kernels/resample.cu"),
-            Family::Field => include_str!("../../kernels/field.cu"),
-            Family::Prefilter => include_str!("../../kernels/prefilter.cu"),
-            Family::Filter => include_str!("../../kernels/filter.cu"),
-            Family::Intensity => include_str!("../../kernels/intensity.cu"),
-        }
-    }
-
-    /// The program NVRTC compiles: the shared header (which defines its include guard, so the
-    /// `.cu` file's `#include "boundary.cuh"` is skipped) followed by the family's file.
-    pub fn program(self) -> String {
-        match self {
-            Family::Field | Family::Filter | Family::Intensity => self.source().to_string(),
-            _ => format!(
-                "{BOUNDARY_CUH}\n#line 1 \"{}\"\n{}",
-                self.file(),
-                self.source()
-            ),
-        }
-    }
-}
+pub use super::family::{BOUNDARY_CUH, Family};
 
 /// The driver's CUDA version, or why the driver cannot be used. Never panics.
 pub fn driver_version() -> Result<i32, String> {
@@ -290,9 +219,9 @@ pub fn compile_module_in(
     cache_dir: Option<std::path::PathBuf>,
 ) -> Result<ModuleImage, GpuError> {
     let options = nvrtc_options(family, defines, arch);
-    super::prebuilt::record(family, defines);
+    prebuilt::record(family, defines);
     if let Some(a) = arch
-        && let Some(hit) = super::prebuilt::lookup(family, &options, a)
+        && let Some(hit) = prebuilt::lookup(family, &options, a, || driver_version().ok())
     {
         kernel_cache::count_hit();
         return Ok(ModuleImage {
@@ -354,6 +283,63 @@ pub fn compile_module_in(
             ptx: None,
         }),
     }
+}
+
+/// Compiles every module of `manifest` for every architecture of `archs` (`sm_XY`) into a store of
+/// prebuilt kernels in `dir` (created, [`prebuilt`]), and writes its index. The options are the engine's for the defaults (no
+/// tuning define may be set). Returns the index.
+pub fn build_prebuilt(
+    manifest: &[prebuilt::ModuleSpec],
+    archs: &[String],
+    dir: &std::path::Path,
+) -> Result<prebuilt::Index, GpuError> {
+    if !super::tuning().nvrtc_defines.is_empty() {
+        return Err(GpuError::Cuda(
+            "AUGSCOPE_NVRTC_DEFINES is set: a prebuilt store holds the defaults only".into(),
+        ));
+    }
+    let nvrtc = nvrtc_version().map_err(GpuError::Unavailable)?;
+    std::fs::create_dir_all(dir).map_err(|e| GpuError::Cuda(format!("{}: {e}", dir.display())))?;
+    for arch in archs {
+        if !arch.starts_with("sm_") {
+            return Err(GpuError::Cuda(format!(
+                "architecture '{arch}': a real one (sm_XY) is needed for a CUBIN"
+            )));
+        }
+        for spec in manifest {
+            let family = spec.family().map_err(GpuError::Cuda)?;
+            let options = nvrtc_options(family, &spec.defines, Some(arch));
+            let out = nvrtc_compile(family, &options)?;
+            let cubin = out.cubin.ok_or_else(|| {
+                GpuError::Cuda(format!(
+                    "NVRTC made no CUBIN of {} for {arch}",
+                    family.file()
+                ))
+            })?;
+            let c = kernel_cache::Compiled {
+                image: cubin,
+                entries: ptx_entries(&out.ptx),
+            };
+            let k = prebuilt::key(family, &options, arch);
+            kernel_cache::write(dir, &k, &c);
+            if kernel_cache::read(dir, &k).as_ref() != Some(&c) {
+                return Err(GpuError::Cuda(format!(
+                    "{}: the entry of {} for {arch} could not be written",
+                    dir.display(),
+                    family.file()
+                )));
+            }
+        }
+    }
+    let index = prebuilt::Index {
+        nvrtc,
+        archs: archs.to_vec(),
+        modules: manifest.len(),
+    };
+    let text = serde_json::to_string_pretty(&index).map_err(|e| GpuError::Cuda(e.to_string()))?;
+    std::fs::write(dir.join(prebuilt::INDEX), text)
+        .map_err(|e| GpuError::Cuda(format!("{}: {e}", dir.display())))?;
+    Ok(index)
 }
 
 pub(crate) type ModuleCell = Arc<OnceLock<Result<ModuleImage, String>>>;

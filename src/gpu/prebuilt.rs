@@ -4,9 +4,10 @@
 //! - **Recording** what a workload compiles: with `AUGSCOPE_KERNEL_RECORD=FILE`, every module the
 //!   process builds (its family and defines, as the engine and the filters ask for them) is
 //!   appended to FILE, one JSON line each ([`record`]); `sort -u` makes it a manifest.
-//! - **Building** a store from a manifest: [`build`] (`cargo run --release --example
-//!   prebuild_kernels`) compiles every line for every architecture into a folder of kernel-cache
-//!   entries plus `prebuilt.json` (the NVRTC version and the architectures).
+//! - **Building** a store from a manifest: [`super::nvrtc::build_prebuilt`] (`cargo run
+//!   --release --example prebuild_kernels`) compiles every line for every architecture into a
+//!   folder of kernel-cache entries plus `prebuilt.json` (the NVRTC version and the
+//!   architectures).
 //! - **Using** a store: `AUGSCOPE_PREBUILT_KERNELS=DIR` names it ([`dir`]); a module of the
 //!   defaults whose key is there loads from it, on a driver at least as new as the store's
 //!   NVRTC. A tuning define (`AUGSCOPE_NVRTC_DEFINES`), another architecture or a module the
@@ -20,8 +21,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use super::nvrtc::{Family, nvrtc_compile, nvrtc_options, nvrtc_version, ptx_entries};
-use super::{GpuError, kernel_cache, lock};
+use super::family::Family;
+use super::{kernel_cache, lock};
 
 /// The file of a store that says what it holds.
 pub const INDEX: &str = "prebuilt.json";
@@ -54,7 +55,7 @@ impl ModuleSpec {
 }
 
 /// The key of a prebuilt entry.
-fn key(family: Family, options: &[String], arch: &str) -> String {
+pub(crate) fn key(family: Family, options: &[String], arch: &str) -> String {
     kernel_cache::key(family.file(), &family.program(), options, arch, (0, 0), 0)
 }
 
@@ -94,18 +95,16 @@ pub fn find(
     kernel_cache::read(dir, &key(family, options, arch))
 }
 
-/// The module in the process's store ([`dir`]) where the driver can load it.
+/// The module in the process's store ([`dir`]) where a driver of CUDA version `driver` can load
+/// it (`driver` is asked only when the store holds the architecture).
 pub(crate) fn lookup(
     family: Family,
     options: &[String],
     arch: &str,
+    driver: impl FnOnce() -> Option<i32>,
 ) -> Option<kernel_cache::Compiled> {
     let (d, index) = dir()?;
-    if !index.archs.iter().any(|a| a == arch) {
-        return None;
-    }
-    let driver = super::nvrtc::driver_version().ok()?;
-    if !driver_can_load(driver, index.nvrtc) {
+    if !index.archs.iter().any(|a| a == arch) || !driver_can_load(driver()?, index.nvrtc) {
         return None;
     }
     find(d, family, options, arch)
@@ -155,59 +154,6 @@ pub fn read_manifest(text: &str) -> Result<Vec<ModuleSpec>, String> {
         }
     }
     Ok(out)
-}
-
-/// Compiles every module of `manifest` for every architecture of `archs` (`sm_XY`) into the store
-/// `dir` (created), and writes its index. The options are the engine's for the defaults (no
-/// tuning define may be set). Returns the index.
-pub fn build(manifest: &[ModuleSpec], archs: &[String], dir: &Path) -> Result<Index, GpuError> {
-    if !super::tuning().nvrtc_defines.is_empty() {
-        return Err(GpuError::Cuda(
-            "AUGSCOPE_NVRTC_DEFINES is set: a prebuilt store holds the defaults only".into(),
-        ));
-    }
-    let nvrtc = nvrtc_version().map_err(GpuError::Unavailable)?;
-    std::fs::create_dir_all(dir).map_err(|e| GpuError::Cuda(format!("{}: {e}", dir.display())))?;
-    for arch in archs {
-        if !arch.starts_with("sm_") {
-            return Err(GpuError::Cuda(format!(
-                "architecture '{arch}': a real one (sm_XY) is needed for a CUBIN"
-            )));
-        }
-        for spec in manifest {
-            let family = spec.family().map_err(GpuError::Cuda)?;
-            let options = nvrtc_options(family, &spec.defines, Some(arch));
-            let out = nvrtc_compile(family, &options)?;
-            let cubin = out.cubin.ok_or_else(|| {
-                GpuError::Cuda(format!(
-                    "NVRTC made no CUBIN of {} for {arch}",
-                    family.file()
-                ))
-            })?;
-            let c = kernel_cache::Compiled {
-                image: cubin,
-                entries: ptx_entries(&out.ptx),
-            };
-            let k = key(family, &options, arch);
-            kernel_cache::write(dir, &k, &c);
-            if kernel_cache::read(dir, &k).as_ref() != Some(&c) {
-                return Err(GpuError::Cuda(format!(
-                    "{}: the entry of {} for {arch} could not be written",
-                    dir.display(),
-                    family.file()
-                )));
-            }
-        }
-    }
-    let index = Index {
-        nvrtc,
-        archs: archs.to_vec(),
-        modules: manifest.len(),
-    };
-    let text = serde_json::to_string_pretty(&index).map_err(|e| GpuError::Cuda(e.to_string()))?;
-    std::fs::write(dir.join(INDEX), text)
-        .map_err(|e| GpuError::Cuda(format!("{}: {e}", dir.display())))?;
-    Ok(index)
 }
 
 #[cfg(test)]
