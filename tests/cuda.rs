@@ -151,8 +151,7 @@ fn prebuilt_stores_hold_the_manifests_modules_for_each_architecture() {
     assert_eq!(prebuilt::read_index(dir.path()).unwrap(), index);
     assert_eq!(Some(index.nvrtc), cuda::nvrtc_version().ok());
     assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 4);
-    let options =
-        |family, defines: &[String], arch| nvrtc::nvrtc_options_for(family, defines, arch);
+    let options = nvrtc::nvrtc_options_for;
     let hit = prebuilt::find(
         dir.path(),
         cuda::Family::Resample,

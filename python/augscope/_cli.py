@@ -26,9 +26,6 @@ def main(argv=None):
               "builds it), or build the binary with `cargo build --release`",
               file=sys.stderr)
         return 2
-    kernels = _HERE / "kernels"
-    if (kernels / "prebuilt.json").is_file():
-        os.environ.setdefault("AUGSCOPE_PREBUILT_KERNELS", str(kernels))
     if os.name == "posix" and argv is None:
         # The binary takes this process's place: signals, the exit code and the terminal are its.
         os.execv(exe, [str(exe), *args])
