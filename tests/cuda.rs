@@ -150,7 +150,9 @@ fn prebuilt_stores_hold_the_manifests_modules_for_each_architecture() {
     assert_eq!(index.modules, 2);
     assert_eq!(prebuilt::read_index(dir.path()).unwrap(), index);
     assert_eq!(Some(index.nvrtc), cuda::nvrtc_version().ok());
-    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 4);
+    // Two CUBINs per architecture and the PTX of the newest (compute_90) for newer devices.
+    assert_eq!(index.ptx.as_deref(), Some("compute_90"));
+    assert_eq!(augscope::gpu::kernel_cache::usage(dir.path()).0, 6);
     let options = nvrtc::nvrtc_options_for;
     let hit = prebuilt::find(
         dir.path(),
@@ -179,9 +181,66 @@ fn prebuilt_stores_hold_the_manifests_modules_for_each_architecture() {
         );
         assert!(missing.is_none(), "{arch} {defines:?}");
     }
+    let ptx = prebuilt::find(
+        dir.path(),
+        cuda::Family::Intensity,
+        &options(cuda::Family::Intensity, &[], "compute_90"),
+        "compute_90",
+    )
+    .expect("the intensity module's PTX");
+    let text = String::from_utf8(ptx.image).expect("PTX is text");
+    assert!(text.contains(".target sm_90"), "PTX for compute_90");
+    assert!(!ptx.entries.is_empty());
     // A virtual architecture makes no CUBIN: refused, with its name.
     let e = nvrtc::build_prebuilt(&manifest, &["compute_90".into()], dir.path()).unwrap_err();
     assert!(e.to_string().contains("compute_90"), "{e}");
+}
+
+/// The wheel's store (packaging/kernels.jsonl, built by scripts/build_wheels.sh --kernels) holds
+/// the modules of the defaults in float32 storage, written as the engine asks for them now: every
+/// boundary mode, order and dimension of the resample and the order-3 prefilter, every radius
+/// bucket of the elastic field, the intensity steps and the filters' default mode. A change of
+/// the engine's defines that left the manifest behind would make fresh hosts compile again.
+#[test]
+fn the_wheels_kernel_manifest_holds_the_engines_default_modules() {
+    use augscope::gpu::prebuilt::{self, ModuleSpec};
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/packaging/kernels.jsonl"
+    ))
+    .expect("packaging/kernels.jsonl");
+    let manifest = prebuilt::read_manifest(&text).expect("manifest");
+    let has = |family: &str, defines: Vec<String>| {
+        let spec = ModuleSpec {
+            family: family.into(),
+            defines,
+        };
+        assert!(manifest.contains(&spec), "missing {spec:?}");
+    };
+    for mode in Mode::ALL {
+        for ndim in [2, 3] {
+            for order in [Order::Nearest, Order::Linear, Order::Cubic] {
+                has(
+                    "resample",
+                    cuda::resample_defines(mode, order, ndim, Precision::F32, false),
+                );
+            }
+            has(
+                "prefilter",
+                cuda::sampler_defines(mode, Order::Cubic, ndim, Precision::F32),
+            );
+        }
+    }
+    for bucket in 0..=15 {
+        has("field", vec![format!("-DFIELD_R={}", bucket * 8)]);
+    }
+    has("intensity", vec![]);
+    has(
+        "filter",
+        augscope::filter::cuda::filter_defines(Mode::Reflect, Precision::F32, None),
+    );
+    // Whole modules only: the store gives every entry of a file with one module.
+    assert_eq!(prebuilt::whole_modules(&manifest).unwrap(), manifest);
 }
 
 /// A process builds each resample entry alone (RS_ONLY): every one compiles by itself, with the

@@ -107,8 +107,13 @@ impl DevicesReport {
                     .unwrap_or_else(|| "the driver reports no CUDA device".into()),
             );
         }
-        if let Err(e) = &self.nvrtc {
-            return Some(e.clone());
+        if self.nvrtc.is_err() {
+            // Without NVRTC, a device runs only where the prebuilt store serves it.
+            if let Some(d) = self.devices.iter().find_map(|d| {
+                super::nvrtc::compiler_missing(arch_for(d.compute_capability), d.compute_capability)
+            }) {
+                return Some(d);
+            }
         }
         None
     }
@@ -160,6 +165,21 @@ impl fmt::Display for DevicesReport {
                 f,
                 "kernels: no disk cache (AUGSCOPE_KERNEL_CACHE=0 or no home)"
             )?,
+        }
+        if let Some((dir, index)) = super::prebuilt::dir() {
+            writeln!(
+                f,
+                "prebuilt: {} modules for {}{}, NVRTC {}.{}, in {}",
+                index.modules,
+                index.archs.join(", "),
+                index
+                    .ptx
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(" (and PTX for {p})")),
+                index.nvrtc.0,
+                index.nvrtc.1,
+                dir.display()
+            )?;
         }
         for e in &self.errors {
             writeln!(f, "error:   {e}")?;
@@ -555,6 +575,15 @@ pub fn load_module(
     family: Family,
     defines: &[String],
 ) -> Result<(Arc<cudarc::driver::CudaModule>, Vec<String>), GpuError> {
+    if dev.arch.is_none()
+        && let Some(m) = super::nvrtc::prebuilt_ptx(family, defines, dev.compute_capability)
+    {
+        return dev
+            .ctx
+            .load_module(m.image)
+            .map(|module| (module, m.entries))
+            .map_err(|e| driver_error("cannot load a prebuilt kernel's PTX", e));
+    }
     let m = shared_module(family, defines, dev.arch)?;
     // Loaded modules are kept by the engine: the image need not stay in host memory.
     lock(modules()).remove(&module_key(family, defines, dev.arch));

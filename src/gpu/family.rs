@@ -40,6 +40,29 @@ impl Family {
         }
     }
 
+    /// The define that keeps one entry of the family's file (`RS_ONLY=k` in resample.cu,
+    /// `FD_ONLY=k` in field.cu), as the engine builds a module per launched entry; without it the
+    /// module holds every entry.
+    pub fn entry_selector(self) -> Option<&'static str> {
+        match self {
+            Family::Resample => Some("-DRS_ONLY="),
+            Family::Field => Some("-DFD_ONLY="),
+            _ => None,
+        }
+    }
+
+    /// `defines` without the entry selector: those of the module that holds every entry.
+    pub fn whole_module(self, defines: &[String]) -> Vec<String> {
+        match self.entry_selector() {
+            Some(sel) => defines
+                .iter()
+                .filter(|d| !d.starts_with(sel))
+                .cloned()
+                .collect(),
+            None => defines.to_vec(),
+        }
+    }
+
     pub fn file(self) -> &'static str {
         match self {
             Family::Resample => "kernels/resample.cu",

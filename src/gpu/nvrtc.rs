@@ -97,6 +97,38 @@ pub(crate) fn nvrtc_options(family: Family, defines: &[String], arch: Option<&st
     options
 }
 
+/// Why a device of `arch` and compute capability `cc` cannot have its kernels: NVRTC is missing
+/// and no store of prebuilt kernels ([`prebuilt::serves`]) serves the device on this driver.
+pub fn compiler_missing(arch: Option<&str>, cc: (i32, i32)) -> Option<String> {
+    let err = nvrtc_version().err()?;
+    let served = driver_version().is_ok_and(|d| prebuilt::serves(arch, cc, d));
+    (!served).then_some(err)
+}
+
+/// The module of `family` with `defines` as PTX from the process's prebuilt store, for a device
+/// of compute capability `cc` that no CUBIN of the store serves (see [`prebuilt::Index::ptx_for`]).
+pub(crate) fn prebuilt_ptx(
+    family: Family,
+    defines: &[String],
+    cc: (i32, i32),
+) -> Option<ModuleImage> {
+    let (ptx, entries) = prebuilt::lookup_ptx(
+        family,
+        |virt| nvrtc_options(family, &family.whole_module(defines), Some(virt)),
+        cc,
+        || driver_version().ok(),
+    )?;
+    prebuilt::record(family, defines);
+    kernel_cache::count_hit();
+    Some(ModuleImage {
+        image: Ptx::from_src(ptx),
+        entries,
+        is_cubin: false,
+        cached: None,
+        ptx: None,
+    })
+}
+
 /// [`nvrtc_options`] for a known architecture, public for the prebuilt stores' callers and tests.
 pub fn nvrtc_options_for(family: Family, defines: &[String], arch: &str) -> Vec<String> {
     nvrtc_options(family, defines, Some(arch))
@@ -220,8 +252,10 @@ pub fn compile_module_in(
 ) -> Result<ModuleImage, GpuError> {
     let options = nvrtc_options(family, defines, arch);
     prebuilt::record(family, defines);
+    // A store holds whole modules: the one of these defines with every entry of the file.
+    let whole = nvrtc_options(family, &family.whole_module(defines), arch);
     if let Some(a) = arch
-        && let Some(hit) = prebuilt::lookup(family, &options, a, || driver_version().ok())
+        && let Some(hit) = prebuilt::lookup(family, &whole, a, || driver_version().ok())
     {
         kernel_cache::count_hit();
         return Ok(ModuleImage {
@@ -232,7 +266,16 @@ pub fn compile_module_in(
             ptx: None,
         });
     }
-    let nvrtc = nvrtc_version().map_err(GpuError::Unavailable)?;
+    let nvrtc = nvrtc_version().map_err(|e| match prebuilt::dir() {
+        // Say which kernel the store lacks: the fix is NVRTC, or a store that holds it.
+        Some((d, _)) => GpuError::Unavailable(format!(
+            "the prebuilt kernels in {} do not hold {} with {}, and {e}",
+            d.display(),
+            family.file(),
+            defines.join(" ")
+        )),
+        None => GpuError::Unavailable(e),
+    })?;
     let slot = match (arch, cache_dir) {
         (Some(a), Some(dir)) => {
             let driver = driver_version().unwrap_or(0);
@@ -300,41 +343,94 @@ pub fn build_prebuilt(
     }
     let nvrtc = nvrtc_version().map_err(GpuError::Unavailable)?;
     std::fs::create_dir_all(dir).map_err(|e| GpuError::Cuda(format!("{}: {e}", dir.display())))?;
+    let mut targets = vec![];
     for arch in archs {
         if !arch.starts_with("sm_") {
             return Err(GpuError::Cuda(format!(
                 "architecture '{arch}': a real one (sm_XY) is needed for a CUBIN"
             )));
         }
+        targets.push(arch.clone());
+    }
+    // PTX of the newest architecture too, for devices newer than every CUBIN (their driver
+    // compiles it on load).
+    let newest = archs
+        .iter()
+        .filter_map(|a| prebuilt::cc_of(a).map(|cc| (cc, a)))
+        .max()
+        .map(|(_, a)| a.replacen("sm_", "compute_", 1));
+    targets.extend(newest.clone());
+    let manifest = &prebuilt::whole_modules(manifest).map_err(GpuError::Cuda)?;
+    let mut jobs = vec![];
+    for arch in &targets {
         for spec in manifest {
-            let family = spec.family().map_err(GpuError::Cuda)?;
-            let options = nvrtc_options(family, &spec.defines, Some(arch));
-            let out = nvrtc_compile(family, &options)?;
-            let cubin = out.cubin.ok_or_else(|| {
+            jobs.push((
+                spec.family().map_err(GpuError::Cuda)?,
+                &spec.defines,
+                arch.as_str(),
+            ));
+        }
+    }
+    // One compile per job, on every core (NVRTC is thread-safe; each program is its own).
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let one = |(family, defines, arch): (Family, &Vec<String>, &str)| -> Result<(), GpuError> {
+        let options = nvrtc_options(family, defines, Some(arch));
+        let out = nvrtc_compile(family, &options)?;
+        let entries = ptx_entries(&out.ptx);
+        let image = if arch.starts_with("sm_") {
+            out.cubin.ok_or_else(|| {
                 GpuError::Cuda(format!(
                     "NVRTC made no CUBIN of {} for {arch}",
                     family.file()
                 ))
-            })?;
-            let c = kernel_cache::Compiled {
-                image: cubin,
-                entries: ptx_entries(&out.ptx),
-            };
-            let k = prebuilt::key(family, &options, arch);
-            kernel_cache::write(dir, &k, &c);
-            if kernel_cache::read(dir, &k).as_ref() != Some(&c) {
-                return Err(GpuError::Cuda(format!(
-                    "{}: the entry of {} for {arch} could not be written",
-                    dir.display(),
-                    family.file()
-                )));
-            }
+            })?
+        } else {
+            out.ptx.into_bytes()
+        };
+        let c = kernel_cache::Compiled { image, entries };
+        let k = prebuilt::key(family, &options, arch);
+        kernel_cache::write(dir, &k, &c);
+        if kernel_cache::read(dir, &k).as_ref() != Some(&c) {
+            return Err(GpuError::Cuda(format!(
+                "{}: the entry of {} for {arch} could not be written",
+                dir.display(),
+                family.file()
+            )));
         }
-    }
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(jobs.len()).max(1))
+            .map(|_| {
+                scope.spawn(|| -> Result<(), GpuError> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&job) = jobs.get(i) else {
+                            return Ok(());
+                        };
+                        if let Err(e) = one(job) {
+                            // Stops the other workers at their next job.
+                            next.store(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(GpuError::Cuda("a compile panicked".into())))
+            })
+            .collect::<Result<Vec<()>, GpuError>>()
+    })?;
     let index = prebuilt::Index {
         nvrtc,
         archs: archs.to_vec(),
         modules: manifest.len(),
+        ptx: newest,
     };
     let text = serde_json::to_string_pretty(&index).map_err(|e| GpuError::Cuda(e.to_string()))?;
     std::fs::write(dir.join(prebuilt::INDEX), text)
@@ -361,7 +457,9 @@ pub(crate) fn shared_module(
     defines: &[String],
     arch: Option<&'static str>,
 ) -> Result<ModuleImage, GpuError> {
-    nvrtc_version().map_err(GpuError::Unavailable)?;
+    if arch.is_none_or(|a| !prebuilt::dir().is_some_and(|(_, i)| i.archs.iter().any(|x| x == a))) {
+        nvrtc_version().map_err(GpuError::Unavailable)?;
+    }
     let cell = lock(modules())
         .entry(module_key(family, defines, arch))
         .or_default()

@@ -21,7 +21,7 @@ use super::kernels::{
     BLOCK, PF_WARPS, axis_split, build_defines, grid_out, prefilter_rows_enabled, shape3,
 };
 use super::{
-    Family, PadParams, driver_error, field_defines, grid_1d, nvrtc_version, resample_defines,
+    Family, PadParams, compiler_missing, driver_error, field_defines, grid_1d, resample_defines,
     resample_params, sampler_defines,
 };
 /// Buffers kept between calls (the "reserved" part of the memory statistics).
@@ -138,7 +138,10 @@ pub(super) fn copy_plane(v: &Volume, axis: usize, index: usize, dst: &mut [f32])
 impl DeviceEngine {
     pub(super) fn open(ordinal: usize) -> Result<Self, EngineError> {
         let dev = DeviceContext::open(ordinal)?;
-        nvrtc_version().map_err(EngineError::CudaUnavailable)?;
+        // NVRTC is needed unless a store of prebuilt kernels serves this device.
+        if let Some(why) = compiler_missing(dev.arch, dev.compute_capability) {
+            return Err(EngineError::CudaUnavailable(why));
+        }
         // SAFETY: augscope orders its work itself: every buffer is used on `dev.stream`, except
         // uploads on `dev.copy_stream`, which the compute stream waits for before any kernel
         // reads them; so cudarc's per-buffer event tracking is not needed.

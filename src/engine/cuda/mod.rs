@@ -24,8 +24,8 @@ mod transform;
 
 pub use crate::gpu::device::load_module;
 pub use crate::gpu::nvrtc::{
-    BOUNDARY_CUH, Family, ModuleImage, compile, compile_module, compile_module_in, driver_version,
-    mode_defines, nvrtc_version,
+    BOUNDARY_CUH, Family, ModuleImage, compile, compile_module, compile_module_in,
+    compiler_missing, driver_version, mode_defines, nvrtc_version,
 };
 pub use device::{
     DeviceArrays, DeviceEngine, PcieRates, d2d_bandwidth, device_engine, free_caches, mem_stats,
