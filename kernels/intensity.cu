@@ -58,6 +58,26 @@ extern "C" __global__ void int_mul(float* x, long long n, float m) {
     }
 }
 
+// Mirrors `channels` volumes of n0 x n1 x n2 (C order, one after the other) in place along the
+// axes whose flag f0, f1, f2 is set: each voxel swaps with its mirror image once (the lower index
+// of the pair does it; a voxel that is its own image stays). A 2D image is 1 x n1 x n2.
+extern "C" __global__ void int_flip(float* x, long long channels, int n0, int n1, int n2, int f0,
+                                    int f1, int f2) {
+    const long long plane = (long long)n1 * n2, n = (long long)n0 * plane, total = channels * n;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long c = i / n, r = i - c * n;
+        const int z = (int)(r / plane), y = (int)((r / n2) % n1), w = (int)(r % n2);
+        const int mz = f0 ? n0 - 1 - z : z, my = f1 ? n1 - 1 - y : y, mw = f2 ? n2 - 1 - w : w;
+        const long long j = c * n + ((long long)mz * n1 + my) * n2 + mw;
+        if (i < j) {
+            const float t = x[i];
+            x[i] = x[j];
+            x[j] = t;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Statistics: sum, minimum and maximum in one pass (and the sum of squares about the mean in a
 // second), per block into partials, then one block sums the partials in a fixed order: the same

@@ -522,3 +522,143 @@ alpha = [7.0, 7.0]"#;
         }));
     }
 }
+
+/// nnU-Net's order: the mirror after the intensity steps (`flip_after_intensity`). The result
+/// is the steps on the unmirrored resample, mirrored, on every engine and in a batch; it differs
+/// from the mirror before the steps where a step depends on the position (the noise, the low
+/// resolution, a bias field), and the label map is the same either way.
+#[test]
+fn a_mirror_after_the_steps_is_the_steps_on_the_unmirrored_image_mirrored() {
+    let steps: Vec<IntensityStep> = serde_json::from_str(
+        r#"[{"gaussian_noise": {"std": [0.3], "seed": 11}},
+            {"low_resolution": {"scales": [[0.5, 0.6, 0.75], null]}},
+            {"monai_bias_field": {"convention": "monai",
+                                  "terms": [{"powers": [1, 0, 2], "c": 0.3}]}},
+            {"gamma": {"channels": [{"gamma": 1.3, "retain_stats": true}]}}]"#,
+    )
+    .unwrap();
+    let last = Plan {
+        flip: vec![0, 2],
+        rotate_rad: vec![0.1, 0.0, -0.05],
+        intensity: steps,
+        flip_after_intensity: true,
+        ..Plan::default()
+    };
+    let first = Plan {
+        flip_after_intensity: false,
+        ..last.clone()
+    };
+    let unmirrored = Plan {
+        flip: vec![],
+        ..last.clone()
+    };
+    let image = volume(2);
+    let mut label = Volume::new(
+        (0..image.shape.iter().product::<usize>())
+            .map(|i| (i % 7) as f32)
+            .collect(),
+        image.shape.clone(),
+        1,
+    );
+    label.dtype = augscope::DType::U8;
+    let cpu = augscope::engine::cpu::CpuBackend::new();
+    let (got, lab_last, _) = apply_new(&cpu, &last, &image, Some(&label)).unwrap();
+    let (mut want, _, _) = apply_new(&cpu, &unmirrored, &image, None).unwrap();
+    augscope::core::volume::flip_in_place(&mut want.data, &image.shape, 2, &[0, 2]);
+    assert!(
+        got.data == want.data,
+        "not the steps on the unmirrored image, mirrored"
+    );
+    let (before, lab_first, _) = apply_new(&cpu, &first, &image, Some(&label)).unwrap();
+    assert!(
+        before.data != got.data,
+        "the order of the mirror changed nothing"
+    );
+    assert_eq!(lab_last.unwrap().data, lab_first.unwrap().data);
+    // The done list says the mirror acts last.
+    use augscope::augment::DoneList;
+    let done: Vec<String> = last.done_list().into_iter().map(|d| d.transform).collect();
+    assert_eq!(done.first().map(String::as_str), Some("rotate"));
+    assert_eq!(done.last().map(String::as_str), Some("flip"));
+    // Every engine, one plan at a time and in a batch.
+    for_each_backend(|b| {
+        let (img, _, _) = apply_new(b, &last, &image, None).unwrap();
+        let (frac, worst, nan) = common::backends::agreement(&got.data, &img.data, 1e-4);
+        assert!(frac == 1.0 && nan == 0, "{}: worst {worst}", b.name());
+        let plans = [&last, &first, &last];
+        let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; image.data.len()]).collect();
+        let jobs: Vec<_> = plans
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(plan, o)| {
+                (
+                    augscope::engine::Job {
+                        plan,
+                        image: &image,
+                        label: None,
+                    },
+                    augscope::engine::Outputs {
+                        image: o.as_mut_slice(),
+                        label: None,
+                    },
+                )
+            })
+            .collect();
+        for r in b.apply_many(jobs) {
+            r.unwrap();
+        }
+        for (want, got_b) in [&got.data, &before.data, &got.data].into_iter().zip(&outs) {
+            let (frac, worst, nan) = common::backends::agreement(want, got_b, 1e-4);
+            assert!(
+                frac == 1.0 && nan == 0,
+                "{} batched: worst {worst}",
+                b.name()
+            );
+        }
+    });
+}
+
+/// The bundled nnunet-v2 preset mirrors after its steps, and its samples say so; an export whose
+/// pipeline mirrors before the steps it writes says that in a NOTE line.
+#[test]
+fn the_nnunet_preset_mirrors_after_its_steps_and_the_exports_say_where_they_cannot() {
+    use augscope::export::{Target, export};
+    let p = nnunet();
+    assert!(p.flip.as_ref().unwrap().after_intensity);
+    let plan = (0..50)
+        .map(|s| p.sample(s, 3, 1, &[1.0; 3]).unwrap().plan)
+        .find(|plan| !plan.flip.is_empty() && !plan.intensity.is_empty())
+        .expect("a sample with a mirror and a step");
+    assert!(plan.flip_around_steps().is_some());
+    let text = r#"
+version = 1
+name = "mirror last"
+[flip]
+p = [0.5]
+after_intensity = true
+[[intensity]]
+step = "monai_gaussian_noise"
+p = 0.5
+std = 0.1
+[[intensity]]
+step = "torchio_noise"
+p = 0.5
+std = [0.0, 0.2]
+"#;
+    let p: Preset = toml::from_str(text).unwrap();
+    p.validate().unwrap();
+    for target in [Target::Monai, Target::TorchIo] {
+        let code = export(&p, target, 3).unwrap();
+        assert!(
+            code.contains("# NOTE: the preset mirrors after the intensity steps"),
+            "{target:?}:\n{code}"
+        );
+    }
+    // Mirroring before the steps needs no note.
+    let before: Preset = toml::from_str(&text.replace("after_intensity = true", "")).unwrap();
+    let code = export(&before, Target::Monai, 3).unwrap();
+    assert!(
+        !code.contains("mirrors after the intensity steps"),
+        "{code}"
+    );
+}

@@ -21,8 +21,8 @@ intensity steps in 3D, low resolution leaving the first axis alone, as nnU-Net's
 `SimulateLowResolutionTransform(ignore_axes=(0,))` do. The two parts draw from two seeds
 (`augscope_seed` and `augscope_seed` XOR `DUMMY_2D_SEED`).
 
-Difference from nnU-Net's own pipeline, by design: augscope mirrors before the intensity steps,
-nnU-Net after them (the distributions are the same; see the nnunet-v2 preset's description).
+The `nnunet-v2` preset mirrors after the intensity steps, in nnU-Net's order (its `[flip]`
+section's `after_intensity`); a preset without it mirrors with the resample, before them.
 
 The training cases stay on the GPU when they fit a quarter of its free memory
 (`AUGSCOPE_RESIDENT`: "auto", the default; "1" always; "0" never): nnU-Net's own data loader

@@ -48,6 +48,8 @@ pub struct Params {
     /// The normalisation of the scan before everything else: the units the steps act in (a
     /// preset's `[normalize]`, or chosen in the Intensity section).
     pub normalize: Option<Normalize>,
+    /// The mirror acts after the intensity steps (a preset sample's, nnU-Net's order).
+    pub flip_after_intensity: bool,
 }
 
 impl Default for Params {
@@ -72,6 +74,7 @@ impl Default for Params {
             preview_as: Model::Augscope,
             intensity: vec![],
             normalize: None,
+            flip_after_intensity: false,
         }
     }
 }
@@ -335,6 +338,7 @@ impl Params {
                 Space::Voxel => vec![],
             },
             intensity: self.intensity.clone(),
+            flip_after_intensity: self.flip_after_intensity,
         }
     }
 
@@ -359,6 +363,7 @@ impl Params {
                 p.flip[a] = true;
             }
         }
+        p.flip_after_intensity = plan.flip_after_intensity;
         match plan.rotate_rad.as_slice() {
             [a] => p.rotate_deg[2] = a.to_degrees(),
             [a, b, c] => p.rotate_deg = [a.to_degrees(), b.to_degrees(), c.to_degrees()],

@@ -24,11 +24,13 @@ pub trait DoneList {
 impl DoneList for Plan {
     fn done_list(&self) -> Vec<Done> {
         let mut done = vec![];
-        if !self.flip.is_empty() {
-            done.push(Done {
-                transform: "flip".into(),
-                values: serde_json::json!({ "axes": self.flip }),
-            });
+        let flip = Done {
+            transform: "flip".into(),
+            values: serde_json::json!({ "axes": self.flip }),
+        };
+        let flip_last = self.flip_around_steps().is_some();
+        if !self.flip.is_empty() && !flip_last {
+            done.push(flip.clone());
         }
         // In mm space every spatial entry says so, with the values in voxels beside it; voxel
         // space (the default) keeps its entries as they always were.
@@ -93,6 +95,12 @@ impl DoneList for Plan {
             done.push(Done {
                 transform: step.name().into(),
                 values: values.unwrap_or(serde_json::Value::Null),
+            });
+        }
+        if flip_last {
+            done.push(Done {
+                values: serde_json::json!({ "axes": self.flip, "after_intensity": true }),
+                ..flip
             });
         }
         done

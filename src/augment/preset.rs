@@ -71,6 +71,10 @@ pub struct Preset {
 pub struct FlipSpec {
     /// Per-axis probability; one value applies to every axis.
     pub p: Vec<f64>,
+    /// Mirror after the intensity steps, in nnU-Net's order (spatial transform, intensity,
+    /// mirror), instead of with the resample before them ([`Plan::flip_after_intensity`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_intensity: bool,
 }
 
 /// Rotation: fires with `p`; then each axis rotates with `p_axis` by an angle from its range.
@@ -363,6 +367,7 @@ impl Preset {
                 }
             }
             drawn.insert("flip".into(), serde_json::json!({ "axes_fired": fired }));
+            plan.flip_after_intensity = f.after_intensity;
         }
 
         if let Some(r) = &self.rotate {
@@ -563,6 +568,7 @@ impl Preset {
             p: (0..ndim)
                 .map(|a| if plan.flip.contains(&a) { 1.0 } else { 0.0 })
                 .collect(),
+            after_intensity: plan.flip_after_intensity,
         });
         let rotate = (!plan.rotate_rad.is_empty()).then(|| {
             let deg: Vec<Range> = plan

@@ -220,6 +220,7 @@ fn plan_of(a: &ApplyArgs, image: &Volume) -> anyhow::Result<Plan> {
             Space::Voxel => vec![],
         },
         intensity: intensity_of(a, image.ndim()),
+        flip_after_intensity: a.flip_after_intensity,
     };
     plan.validate(image.ndim())?;
     for step in &plan.intensity {

@@ -309,6 +309,14 @@ struct ApplyArgs {
     /// repeatable; acts after the flags' steps, in the order given.
     #[arg(long, value_name = "JSON", value_parser = parse_step, help_heading = "Intensity (after the resample, image only, in this order)")]
     step: Vec<crate::core::intensity::IntensityStep>,
+    /// Mirror (--flip) after the intensity steps, in nnU-Net's order (spatial, intensity,
+    /// mirror), rather than with the resample before them.
+    #[arg(
+        long,
+        requires = "flip",
+        help_heading = "Intensity (after the resample, image only, in this order)"
+    )]
+    flip_after_intensity: bool,
     /// Normalise the image first, as a preset's `[normalize]` (JSON), e.g.
     /// '{"method": "nnunet_zscore"}' or '{"method": "monai_scale_intensity_range", "a_min": -1000,
     /// "a_max": 1000, "b_min": 0, "b_max": 1, "clip": true}' (docs/presets.md lists the methods):

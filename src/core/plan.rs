@@ -207,6 +207,12 @@ pub struct Plan {
     /// label map never receives these.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub intensity: Vec<IntensityStep>,
+    /// Whether the mirror (`flip`) acts after the intensity steps, in nnU-Net's order (spatial
+    /// transform, intensity, mirror), rather than with the resample before them. The two differ
+    /// only where a step depends on the position (noise, low resolution, a bias field); the
+    /// label map, which takes no step, is the same either way.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub flip_after_intensity: bool,
 }
 
 impl Default for Plan {
@@ -224,6 +230,7 @@ impl Default for Plan {
             space: Space::Voxel,
             spacing_mm: vec![],
             intensity: vec![],
+            flip_after_intensity: false,
         }
     }
 }
@@ -451,6 +458,22 @@ impl Plan {
             sigma_vox: self.field_sigma_vox(out_shape.len())?,
             shape: out_shape.to_vec(),
         })
+    }
+
+    /// The axes the intensity steps must see unmirrored: the plan's `flip` where it acts after
+    /// steps it has ([`Plan::flip_after_intensity`]). The engines resample with the mirror, then
+    /// mirror the image back, run the steps and mirror it again: the mirror is an exact
+    /// permutation, so that is the steps on the unmirrored resample, mirrored.
+    pub fn flip_around_steps(&self) -> Option<&[usize]> {
+        (self.flip_after_intensity && !self.flip.is_empty() && !self.intensity.is_empty())
+            .then_some(self.flip.as_slice())
+    }
+
+    /// Whether the intensity steps need the whole image at once, so that one plane alone cannot
+    /// be computed: a step reads statistics of the whole channel, or the mirror acts after the
+    /// steps.
+    pub fn steps_need_whole_volume(&self) -> bool {
+        self.flip_around_steps().is_some() || self.intensity.iter().any(|s| s.needs_whole_channel())
     }
 
     /// Whether the plan does nothing at all: it moves no voxel and changes no value.

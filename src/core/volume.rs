@@ -194,6 +194,25 @@ impl Volume {
     }
 }
 
+/// Mirrors `data`, `channels` channels of `shape` each (channel-major, C order), along each
+/// spatial axis of `axes`, in place.
+pub fn flip_in_place(data: &mut [f32], shape: &[usize], channels: usize, axes: &[usize]) {
+    let n: usize = shape.iter().product();
+    for c in 0..channels {
+        let ch = &mut data[c * n..(c + 1) * n];
+        for &a in axes {
+            let len = shape[a];
+            let inner: usize = shape[a + 1..].iter().product();
+            for line in ch.chunks_exact_mut(len * inner) {
+                for i in 0..len / 2 {
+                    let (head, tail) = line.split_at_mut((len - 1 - i) * inner);
+                    head[i * inner..(i + 1) * inner].swap_with_slice(&mut tail[..inner]);
+                }
+            }
+        }
+    }
+}
+
 pub fn identity4() -> [[f64; 4]; 4] {
     let mut m = [[0.0; 4]; 4];
     for (i, row) in m.iter_mut().enumerate() {

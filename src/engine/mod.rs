@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::plan::{Plan, PlanError};
 pub use crate::core::spec::{BackendSpec, Precision};
-use crate::core::volume::Volume;
+use crate::core::volume::{Volume, flip_in_place};
 
 /// What an engine could not do.
 #[derive(Debug, thiserror::Error)]
@@ -318,8 +318,16 @@ pub(crate) fn intensity_after(
     channels: usize,
 ) {
     let shape = plan.out_shape.as_deref().unwrap_or(input_shape);
+    // The mirror after the steps: they act on the unmirrored image (`Plan::flip_around_steps`).
+    let around = plan.flip_around_steps();
+    if let Some(axes) = around {
+        flip_in_place(image_out, shape, channels, axes);
+    }
     for step in &plan.intensity {
         step.apply(image_out, shape, channels);
+    }
+    if let Some(axes) = around {
+        flip_in_place(image_out, shape, channels, axes);
     }
 }
 
@@ -337,6 +345,11 @@ pub(crate) fn with_intensity<'a>(
             "the {} step reads statistics of the whole volume: apply the whole grid, not a plane",
             s.name()
         )));
+    }
+    if plane && job.plan.flip_around_steps().is_some() {
+        return Err(EngineError::Shape(
+            "the mirror acts after the intensity steps: apply the whole grid, not a plane".into(),
+        ));
     }
     check_intensity(job.plan, job.image.channels, job.image.shape.len())?;
     let Outputs { image, label } = out;

@@ -387,7 +387,10 @@ fn flip_params(m: &Map<String, Value>) -> Result<Option<FlipSpec>, PresetError> 
             if p.iter().all(|&q| q == 0.5) {
                 p.truncate(1);
             }
-            Ok(Some(FlipSpec { p }))
+            Ok(Some(FlipSpec {
+                p,
+                after_intensity: false,
+            }))
         }
         (_, Some((_, Value::Array(_)))) | (_, None) | (false, _) => Ok(None),
         (_, Some((_, v))) => Err(bad(format!("mirror_axes = {v} is not a list of axes"))),

@@ -90,6 +90,7 @@ impl CasePlan {
                 .map_or(Space::Voxel, |s| s.parse::<Space>().expect("voxel or mm")),
             spacing_mm: self.spacing_mm.clone(),
             intensity: vec![],
+            flip_after_intensity: false,
         }
     }
 }

@@ -269,9 +269,10 @@ fn tile(
         label: None,
     };
     match plane {
-        // A step that needs the whole channel (statistics, neighbours, the noise's counters)
-        // cannot be computed from a plane: the whole grid, then its plane.
-        Some((axis, index)) if plan.intensity.iter().any(|s| s.needs_whole_channel()) => {
+        // A step that needs the whole channel (statistics, neighbours, the noise's counters), or
+        // a mirror after the steps, cannot be computed from a plane: the whole grid, then its
+        // plane.
+        Some((axis, index)) if plan.steps_need_whole_volume() => {
             let mut full = vec![0f32; tile_len(image, None)];
             let whole = Outputs {
                 image: &mut full,

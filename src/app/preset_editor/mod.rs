@@ -433,7 +433,10 @@ fn editor_body(ui: &mut egui::Ui, p: &mut Preset, ndim: usize, realised: &Realis
         ui,
         "Flip",
         &mut p.flip,
-        || FlipSpec { p: vec![0.5] },
+        || FlipSpec {
+            p: vec![0.5],
+            after_intensity: false,
+        },
         |ui, f| per_axis(ui, "flip p", &mut f.p, ndim, prob),
     );
     section(

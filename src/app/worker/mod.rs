@@ -449,7 +449,7 @@ impl WorkerLoop {
         // A library's model runs over the whole volume (its resample chains and fields have no
         // plane path), and so does a plan with an intensity step that reads more of a channel
         // than the voxel it writes (statistics, neighbours): a plane alone cannot give it.
-        let planes_exact = !c.plan.intensity.iter().any(|s| s.needs_whole_channel());
+        let planes_exact = !c.plan.steps_need_whole_volume();
         if c.slices_first && !reuse && c.model.is_own() && planes_exact {
             let scan = (image.as_ref(), label.as_deref(), image_key);
             let rested = self.slices_first(c, gpu.as_ref(), scan, &before_report, &normalized)?;

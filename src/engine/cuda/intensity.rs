@@ -97,6 +97,17 @@ impl DeviceEngine {
             second: None,
         };
         for (k, plan) in plans.iter().enumerate() {
+            // The mirror after the steps: they act on the unmirrored image
+            // (`Plan::flip_around_steps`).
+            let around = plan.flip_around_steps();
+            if let Some(axes) = around {
+                self.flip(
+                    &mut out.slice_mut(k * per..(k + 1) * per),
+                    shape,
+                    channels,
+                    axes,
+                )?;
+            }
             for step in &plan.intensity {
                 if step.whole_image() {
                     // Statistics over every channel: the sample's image as one array.
@@ -110,7 +121,53 @@ impl DeviceEngine {
                     self.step_on_channel(step, c, &mut x, shape, &mut sc)?;
                 }
             }
+            if let Some(axes) = around {
+                self.flip(
+                    &mut out.slice_mut(k * per..(k + 1) * per),
+                    shape,
+                    channels,
+                    axes,
+                )?;
+            }
         }
+        Ok(())
+    }
+
+    /// Mirrors the `channels` channels of `shape` in `x` along `axes`, in place.
+    fn flip(
+        &self,
+        x: &mut CudaViewMut<'_, f32>,
+        shape: &[usize],
+        channels: usize,
+        axes: &[usize],
+    ) -> Result<(), EngineError> {
+        // As 3D: a 2D image is one slice.
+        let off = 3 - shape.len().min(3);
+        let mut dims = [1i32; 3];
+        let mut flags = [0i32; 3];
+        for (a, &d) in shape.iter().enumerate() {
+            dims[off + a] = i32::try_from(d)
+                .map_err(|_| EngineError::GpuLimit(format!("an axis of {d} voxels")))?;
+        }
+        for &a in axes {
+            flags[off + a] = 1;
+        }
+        let f = self.int_fn("int_flip")?;
+        let ch = channels as i64;
+        let cfg = grid_1d(x.len())?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(&mut *x)
+            .arg(&ch)
+            .arg(&dims[0])
+            .arg(&dims[1])
+            .arg(&dims[2])
+            .arg(&flags[0])
+            .arg(&flags[1])
+            .arg(&flags[2]);
+        // SAFETY: int_flip(float* x, i64 channels, int n0, int n1, int n2, int f0, int f1,
+        // int f2): x holds channels * n0 * n1 * n2 floats (one sample's image); each thread
+        // swaps two of them, both below that length.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_error("int_flip", e))?;
         Ok(())
     }
 

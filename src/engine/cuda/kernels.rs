@@ -218,6 +218,7 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<usize, EngineError> {
             "int_blur_axis",
             "int_down",
             "int_up",
+            "int_flip",
         ],
     )?;
     n += 1;

@@ -243,9 +243,26 @@ fn intensity_left_out(
         "TorchIO" => n.torchio().is_none(),
         _ => true,
     });
+    // A mirror after steps the target writes: MONAI's and TorchIO's pipelines here mirror with
+    // their spatial transforms, before them.
+    let flips = p
+        .flip
+        .as_ref()
+        .is_some_and(|f| f.after_intensity && f.p.iter().any(|&q| q > 0.0));
+    let mirror_note = (flips
+        && matches!(library, "MONAI" | "TorchIO")
+        && p.intensity.iter().any(&has))
+    .then(|| {
+        format!(
+            "the preset mirrors after the intensity steps (nnU-Net's order); this {library} \
+                 pipeline mirrors with its spatial transforms, before them: the same where no \
+                 step depends on the position (noise, low resolution and bias fields do)"
+        )
+    });
     normalize
         .map(|n| n.note(library))
         .into_iter()
+        .chain(mirror_note)
         .chain(
             p.intensity
                 .iter()

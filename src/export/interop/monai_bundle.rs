@@ -506,7 +506,10 @@ fn read_transforms(
         }
     }
     if flip_p.iter().any(|&p| p > 0.0) {
-        preset.flip = Some(FlipSpec { p: compact(flip_p) });
+        preset.flip = Some(FlipSpec {
+            p: compact(flip_p),
+            after_intensity: false,
+        });
     }
     Ok(rotations)
 }

@@ -37,7 +37,7 @@ use std::fmt;
 
 use crate::augment::{CoordMap, Elastic, Plan, PlanError, Space};
 use crate::core::intensity::Library;
-use crate::core::volume::Volume;
+use crate::core::volume::{Volume, flip_in_place};
 use crate::engine::field::ElasticField;
 
 pub use monai::monai_erf_kernel;
@@ -204,8 +204,13 @@ pub fn preview(
             Model::TorchIo => torchio::torchio(image, label, &spatial)?,
             _ => nnunet::nnunet(image, label, &spatial)?,
         };
+        // A mirror after the steps (nnU-Net's order): the steps see the unmirrored image.
+        let shape = p.image.shape.clone();
+        let around = plan.flip_around_steps();
+        if let Some(axes) = around {
+            flip_in_place(&mut p.image.data, &shape, p.image.channels, axes);
+        }
         for step in &plan.intensity {
-            let shape = p.image.shape.clone();
             step.apply(&mut p.image.data, &shape, p.image.channels);
             p.steps.push(format!(
                 "{}: {}'s {}, as augscope's",
@@ -213,6 +218,11 @@ pub fn preview(
                 step.library().label(),
                 step.class()
             ));
+        }
+        if let Some(axes) = around {
+            flip_in_place(&mut p.image.data, &shape, p.image.channels, axes);
+            p.steps
+                .push("flip: after the intensity steps, as the preset orders it".into());
         }
         return Ok(p);
     }
