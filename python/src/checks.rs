@@ -181,8 +181,12 @@ pub fn plan(json: &str) -> PyResult<Plan> {
             "not a plan: a plan is a JSON object (a dict)",
         ));
     };
-    let mut keys = keys_of(serde_json::to_value(Plan::default()));
-    // Written only when a plan has intensity steps.
+    // Every key a plan may have: `flip_after_intensity` is written only when set, `intensity`
+    // only when a plan has steps.
+    let mut keys = keys_of(serde_json::to_value(Plan {
+        flip_after_intensity: true,
+        ..Plan::default()
+    }));
     keys.push("intensity".into());
     known_keys(obj, &keys, "plan")?;
     if let Some(serde_json::Value::Object(e)) = obj.get("elastic") {

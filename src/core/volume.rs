@@ -334,3 +334,40 @@ pub struct Nifti2Fields {
     pub xyzt_units: i32,
     pub intent_code: i32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::flip_in_place;
+
+    /// Each voxel lands at its mirror image along the flipped axes, per channel.
+    #[test]
+    fn a_flip_moves_each_voxel_to_its_mirror_image() {
+        for (shape, axes) in [
+            (vec![3usize, 4, 5], vec![0usize]),
+            (vec![3, 4, 5], vec![1, 2]),
+            (vec![3, 4, 5], vec![0, 1, 2]),
+            (vec![4, 5], vec![1]),
+            (vec![4, 5], vec![0, 1]),
+        ] {
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> = (0..2 * n).map(|i| i as f32).collect();
+            let mut got = data.clone();
+            flip_in_place(&mut got, &shape, 2, &axes);
+            for c in 0..2 {
+                for i in 0..n {
+                    // The index of voxel i, mirrored along `axes`.
+                    let mut rest = i;
+                    let mut j = 0;
+                    for (a, &d) in shape.iter().enumerate() {
+                        let stride: usize = shape[a + 1..].iter().product();
+                        let k = rest / stride;
+                        rest %= stride;
+                        let k = if axes.contains(&a) { d - 1 - k } else { k };
+                        j += k * stride;
+                    }
+                    assert_eq!(got[c * n + j], data[c * n + i], "{shape:?} {axes:?}");
+                }
+            }
+        }
+    }
+}
