@@ -230,13 +230,14 @@ fn batchgenerators_round_trip() {
     }
     // nnU-Net v2 differs exactly where batchgenerators cannot follow: the uniform scale draw,
     // the separate 2D rotation range and the intensity steps (batchgeneratorsv2's, which the
-    // batchgenerators dict does not hold).
+    // batchgenerators dict does not hold; without steps, a mirror after them is the mirror).
     let p = bundled("nnunet-v2");
     let back = import::import(&export(&p, Target::BatchgeneratorsJson, 3).unwrap(), "x").unwrap();
     let mut want = transforms(&p);
     want.scale.as_mut().unwrap().distribution = ScaleDistribution::Split;
     want.rotate.as_mut().unwrap().range_deg_2d = None;
     want.intensity.clear();
+    want.flip.as_mut().unwrap().after_intensity = false;
     assert_eq!(transforms(&back), want);
     let py = export(&p, Target::Batchgenerators, 3).unwrap();
     assert!(py.contains("# NOTE: batchgenerators draws scales below and above 1"));

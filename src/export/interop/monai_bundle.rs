@@ -140,6 +140,8 @@ pub(super) fn monai_bundle(p: &Preset, ndim: usize) -> String {
                 ScaleDistribution::Split => "split",
             }),
             "range_deg_2d": p.rotate.as_ref().and_then(|r| r.range_deg_2d),
+            // MONAI's flips act with the spatial transforms (a NOTE says so where it matters).
+            "flip_after_intensity": p.flip.as_ref().is_some_and(|f| f.after_intensity),
             // Every step, for the import: the MONAI families also run above, the others are
             // left out (a NOTE each).
             "intensity": p.intensity,
@@ -333,6 +335,12 @@ pub fn import_bundle(text: &str, name: &str) -> Result<Preset, PresetError> {
     }
     if let (Some(r), Some(g)) = (preset.rotate.as_mut(), range_deg_2d(aug)) {
         r.range_deg_2d = Some(g);
+    }
+    if let Some(f) = preset.flip.as_mut() {
+        f.after_intensity = aug
+            .and_then(|a| a.get("flip_after_intensity"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     }
     preset.validate()?;
     Ok(preset)
