@@ -373,27 +373,8 @@ fn device_steps_equal_the_cpu_engine() {
             plan
         })
         .collect();
-    let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; image.data.len()]).collect();
-    let jobs: Vec<_> = plans
-        .iter()
-        .zip(outs.iter_mut())
-        .map(|(plan, o)| {
-            (
-                augscope::engine::Job {
-                    plan,
-                    image: &image,
-                    label: None,
-                },
-                augscope::engine::Outputs {
-                    image: o.as_mut_slice(),
-                    label: None,
-                },
-            )
-        })
-        .collect();
-    for r in augscope::engine::Backend::apply_many(&gpu, jobs) {
-        r.unwrap();
-    }
+    let refs: Vec<&Plan> = plans.iter().collect();
+    let outs = common::backends::apply_many_images(&gpu, &refs, &image);
     for (plan, got) in plans.iter().zip(&outs) {
         let (want, _, _) = apply_new(&CpuBackend::new(), plan, &image, None).unwrap();
         let (frac, worst, nan) = common::backends::agreement(&want.data, got, 1e-4);
@@ -585,28 +566,7 @@ fn a_mirror_after_the_steps_is_the_steps_on_the_unmirrored_image_mirrored() {
         let (img, _, _) = apply_new(b, &last, &image, None).unwrap();
         let (frac, worst, nan) = common::backends::agreement(&got.data, &img.data, 1e-4);
         assert!(frac == 1.0 && nan == 0, "{}: worst {worst}", b.name());
-        let plans = [&last, &first, &last];
-        let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; image.data.len()]).collect();
-        let jobs: Vec<_> = plans
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(plan, o)| {
-                (
-                    augscope::engine::Job {
-                        plan,
-                        image: &image,
-                        label: None,
-                    },
-                    augscope::engine::Outputs {
-                        image: o.as_mut_slice(),
-                        label: None,
-                    },
-                )
-            })
-            .collect();
-        for r in b.apply_many(jobs) {
-            r.unwrap();
-        }
+        let outs = common::backends::apply_many_images(b, &[&last, &first, &last], &image);
         for (want, got_b) in [&got.data, &before.data, &got.data].into_iter().zip(&outs) {
             let (frac, worst, nan) = common::backends::agreement(want, got_b, 1e-4);
             assert!(

@@ -92,3 +92,32 @@ pub fn check_plan(
         assert_eq!(real, 0, "{what}: {real} label voxels differ away from ties");
     }
 }
+
+/// The image outputs of `plans` on `image`, run as one batch of `backend` (`Backend::apply_many`:
+/// on CUDA, batched launches); a job that fails fails the test.
+pub fn apply_many_images(backend: &dyn Backend, plans: &[&Plan], image: &Volume) -> Vec<Vec<f32>> {
+    let mut outs: Vec<Vec<f32>> = plans.iter().map(|_| vec![0f32; image.data.len()]).collect();
+    let jobs: Vec<_> = plans
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(plan, o)| {
+            (
+                augscope::engine::Job {
+                    plan,
+                    image,
+                    label: None,
+                },
+                augscope::engine::Outputs {
+                    image: o.as_mut_slice(),
+                    label: None,
+                },
+            )
+        })
+        .collect();
+    for r in backend.apply_many(jobs) {
+        if let Err(e) = r {
+            panic!("{}: a job of the batch failed: {e}", backend.name());
+        }
+    }
+    outs
+}

@@ -72,9 +72,13 @@ pub fn field_weights(sigma: f64) -> FieldWeights {
 /// holds that entry alone (RS_ONLY in kernels/resample.cu, FD_ONLY in kernels/field.cu), so NVRTC
 /// and ptxas build only what is launched, and a field's passes compile in parallel.
 pub(super) fn build_defines(family: Family, defines: &[String], name: &str) -> Vec<String> {
-    match (family, resample_only(name), field_only(name)) {
-        (Family::Resample, Some(k), _) => [defines, &[format!("-DRS_ONLY={k}")]].concat(),
-        (Family::Field, _, Some(k)) => [defines, &[format!("-DFD_ONLY={k}")]].concat(),
+    let entry = match family {
+        Family::Resample => resample_only(name),
+        Family::Field => field_only(name),
+        _ => None,
+    };
+    match (family.entry_selector(), entry) {
+        (Some(sel), Some(k)) => [defines, &[format!("{sel}{k}")]].concat(),
         _ => defines.to_vec(),
     }
 }

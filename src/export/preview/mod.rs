@@ -37,7 +37,7 @@ use std::fmt;
 
 use crate::augment::{CoordMap, Elastic, Plan, PlanError, Space};
 use crate::core::intensity::Library;
-use crate::core::volume::{Volume, flip_in_place};
+use crate::core::volume::Volume;
 use crate::engine::field::ElasticField;
 
 pub use monai::monai_erf_kernel;
@@ -204,14 +204,10 @@ pub fn preview(
             Model::TorchIo => torchio::torchio(image, label, &spatial)?,
             _ => nnunet::nnunet(image, label, &spatial)?,
         };
-        // A mirror after the steps (nnU-Net's order): the steps see the unmirrored image.
+        // The steps as the engines run them (a mirror after them included), on the model's image.
         let shape = p.image.shape.clone();
-        let around = plan.flip_around_steps();
-        if let Some(axes) = around {
-            flip_in_place(&mut p.image.data, &shape, p.image.channels, axes);
-        }
+        crate::engine::intensity_after(plan, &mut p.image.data, &shape, p.image.channels);
         for step in &plan.intensity {
-            step.apply(&mut p.image.data, &shape, p.image.channels);
             p.steps.push(format!(
                 "{}: {}'s {}, as augscope's",
                 step.name(),
@@ -219,8 +215,7 @@ pub fn preview(
                 step.class()
             ));
         }
-        if let Some(axes) = around {
-            flip_in_place(&mut p.image.data, &shape, p.image.channels, axes);
+        if plan.flip_around_steps().is_some() {
             p.steps
                 .push("flip: after the intensity steps, as the preset orders it".into());
         }
